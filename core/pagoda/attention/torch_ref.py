@@ -1,0 +1,61 @@
+"""The built-in ``torch`` attention backend: a readable reference over the paged KV cache.
+
+Decodes are attended in one batched call (keys gathered through the block tables, padded and
+masked); each prefill (possibly a chunk after a cached prefix) runs one masked SDPA call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
+from pagoda.layers.ops import CustomOps
+
+_OPS = CustomOps()
+
+
+class TorchAttentionBackend(AttentionBackend):
+    description = "reference attention in plain torch (CPU and any device; slow)"
+    priority = 0
+
+    def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        _OPS.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        out = torch.empty_like(query)
+        starts = metadata.query_start_loc.tolist()
+        seq_lens = metadata.seq_lens.tolist()
+        d = metadata.num_decodes
+        if d:
+            out[:d] = self._attend(query[:d, None], kv_cache, metadata.block_tables[:d], seq_lens[:d], 1)[:, 0]
+        for i in range(d, metadata.num_seqs):
+            q = query[starts[i] : starts[i + 1]]
+            out[starts[i] : starts[i + 1]] = self._attend(
+                q[None], kv_cache, metadata.block_tables[i : i + 1], seq_lens[i : i + 1], q.shape[0]
+            )[0]
+        return out
+
+    def _attend(self, q, kv_cache, block_tables, seq_lens: list[int], q_len: int) -> torch.Tensor:
+        """``q``: [batch, q_len, heads, d]; each sequence's queries are its last q_len positions."""
+        s = self.spec
+        max_len = max(seq_lens)
+        num_blocks = -(-max_len // s.block_size)
+        blocks = block_tables[:, :num_blocks].long()  # [batch, num_blocks]
+        k = kv_cache[0][blocks].flatten(1, 2)[:, :max_len]  # [batch, max_len, kv_heads, d]
+        v = kv_cache[1][blocks].flatten(1, 2)[:, :max_len]
+        mask = self._mask(torch.tensor(seq_lens, device=q.device), q_len, max_len)
+        groups = s.num_heads // s.num_kv_heads
+        k = k.repeat_interleave(groups, dim=2).transpose(1, 2)  # [batch, heads, max_len, d]
+        v = v.repeat_interleave(groups, dim=2).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2).to(k.dtype), k, v, attn_mask=mask[:, None], scale=s.scale
+        )
+        return out.transpose(1, 2).to(q.dtype)
+
+    def _mask(self, seq_lens: torch.Tensor, q_len: int, max_len: int) -> torch.Tensor:
+        """[batch, q_len, max_len] bool: causal, within length, within the sliding window."""
+        key_pos = torch.arange(max_len, device=seq_lens.device)[None, None, :]
+        q_pos = (seq_lens[:, None] - q_len + torch.arange(q_len, device=seq_lens.device)[None, :])[..., None]
+        mask = key_pos <= q_pos
+        if self.spec.sliding_window:
+            mask &= key_pos > q_pos - self.spec.sliding_window
+        return mask

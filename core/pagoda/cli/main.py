@@ -1,0 +1,85 @@
+"""The ``pagoda`` command: subcommands from the core and from plugins (``register_commands``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pagoda import __version__
+from pagoda.plugins import manager as plugin_manager
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Flags every subcommand accepts (a parent parser)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("plugins and logging")
+    group.add_argument(
+        "--plugins",
+        metavar="NAMES",
+        help=f"comma-separated plugins to load; all others stay unloaded (env {plugin_manager.ENV_ALLOW})",
+    )
+    group.add_argument(
+        "--disable-plugins",
+        metavar="NAMES",
+        help=f"comma-separated plugins not to load, though installed (env {plugin_manager.ENV_BLOCK})",
+    )
+    group.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="logging verbosity"
+    )
+    return parent
+
+
+def _preparse(argv: list[str]) -> argparse.Namespace:
+    """Read the plugin switches before the parser is built: choices come from the loaded plugins."""
+    known, _ = common_options().parse_known_args(argv)
+    return known
+
+
+def build_parser(manager: plugin_manager.PluginManager) -> argparse.ArgumentParser:
+    from pagoda.cli import plugins_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="pagoda", description="Pagoda: LLM inference and serving, built from plugins."
+    )
+    parser.add_argument("--version", action="version", version=f"pagoda {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parent = common_options()
+    plugins_cmd.add_parser(subparsers, parent)
+    for module in _core_command_modules():
+        module.add_parser(subparsers, parent)
+    manager.extra_commands(subparsers)
+    return parser
+
+
+def _core_command_modules() -> list:
+    """Core subcommands beyond ``plugins`` (each module exposes ``add_parser(subparsers, parent)``)."""
+    import importlib
+
+    modules = []
+    for name in ("generate_cmd",):
+        try:
+            modules.append(importlib.import_module(f"pagoda.cli.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"pagoda.cli.{name}":
+                raise
+    return modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    early = _preparse(argv)
+    logging.basicConfig(
+        level=early.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
+    manager = plugin_manager.configure(allow=early.plugins, block=early.disable_plugins)
+    parser = build_parser(manager)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Typed interfaces of the five plugin kinds. Plugins subclass these."""
+
+from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.base import Capability
+from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
+from pagoda.interfaces.platform import Platform
+from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+__all__ = [
+    "AttentionBackend",
+    "AttentionMetadata",
+    "AttentionSpec",
+    "BuildContext",
+    "Capability",
+    "CausalLM",
+    "ForwardContext",
+    "Platform",
+    "QuantizationMethod",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerOutput",
+]

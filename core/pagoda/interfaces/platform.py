@@ -1,0 +1,75 @@
+"""Platform: everything that differs between CPU, CUDA and ROCm lives behind this class."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from pagoda.interfaces.base import Capability
+
+if TYPE_CHECKING:
+    from pagoda.layers.ops import CustomOps
+
+
+class Platform(Capability, ABC):
+    """A device family Pagoda runs on.
+
+    Implement ``check`` (is this platform usable on this machine?), ``device`` and
+    ``kv_cache_bytes``; override the rest where the defaults (CPU-like) do not fit.
+    One instance is created per engine.
+    """
+
+    device_type: ClassVar[str] = "cpu"  # the torch device type
+
+    @classmethod
+    @abstractmethod
+    def check(cls) -> str | None:
+        """Return ``None`` if usable here, else a one-line reason (e.g. "no CUDA device found")."""
+
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The torch device that model weights and the KV cache live on."""
+
+    @abstractmethod
+    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float) -> int:
+        """Bytes to give the KV cache, measured after the model is loaded and profiled.
+
+        ``requested_bytes`` is an explicit user choice (``kv_cache_memory``); otherwise use
+        ``memory_utilization`` of the device memory minus what weights and activations need.
+        """
+
+    def describe(self) -> str:
+        """One line for start-up logs, e.g. ``"NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"``."""
+        return self.device_type
+
+    def default_dtype(self) -> torch.dtype:
+        """The dtype used when the user passes ``dtype="auto"`` and the checkpoint says float32."""
+        return torch.float32
+
+    def supports_dtype(self, dtype: torch.dtype) -> str | None:
+        """``None`` if model weights may use ``dtype`` here, else the reason."""
+        return None
+
+    def custom_ops(self) -> "CustomOps":
+        """The fused non-attention kernels (RMSNorm, rotary, SiLU-and-mul, KV write)."""
+        from pagoda.layers.ops import CustomOps
+
+        return CustomOps()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op where execution is synchronous)."""
+
+    def inference_context(self) -> AbstractContextManager:
+        """A context wrapped around each model step (``torch.inference_mode`` by default)."""
+        return torch.inference_mode()
+
+    def graph_capture_context(self) -> AbstractContextManager:
+        """Context for capturing a step as a device graph; platforms without graphs ignore it."""
+        return nullcontext()
+
+    def supports_graphs(self) -> bool:
+        """Whether decode steps can be captured as device graphs (CUDA graphs, HIP graphs)."""
+        return False

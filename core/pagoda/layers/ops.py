@@ -1,0 +1,70 @@
+"""Non-attention kernels behind one object, so a platform can swap in fused device kernels.
+
+These torch implementations are the reference (and the CPU path); ``Platform.custom_ops()``
+returns a subclass backed by csrc kernels on GPUs. All methods are pure functions of their
+inputs except ``rotary_embedding`` and ``reshape_and_cache``, which write in place.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class CustomOps:
+    name = "torch"
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """``x``: [num_tokens, hidden]. Computed in float32, like HF."""
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    def fused_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(rms_norm(x + residual), x + residual)``."""
+        residual = x + residual
+        return self.rms_norm(residual, weight, eps), residual
+
+    def rotary_embedding(
+        self,
+        positions: torch.Tensor,  # [num_tokens]
+        query: torch.Tensor,  # [num_tokens, num_heads * head_size]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads * head_size]
+        head_size: int,
+        cos_sin_cache: torch.Tensor,  # [max_position, rotary_dim] : cos half then sin half
+        is_neox: bool,
+    ) -> None:
+        """Rotate q and k in place (the first ``rotary_dim`` features of each head)."""
+        cos, sin = cos_sin_cache[positions].chunk(2, dim=-1)  # [num_tokens, rotary_dim / 2]
+        for x in (query, key):
+            heads = x.view(x.shape[0], -1, head_size)
+            rot = heads[..., : cos.shape[-1] * 2]
+            rot.copy_(_rotate(rot.float(), cos[:, None].float(), sin[:, None].float(), is_neox).to(x.dtype))
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: [num_tokens, 2 * d] -> silu(x[:, :d]) * x[:, d:]."""
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def reshape_and_cache(
+        self,
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
+        slot_mapping: torch.Tensor,  # [num_tokens]; negative slots are skipped (padding)
+    ) -> None:
+        """Write this step's keys and values into their paged slots."""
+        valid = slot_mapping >= 0
+        slots = slot_mapping[valid]
+        kv_cache[0].view(-1, *key.shape[1:])[slots] = key[valid].to(kv_cache.dtype)
+        kv_cache[1].view(-1, *value.shape[1:])[slots] = value[valid].to(kv_cache.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    if is_neox:  # halves: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # gpt-j: interleaved pairs
+    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)

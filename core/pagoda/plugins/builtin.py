@@ -1,0 +1,36 @@
+"""Built-in capabilities, registered through the same hooks as any installed plugin."""
+
+from __future__ import annotations
+
+from pagoda.hookspecs import Register, hookimpl
+
+
+@hookimpl
+def register_platforms(register: Register) -> None:
+    from pagoda.platforms.cpu import CpuPlatform
+
+    register("cpu", CpuPlatform)
+
+
+@hookimpl
+def register_attention_backends(register: Register) -> None:
+    from pagoda.attention.torch_ref import TorchAttentionBackend
+
+    register("torch", TorchAttentionBackend)
+
+
+@hookimpl
+def register_quantization_methods(register: Register) -> None:
+    from pagoda.quantization.unquantized import UnquantizedMethod
+
+    register("none", UnquantizedMethod)
+
+
+@hookimpl
+def register_models(register: Register) -> None:
+    pass  # filled as model families land (pagoda.models)
+
+
+@hookimpl
+def register_schedulers(register: Register) -> None:
+    pass  # filled as schedulers land (pagoda.scheduler)

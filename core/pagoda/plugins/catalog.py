@@ -1,0 +1,46 @@
+"""The kinds of registrable capability, and which first-party plugin provides which name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    key: str  # registry key
+    hook: str  # hookspec that fills it
+    label: str  # for messages: "attention backend"
+    flag: str | None  # CLI flag that selects it, if any
+    check_args: tuple[str, ...]  # keyword arguments passed to obj.check(...)
+
+
+KINDS: dict[str, Kind] = {
+    k.key: k
+    for k in (
+        Kind("platform", "register_platforms", "platform", "--platform", ()),
+        Kind("attention", "register_attention_backends", "attention backend", "--attention-backend", ("platform", "spec")),
+        Kind("quantization", "register_quantization_methods", "quantization method", "--quantization", ("platform",)),
+        Kind("model", "register_models", "model architecture", None, ()),
+        Kind("scheduler", "register_schedulers", "scheduler", "--scheduler", ()),
+    )
+}
+
+# (kind, name) -> folder under plugins/ of the first-party distribution that provides it.
+FIRST_PARTY: dict[tuple[str, str], str] = {
+    ("platform", "cuda"): "platform_cuda",
+    ("platform", "rocm"): "platform_rocm",
+    ("attention", "triton"): "attention_triton",
+    ("attention", "flash"): "attention_flash",
+    ("quantization", "fp8"): "quant_fp8",
+    ("quantization", "awq"): "quant_awq",
+}
+
+
+def distribution_of(folder: str) -> str:
+    """``attention_triton`` -> ``pagoda-attention-triton``."""
+    return "pagoda-" + folder.replace("_", "-")
+
+
+def plugin_name_of(distribution: str) -> str:
+    """The entry-point name first-party plugins use: ``pagoda-attention-triton`` -> ``attention-triton``."""
+    return distribution.removeprefix("pagoda-")
