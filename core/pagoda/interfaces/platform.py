@@ -45,8 +45,11 @@ class Platform(Capability, ABC):
         """One line for start-up logs, e.g. ``"NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"``."""
         return self.device_type
 
-    def default_dtype(self) -> torch.dtype:
-        """The dtype used when the user passes ``dtype="auto"`` and the checkpoint says float32."""
+    def default_dtype(self, checkpoint_dtype: torch.dtype | None) -> torch.dtype:
+        """The model dtype for ``dtype="auto"``, given the checkpoint's (``None`` if it names none).
+
+        The default (CPU) computes in float32; GPU platforms prefer the checkpoint's half type.
+        """
         return torch.float32
 
     def supports_dtype(self, dtype: torch.dtype) -> str | None:

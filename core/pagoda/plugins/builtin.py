@@ -28,9 +28,15 @@ def register_quantization_methods(register: Register) -> None:
 
 @hookimpl
 def register_models(register: Register) -> None:
-    pass  # filled as model families land (pagoda.models)
+    from pagoda.models import MODEL_CLASSES, model_class
+
+    for architecture in MODEL_CLASSES:  # SmolLM2 is a LlamaForCausalLM
+        register(architecture, model_class(architecture))
 
 
 @hookimpl
 def register_schedulers(register: Register) -> None:
-    pass  # filled as schedulers land (pagoda.scheduler)
+    from pagoda.scheduler import FcfsScheduler, PriorityScheduler
+
+    register("fcfs", FcfsScheduler)
+    register("priority", PriorityScheduler)

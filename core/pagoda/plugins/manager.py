@@ -11,7 +11,7 @@ import logging
 import os
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pluggy
 from stevedore import NamedExtensionManager
@@ -63,9 +63,21 @@ def parse_names(value: str | Iterable[str] | None) -> set[str] | None:
 
 
 class PluginManager:
-    """Loads built-in and installed plugins once, then answers registry queries."""
+    """Loads built-in and installed plugins once, then answers registry queries.
 
-    def __init__(self, allow: str | Iterable[str] | None = None, block: str | Iterable[str] | None = None):
+    ``modules`` adds in-process plugins (name -> module or object with hookimpls), loaded after
+    the built-ins and subject to the same allow/block lists; tests and notebooks use it with
+    ``entry_points=False`` to see only the built-ins plus the given modules.
+    """
+
+    def __init__(
+        self,
+        allow: str | Iterable[str] | None = None,
+        block: str | Iterable[str] | None = None,
+        *,
+        modules: Mapping[str, Any] | None = None,
+        entry_points: bool = True,
+    ):
         self.allow = parse_names(allow if allow is not None else os.environ.get(ENV_ALLOW))
         self.block = parse_names(block if block is not None else os.environ.get(ENV_BLOCK)) or set()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
@@ -73,7 +85,9 @@ class PluginManager:
         self.plugins: dict[str, PluginInfo] = {}
         self.registries = {key: Registry(kind, self.missing_hint) for key, kind in KINDS.items()}
         self._load_builtins()
-        self._load_entry_points()
+        self._load_modules(modules or {})
+        if entry_points:
+            self._load_entry_points()
         self._call_register_hooks()
 
     # -- loading ---------------------------------------------------------------------------
@@ -85,6 +99,18 @@ class PluginManager:
             name = "builtin"
             self.plugins[name] = PluginInfo(name, module_name, "pagoda", _version("pagoda"), builtin=True)
             self.pm.register(module, name=name)
+
+    def _load_modules(self, modules: Mapping[str, Any]) -> None:
+        for name, module in modules.items():
+            module_name = getattr(module, "__name__", type(module).__name__)
+            info = self.plugins[name] = PluginInfo(name, module_name)
+            if not self._is_enabled(name, None):
+                info.status = "disabled"
+                continue
+            try:
+                self.pm.register(module, name=name)
+            except Exception as exc:  # a hookimpl that matches no hookspec, a taken name
+                self._fail(name, f"registration with pluggy failed: {exc}")
 
     def _is_enabled(self, name: str, distribution: str | None) -> bool:
         ids = {name, distribution} - {None}
@@ -120,6 +146,9 @@ class PluginManager:
                 self.pm.register(ext.plugin, name=ext.name)
             except Exception as exc:  # e.g. a hookimpl that matches no hookspec
                 self._fail(ext.name, f"registration with pluggy failed: {exc}")
+        for name in selected:  # stevedore reads a cached entry-point scan that can lag behind
+            if self.plugins[name].status == "loaded" and not self.pm.has_plugin(name):
+                self._fail(name, "its entry point was not loaded (stale stevedore entry-point cache?); run again")
 
     def _on_load_failure(self, _manager: Any, entry_point: Any, exc: BaseException) -> None:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -139,11 +168,8 @@ class PluginManager:
                 plugin = impl.plugin_name
                 if self.plugins[plugin].status == "failed":
                     continue
-                found: list[tuple[str, str, Any]] = []
                 try:
-                    impl.function(register=lambda n, obj, k=kind.key: found.append((k, n, obj)))
-                    for key, reg_name, obj in found:
-                        _validate(key, reg_name, obj)
+                    found = _collect(impl, kind.key)
                 except Exception as exc:
                     detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                     self._fail(plugin, f"{kind.hook} raised: {detail}")
@@ -158,7 +184,10 @@ class PluginManager:
         previous = self.registries[key].add(name, obj, plugin)
         if previous is not None and previous.plugin != plugin:
             logger.warning("%s '%s' of plugin '%s' replaces the one of '%s'", KINDS[key].label, name, plugin, previous.plugin)
-            self.plugins[previous.plugin].registers[key].remove(name)
+            replaced = self.plugins[previous.plugin].registers
+            replaced[key].remove(name)
+            if not replaced[key]:
+                del replaced[key]
         self.plugins[plugin].registers.setdefault(key, []).append(name)
 
     # -- queries ---------------------------------------------------------------------------
@@ -197,7 +226,21 @@ class PluginManager:
             return f"{dist} is installed but its plugin '{info.name}' is disabled (--plugins/--disable-plugins or {ENV_ALLOW}/{ENV_BLOCK}); enable it to use '{name}'."
         if info.status == "failed":
             return f"{dist} is installed but failed to load: {'; '.join(info.errors)}. See `pagoda plugins`."
-        return f"{dist} {info.version} is installed but does not register '{name}' (yet); upgrade it."
+        version = f" {info.version}" if info.version else ""
+        return f"{dist}{version} is installed but does not register '{name}' (yet); upgrade it."
+
+
+def _collect(impl: Any, key: str) -> list[tuple[str, str, Any]]:
+    """Call one hookimpl with a recording ``register``; validate what it registered."""
+    found: list[tuple[str, str, Any]] = []
+
+    def register(name: str, obj: Any) -> None:
+        found.append((key, name, obj))
+
+    impl.function(**({"register": register} if "register" in impl.argnames else {}))
+    for _, name, obj in found:
+        _validate(key, name, obj)
+    return found
 
 
 def _validate(key: str, name: str, obj: Any) -> None:

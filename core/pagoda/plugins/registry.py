@@ -54,7 +54,7 @@ class Registry:
     def reason_against(self, name: str, **context: Any) -> str | None:
         """Why ``name`` cannot be used in ``context`` (``None`` if it can)."""
         check = getattr(self.get(name), "check", None)
-        if check is None or not self.kind.check_args:
+        if check is None:
             return None
         args = {k: context.get(k) for k in self.kind.check_args}
         return check(**args)

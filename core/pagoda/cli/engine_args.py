@@ -1,0 +1,65 @@
+"""Engine flags shared by `serve`, `generate`, `chat` and `bench`: one place, mirroring EngineConfig."""
+
+from __future__ import annotations
+
+import argparse
+
+from pagoda.config import DTYPES, LOAD_FORMATS, EngineConfig
+from pagoda.plugins.manager import PluginManager
+
+DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
+
+
+def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> None:
+    """Add every EngineConfig flag; one-of-N choices come from the plugin registries."""
+    names = {key: manager.registry(key).names() for key in ("attention", "quantization", "scheduler", "platform")}
+    g = parser.add_argument_group("engine")
+    g.add_argument("--tokenizer", help="tokenizer folder (default: the model's)")
+    g.add_argument("--attention-backend", default="auto", choices=["auto", *names["attention"]],
+                   help="attention kernels over the paged KV cache; 'auto' picks the fastest usable one "
+                        "(install pagoda-attention-triton / -flash for GPU kernels)")
+    g.add_argument("--quantization", default=None, choices=names["quantization"],
+                   help="how linear layers store weights (default: the checkpoint's, else 'none')")
+    g.add_argument("--platform", default="auto", choices=["auto", *names["platform"]],
+                   help="device family; 'auto' picks the best available (e.g. cuda over cpu)")
+    g.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="weight and activation dtype; 'auto' = the platform's choice for this checkpoint")
+    g.add_argument("--load-format", default="auto", choices=LOAD_FORMATS,
+                   help="weights: safetensors, gguf, or 'dummy' (random, for benchmarks); 'auto' detects")
+    g.add_argument("--max-model-len", type=int, help="longest prompt + output in tokens (default: the model's)")
+    g.add_argument("--max-num-seqs", type=int, default=256, help="most requests in one batch")
+    g.add_argument("--max-num-batched-tokens", type=int,
+                   help="token budget of one step (prefill chunks + decodes; default 8192)")
+    g.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block (a power of two)")
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse KV blocks of shared prompt prefixes")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="fraction of device memory for weights, activations and KV cache (GPU platforms)")
+    g.add_argument("--kv-cache-memory", type=int, help="bytes for the KV cache (overrides --gpu-memory-utilization)")
+    g.add_argument("--enforce-eager", action="store_true", help="never capture device graphs")
+    g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
+                   help="request scheduling policy: fcfs, or priority (lower value first)")
+    g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
+
+
+def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
+    """Build (and validate) an EngineConfig from parsed flags."""
+    return EngineConfig(
+        model=model,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        seed=args.seed,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        attention_backend=args.attention_backend,
+        quantization=args.quantization,
+        load_format=args.load_format,
+        kv_cache_memory=args.kv_cache_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.enforce_eager,
+        scheduler=args.scheduler,
+        platform=args.platform,
+    )

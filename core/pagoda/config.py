@@ -1,0 +1,63 @@
+"""Engine configuration: one dataclass, validated once, mirrored by the CLI flags and ``LLM(...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+
+
+@dataclass
+class EngineConfig:
+    """Everything needed to build an engine. Field names match vLLM's ``LLM``/``vllm serve``."""
+
+    model: str | None = None  # a local HF folder, a .gguf file, or None for the embedded default
+    tokenizer: str | None = None  # defaults to the model's
+    dtype: str = "auto"
+    seed: int = 0
+    max_model_len: int | None = None  # defaults to the model's max_position_embeddings
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # defaults to max(8192, max_model_len) capped below
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    attention_backend: str = "auto"
+    quantization: str | None = None
+    load_format: str = "auto"
+    kv_cache_memory: int | None = None  # bytes for the KV cache; overrides gpu_memory_utilization
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    scheduler: str = "fcfs"
+    platform: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field, the value and what is allowed."""
+        _require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _require(self.load_format in LOAD_FORMATS, "load_format", self.load_format, f"one of {', '.join(LOAD_FORMATS)}")
+        _require(_is_pow2(self.block_size) and 1 <= self.block_size <= 256, "block_size", self.block_size, "a power of two in [1, 256]")
+        _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
+        _require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", self.max_model_len, ">= 1")
+        _require(
+            self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,
+            "max_num_batched_tokens", self.max_num_batched_tokens, ">= 1",
+        )
+        _require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "in (0, 1]")
+        _require(self.kv_cache_memory is None or self.kv_cache_memory > 0, "kv_cache_memory", self.kv_cache_memory, "> 0 bytes")
+        _require(isinstance(self.seed, int), "seed", self.seed, "an integer")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def _is_pow2(n: int) -> bool:
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+def _require(ok: bool, name: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")

@@ -1,0 +1,137 @@
+"""Build an engine's parts from an EngineConfig: platform, model, attention, KV cache, scheduler."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from pagoda.config import EngineConfig
+from pagoda.engine.kv_cache import KVCacheManager
+from pagoda.errors import ModelLoadError
+from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
+from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
+from pagoda.models.spec import attention_spec, num_kv_cache_layers
+from pagoda.plugins import get_plugin_manager
+
+logger = logging.getLogger("pagoda")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class EngineParts:
+    config: EngineConfig
+    platform: Platform
+    source: ModelSource
+    hf_config: object
+    tokenizer: object
+    dtype: torch.dtype
+    max_model_len: int
+    attention: AttentionBackend
+    model: CausalLM
+    kv_caches: list[torch.Tensor]
+    kv_cache: KVCacheManager
+    scheduler: Scheduler
+
+
+def select_platform(config: EngineConfig) -> Platform:
+    _, cls = get_plugin_manager().registry("platform").select(config.platform)
+    return cls()
+
+
+def resolve_dtype(config: EngineConfig, hf_config, platform: Platform) -> torch.dtype:
+    if config.dtype != "auto":
+        dtype = DTYPES[config.dtype]
+    else:
+        checkpoint = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+        if isinstance(checkpoint, str):
+            checkpoint = DTYPES.get(checkpoint)
+        dtype = platform.default_dtype(checkpoint)
+    reason = platform.supports_dtype(dtype)
+    if reason:
+        raise ValueError(f"dtype {dtype} is not usable on {platform.describe()}: {reason}")
+    return dtype
+
+
+def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
+    derived = getattr(hf_config, "max_position_embeddings", None) or 2048
+    if config.max_model_len is None:
+        return derived
+    if config.max_model_len > derived:
+        raise ValueError(
+            f"max_model_len {config.max_model_len} exceeds the model's max_position_embeddings {derived}; "
+            f"pass --max-model-len {derived} or less"
+        )
+    return config.max_model_len
+
+
+def build_engine_parts(config: EngineConfig) -> EngineParts:
+    """Everything heavy happens here, in order: config -> platform -> backends -> weights -> cache."""
+    plugins = get_plugin_manager()
+    platform = select_platform(config)
+    source = resolve_model(config.model)
+    hf_config = load_hf_config(source)
+    tokenizer = load_tokenizer(source, config.tokenizer)
+    dtype = resolve_dtype(config, hf_config, platform)
+    max_model_len = resolve_max_model_len(config, hf_config)
+    spec = attention_spec(hf_config, config.block_size, dtype)
+    _, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
+    attention = backend_cls(spec, platform)
+    _, quant_cls = plugins.registry("quantization").select(config.quantization or "none", platform=platform)
+    quant = quant_cls(getattr(hf_config, "quantization_config", None))
+    model_cls = _model_class(hf_config)
+    ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)
+    model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device())
+    kv_caches, kv_cache = allocate_kv_cache(config, platform, attention, hf_config, max_model_len)
+    capacity = kv_cache.num_blocks * config.block_size
+    if capacity < max_model_len:
+        logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
+        max_model_len = capacity
+    scheduler_cls = plugins.registry("scheduler").get(config.scheduler)
+    scheduler = scheduler_cls(_scheduler_config(config, max_model_len), kv_cache)
+    return EngineParts(config, platform, source, hf_config, tokenizer, dtype, max_model_len, attention, model,
+                       kv_caches, kv_cache, scheduler)
+
+
+def _model_class(hf_config) -> type[CausalLM]:
+    architectures = getattr(hf_config, "architectures", None) or []
+    if not architectures:
+        raise ModelLoadError("config.json names no 'architectures'; add e.g. \"architectures\": [\"LlamaForCausalLM\"]")
+    registry = get_plugin_manager().registry("model")
+    for arch in architectures:
+        if arch in registry:
+            return registry.get(arch)
+    return registry.get(architectures[0])  # raises: names the available ones and the register_models hook
+
+
+def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConfig:
+    budget = config.max_num_batched_tokens or max(8192, config.max_num_seqs)
+    if not config.enable_chunked_prefill:
+        budget = max(budget, max_model_len)
+    return SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+    )
+
+
+def allocate_kv_cache(config, platform, attention, hf_config, max_model_len):
+    """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use)."""
+    layers = num_kv_cache_layers(hf_config)
+    per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
+    budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization)
+    useful = config.max_num_seqs * -(-max_model_len // config.block_size)
+    num_blocks = min(budget // per_block, useful)
+    if num_blocks < 1:
+        raise ValueError(
+            f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes; "
+            "raise kv_cache_memory / --gpu-memory-utilization"
+        )
+    device = platform.device()
+    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks), dtype=attention.spec.dtype, device=device) for _ in range(layers)]
+    manager = KVCacheManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
+    return kv_caches, manager

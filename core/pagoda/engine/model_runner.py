@@ -1,0 +1,101 @@
+"""Runs one scheduled step on the platform: packed inputs -> model -> logits -> sampled tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pagoda.engine.batch import build_step_inputs
+from pagoda.engine.request import Request
+from pagoda.engine.sampler import Sampler, SamplerOutput, SamplingRow, prompt_logprobs
+from pagoda.interfaces.attention import AttentionBackend
+from pagoda.interfaces.model import CausalLM, ForwardContext
+from pagoda.interfaces.platform import Platform
+from pagoda.interfaces.scheduler import SchedulerOutput
+
+
+@dataclass
+class RunnerOutput:
+    """Per request that sampled this step: its token, raw logprob and top logprobs."""
+
+    sampled: dict[str, int] = field(default_factory=dict)
+    logprobs: dict[str, float] = field(default_factory=dict)
+    top_logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # request id -> [(logprob of the actual next prompt token, top-k)] for this step's prompt tokens
+    prompt_logprobs: dict[str, list[tuple[float, list[tuple[int, float]]]]] = field(default_factory=dict)
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: CausalLM,
+        attention: AttentionBackend,
+        platform: Platform,
+        kv_caches: list[torch.Tensor],
+        block_size: int,
+        seed: int,
+    ) -> None:
+        self.model = model
+        self.attention = attention
+        self.platform = platform
+        self.device = platform.device()
+        self.kv_caches = kv_caches
+        self.block_size = block_size
+        self.sampler = Sampler(seed=seed)
+        self._generators: dict[str, torch.Generator] = {}
+
+    def execute(self, out: SchedulerOutput, block_tables: list[list[int]]) -> RunnerOutput:
+        inputs = build_step_inputs(out, block_tables, self.block_size, self.device)
+        metadata = self.attention.prepare(inputs.metadata)
+        with self.platform.inference_context():
+            hidden = self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
+            result = RunnerOutput()
+            self._prompt_logprobs(out, hidden, inputs.metadata.query_start_loc.tolist(), result)
+            if not inputs.sample_rows:
+                return result
+            logits = self.model.compute_logits(hidden[inputs.sample_token_index])  # [num_sampling, vocab]
+            requests = [out.requests[i] for i in inputs.sample_rows]
+            sampled = self.sampler(logits, [self._row(req) for req in requests])
+        return self._collect(requests, sampled, result)
+
+    def release(self, request_id: str) -> None:
+        """Forget per-request state (its seeded generator) once the request finished."""
+        self._generators.pop(request_id, None)
+
+    def _row(self, req: Request) -> SamplingRow:
+        params = req.sampling_params
+        generator = None
+        if params.seed is not None:
+            generator = self._generators.get(req.request_id)
+            if generator is None:
+                generator = torch.Generator(self.device).manual_seed(params.seed)
+                self._generators[req.request_id] = generator
+        return SamplingRow(
+            params=params,
+            prompt_token_ids=req.prompt_token_ids,
+            output_token_ids=req.output_token_ids,
+            generator=generator,
+            eos_token_id=req.eos_token_id,
+        )
+
+    @staticmethod
+    def _collect(requests: list[Request], sampled: SamplerOutput, result: RunnerOutput) -> RunnerOutput:
+        for i, req in enumerate(requests):
+            result.sampled[req.request_id] = sampled.token_ids[i]
+            result.logprobs[req.request_id] = sampled.logprobs[i]
+            if sampled.top_logprobs[i] is not None:
+                result.top_logprobs[req.request_id] = sampled.top_logprobs[i]
+        return result
+
+    def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor, starts: list[int], result: RunnerOutput) -> None:
+        """Logprobs of each prompt token given the ones before it, for requests that asked."""
+        for i, req in enumerate(out.requests):
+            k = req.sampling_params.prompt_logprobs
+            first = req.num_computed_tokens
+            last = min(first + out.num_tokens[i], req.num_prompt_tokens - 1)  # positions predicting a prompt token
+            if k is None or first >= last:
+                continue
+            logits = self.model.compute_logits(hidden[starts[i] : starts[i] + last - first])
+            targets = torch.tensor(req.prompt_token_ids[first + 1 : last + 1], device=logits.device)
+            result.prompt_logprobs[req.request_id] = prompt_logprobs(logits, targets, k)

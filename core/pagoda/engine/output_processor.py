@@ -1,0 +1,171 @@
+"""After each step: detokenize, check stop conditions, and assemble RequestOutputs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pagoda.engine.detokenizer import IncrementalDetokenizer
+from pagoda.engine.model_runner import RunnerOutput
+from pagoda.engine.request import Request, RequestStatus
+from pagoda.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+
+
+@dataclass
+class ChildState:
+    """One generated sequence of a (possibly n > 1) request."""
+
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    cumulative_logprob: float = 0.0
+    logprobs: list[dict[int, Logprob]] | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    children: list[ChildState]
+    metrics: RequestMetrics
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    stream: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return all(c.request.status.finished for c in self.children)
+
+
+@dataclass
+class StepResult:
+    outputs: list[RequestOutput] = field(default_factory=list)
+    finished: list[tuple[str, RequestStatus]] = field(default_factory=list)  # child ids to finish
+
+
+class OutputProcessor:
+    """Owns per-request output state; the engine asks it what finished after each step."""
+
+    def __init__(self, tokenizer, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.states: dict[str, RequestState] = {}
+        self.parent_of: dict[str, RequestState] = {}  # child request id -> state
+
+    def add(self, state: RequestState) -> None:
+        self.states[state.request_id] = state
+        for child in state.children:
+            self.parent_of[child.request.request_id] = state
+            if child.request.sampling_params.logprobs is not None:
+                child.logprobs = []
+        if state.children[0].request.sampling_params.prompt_logprobs is not None:
+            state.prompt_logprobs = [None]
+
+    def process(self, requests: list[Request], result: RunnerOutput, now: float | None = None) -> StepResult:
+        """Handle the requests of one step (their sampled tokens are already appended)."""
+        now = time.monotonic() if now is None else now
+        step = StepResult()
+        touched: dict[str, RequestState] = {}
+        for req in requests:
+            state = self.parent_of.get(req.request_id)
+            if state is None:
+                continue
+            self._record_prompt_logprobs(state, result.prompt_logprobs.get(req.request_id))
+            if req.request_id in result.sampled:
+                self._on_token(state, req, result, now, step)
+                touched[state.request_id] = state
+        for state in touched.values():
+            if state.finished or state.stream:
+                step.outputs.append(self.snapshot(state))
+            if state.finished:
+                self._drop(state)
+        return step
+
+    def abort(self, request_id: str) -> RequestState | None:
+        """Forget a parent request; returns its state so the engine can abort the children."""
+        state = self.states.get(request_id)
+        if state is not None:
+            self._drop(state)
+        return state
+
+    def _on_token(self, state: RequestState, req: Request, result: RunnerOutput, now: float, step: StepResult) -> None:
+        child = next(c for c in state.children if c.request is req)
+        token = result.sampled[req.request_id]
+        logprob = result.logprobs[req.request_id]
+        child.cumulative_logprob += logprob
+        if child.logprobs is not None:
+            child.logprobs.append(self._logprob_dict(token, logprob, result.top_logprobs.get(req.request_id, [])))
+        if state.metrics.first_token_time is None:
+            state.metrics.first_token_time = now
+        state.metrics.last_token_time = now
+        status = self._check_stop(child, token)
+        if status is not None:
+            req.status = status
+            step.finished.append((req.request_id, status))
+            if state.finished:
+                state.metrics.finished_time = now
+
+    def _check_stop(self, child: ChildState, token: int) -> RequestStatus | None:
+        req, params = child.request, child.request.sampling_params
+        stop_str = child.detokenizer.update([token])
+        if req.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and token == req.eos_token_id:
+                return RequestStatus.FINISHED_STOPPED
+            if params.stop_token_ids and token in params.stop_token_ids:
+                child.stop_reason = token
+                return RequestStatus.FINISHED_STOPPED
+            if stop_str is not None:
+                child.stop_reason = stop_str
+                return RequestStatus.FINISHED_STOPPED
+        if params.max_tokens is not None and req.num_output_tokens >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if req.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def _logprob_dict(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[int, Logprob]:
+        entries = {tid: Logprob(lp, rank=r + 1, decoded_token=self._piece(tid)) for r, (tid, lp) in enumerate(top)}
+        if token not in entries:
+            entries[token] = Logprob(logprob, rank=None, decoded_token=self._piece(token))
+        return entries
+
+    def _record_prompt_logprobs(self, state: RequestState, chunk) -> None:
+        if chunk is None or state.prompt_logprobs is None:
+            return
+        start = len(state.prompt_logprobs)
+        for offset, (lp, top) in enumerate(chunk):
+            token = state.prompt_token_ids[start + offset]
+            state.prompt_logprobs.append(self._logprob_dict(token, lp, top))
+
+    def _piece(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id]) if self.tokenizer is not None else ""
+
+    def _drop(self, state: RequestState) -> None:
+        self.states.pop(state.request_id, None)
+        for child in state.children:
+            self.parent_of.pop(child.request.request_id, None)
+
+    def snapshot(self, state: RequestState) -> RequestOutput:
+        outputs = [
+            CompletionOutput(
+                index=i,
+                text=c.detokenizer.output_text,
+                token_ids=list(c.request.output_token_ids),
+                cumulative_logprob=c.cumulative_logprob,
+                logprobs=c.logprobs,
+                finish_reason=c.request.status.finish_reason,
+                stop_reason=c.stop_reason,
+            )
+            for i, c in enumerate(state.children)
+        ]
+        state.metrics.num_cached_tokens = state.children[0].request.num_cached_tokens
+        return RequestOutput(
+            request_id=state.request_id,
+            prompt=state.prompt,
+            prompt_token_ids=state.prompt_token_ids,
+            outputs=outputs,
+            finished=state.finished,
+            prompt_logprobs=state.prompt_logprobs,
+            metrics=state.metrics,
+            num_cached_tokens=state.metrics.num_cached_tokens,
+        )

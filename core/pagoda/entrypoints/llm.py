@@ -1,0 +1,133 @@
+"""The offline API: ``LLM(model=...).generate(prompts, SamplingParams(...))``, like vLLM's."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence, Union
+
+from tqdm.auto import tqdm
+
+from pagoda.config import EngineConfig
+from pagoda.engine.engine import LLMEngine
+from pagoda.outputs import RequestOutput
+from pagoda.sampling_params import SamplingParams
+
+Prompt = Union[str, list[int], dict[str, Any]]
+Message = dict[str, str]
+
+
+class LLM:
+    """An engine plus a tokenizer, for batch generation in one process.
+
+    Arguments are :class:`pagoda.config.EngineConfig` fields (``model``, ``dtype``, ``seed``,
+    ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
+    ``enable_prefix_caching``, ``attention_backend``, ``quantization``, ``load_format``,
+    ``kv_cache_memory``, ``gpu_memory_utilization``, ``enforce_eager``, ``scheduler``, ...).
+    """
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(EngineConfig.field_names()))
+        if unknown:
+            raise TypeError(f"LLM() got unknown arguments {unknown}; valid ones: {', '.join(EngineConfig.field_names())}")
+        self.config = EngineConfig(model=model, **kwargs)
+        self.engine = LLMEngine.from_config(self.config)
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate for each prompt (text, token ids, or ``{"prompt": ...}``/``{"prompt_token_ids": ...}``).
+
+        Returns one RequestOutput per prompt, in input order.
+        """
+        items = _as_list(prompts)
+        params = _params_list(sampling_params, len(items))
+        encoded = [self._encode(p) for p in items]
+        for ids, _ in encoded:
+            self.engine.validate_prompt(ids)  # reject bad input before queueing anything
+        request_ids = []
+        for (ids, text), p in zip(encoded, params):
+            request_id = self.engine.next_request_id()
+            self.engine.add_request(request_id, ids, p, prompt=text)
+            request_ids.append(request_id)
+        return self._run(request_ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[Message] | list[list[Message]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Render each conversation with the tokenizer's chat template, then generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [
+            {"prompt_token_ids": ids, "prompt": text}
+            for text, ids in (self.render_chat(c, chat_template, add_generation_prompt) for c in conversations)
+        ]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def render_chat(self, conversation: list[Message], chat_template: str | None = None,
+                    add_generation_prompt: bool = True) -> tuple[str, list[int]]:
+        tokenizer = self.engine.tokenizer
+        if chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("this tokenizer has no chat template; pass chat_template=... (a Jinja template)")
+        text = tokenizer.apply_chat_template(
+            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
+        if isinstance(prompt, str):
+            return self.engine.tokenizer(prompt)["input_ids"], prompt
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return list(prompt["prompt_token_ids"]), prompt.get("prompt")
+            return self._encode(prompt["prompt"])
+        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
+            return list(prompt), None
+        raise TypeError(f"a prompt must be a string, a list of token ids or a dict, got {type(prompt).__name__}")
+
+    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        finished: dict[str, RequestOutput] = {}
+        bar = tqdm(total=len(request_ids), desc="Generating", unit="req", disable=not use_tqdm, dynamic_ncols=True)
+        start, generated = time.perf_counter(), 0
+        try:
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+                        generated += sum(len(o.token_ids) for o in output.outputs)
+                        bar.update(1)
+                        bar.set_postfix_str(f"{generated / (time.perf_counter() - start):.1f} tok/s")
+        except BaseException:
+            self.engine.abort([r for r in request_ids if r not in finished])
+            raise
+        finally:
+            bar.close()
+        return [finished[r] for r in request_ids]
+
+
+def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(t, int) for t in prompts):
+        return [list(prompts)]
+    return list(prompts)
+
+
+def _params_list(params, count: int) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams()] * count
+    if isinstance(params, SamplingParams):
+        return [params] * count
+    params = list(params)
+    if len(params) != count:
+        raise ValueError(f"got {len(params)} sampling_params for {count} prompts; pass one, or one per prompt")
+    return params

@@ -1,0 +1,72 @@
+"""Tiny random HF models (saved with a small word-level tokenizer) for engine-level tests."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+
+VOCAB = 384
+
+
+def save_word_tokenizer(path, eos: int | None = None) -> None:
+    """A word-level tokenizer over 't0'..'t{VOCAB-1}' (decodes ids as space-separated words)."""
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=f"t{eos}" if eos is not None else None)
+    fast.save_pretrained(path)
+
+
+CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=None, bos_token_id=None, pad_token_id=None,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64},
+    ),
+    "mistral": lambda: transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=256, sliding_window=24, eos_token_id=None, bos_token_id=None,
+        pad_token_id=None, head_dim=16,
+    ),
+    "qwen2": lambda: transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=None, bos_token_id=None, pad_token_id=None,
+        tie_word_embeddings=True,
+    ),
+    "qwen3": lambda: transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, max_position_embeddings=256, eos_token_id=None, bos_token_id=None,
+        pad_token_id=None,
+    ),
+}
+
+
+def make_tiny_model(path, family: str, eos: int | None = None):
+    torch.manual_seed(1234)
+    config = CONFIGS[family]()
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():  # larger weights than the default init make greedy decoding less flat
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.08)
+    model.save_pretrained(path)
+    save_word_tokenizer(path, eos)
+    return model
+
+
+def random_prompts(count: int, lengths: range, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(lengths.start, lengths.stop, (count,), generator=g).tolist()
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in sizes]
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """HF greedy tokens and the raw logits of each generated step ([steps, vocab])."""
+    out = model.generate(
+        torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, output_logits=True,
+        return_dict_in_generate=True, pad_token_id=0,
+    )
+    return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits, dim=0)

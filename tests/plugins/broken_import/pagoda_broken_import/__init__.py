@@ -1,0 +1,1 @@
+"""pagoda-broken-import: a plugin whose module fails to import."""
