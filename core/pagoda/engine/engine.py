@@ -29,7 +29,7 @@ class LLMEngine:
         self.kv_cache = parts.kv_cache
         self.runner = ModelRunner(parts.model, parts.attention, parts.platform, parts.kv_caches,
                                   self.config.block_size, self.config.seed)
-        self.outputs = OutputProcessor(parts.tokenizer, parts.max_model_len)
+        self.outputs = OutputProcessor(parts.tokenizer, parts.max_model_len, finish=self._finish)
         self.eos_token_id = _eos_token_id(parts)
         self.stats = StepStats()
         self._ids = itertools.count()
@@ -89,8 +89,7 @@ class LLMEngine:
                 continue
             for child in state.children:
                 if not child.request.status.finished:
-                    self.scheduler.finish(child.request.request_id, RequestStatus.FINISHED_ABORTED)
-                self.runner.release(child.request.request_id)
+                    self._finish(child.request.request_id, RequestStatus.FINISHED_ABORTED)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -110,12 +109,13 @@ class LLMEngine:
         self.stats.prompt_tokens += _num_prompt_tokens(scheduled)
         result = self.runner.execute(scheduled, block_tables)
         self.scheduler.update_from_output(scheduled, result.sampled)
-        step = self.outputs.process(scheduled.requests, result)
-        for request_id, status in step.finished:
-            self.scheduler.finish(request_id, status)
-            self.runner.release(request_id)
+        outputs = self.outputs.process(scheduled.requests, result)
         self._update_stats(len(scheduled.preempted), len(result.sampled))
-        return step.outputs
+        return outputs
+
+    def _finish(self, request_id: str, status: RequestStatus) -> None:
+        self.scheduler.finish(request_id, status)
+        self.runner.release(request_id)
 
     def _update_stats(self, num_preempted: int, num_sampled: int) -> None:
         s = self.stats

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 from pagoda.engine.detokenizer import IncrementalDetokenizer
 from pagoda.engine.model_runner import RunnerOutput
@@ -37,17 +38,13 @@ class RequestState:
         return all(c.request.status.finished for c in self.children)
 
 
-@dataclass
-class StepResult:
-    outputs: list[RequestOutput] = field(default_factory=list)
-    finished: list[tuple[str, RequestStatus]] = field(default_factory=list)  # child ids to finish
-
-
 class OutputProcessor:
     """Owns per-request output state; the engine asks it what finished after each step."""
 
-    def __init__(self, tokenizer, max_model_len: int) -> None:
+    def __init__(self, tokenizer, max_model_len: int, finish: Callable[[str, RequestStatus], None]) -> None:
+        """``finish(request_id, status)`` is called for each child that meets a stop condition."""
         self.tokenizer = tokenizer
+        self.finish = finish
         self.max_model_len = max_model_len
         self.states: dict[str, RequestState] = {}
         self.parent_of: dict[str, RequestState] = {}  # child request id -> state
@@ -61,10 +58,13 @@ class OutputProcessor:
         if state.children[0].request.sampling_params.prompt_logprobs is not None:
             state.prompt_logprobs = [None]
 
-    def process(self, requests: list[Request], result: RunnerOutput, now: float | None = None) -> StepResult:
-        """Handle the requests of one step (their sampled tokens are already appended)."""
+    def process(self, requests: list[Request], result: RunnerOutput, now: float | None = None) -> list[RequestOutput]:
+        """Handle the requests of one step (their sampled tokens are already appended).
+
+        Returns outputs of requests that finished, and of streamed requests that advanced.
+        """
         now = time.monotonic() if now is None else now
-        step = StepResult()
+        outputs = []
         touched: dict[str, RequestState] = {}
         for req in requests:
             state = self.parent_of.get(req.request_id)
@@ -72,14 +72,14 @@ class OutputProcessor:
                 continue
             self._record_prompt_logprobs(state, result.prompt_logprobs.get(req.request_id))
             if req.request_id in result.sampled:
-                self._on_token(state, req, result, now, step)
+                self._on_token(state, req, result, now)
                 touched[state.request_id] = state
         for state in touched.values():
             if state.finished or state.stream:
-                step.outputs.append(self.snapshot(state))
+                outputs.append(self.snapshot(state))
             if state.finished:
                 self._drop(state)
-        return step
+        return outputs
 
     def abort(self, request_id: str) -> RequestState | None:
         """Forget a parent request; returns its state so the engine can abort the children."""
@@ -88,7 +88,7 @@ class OutputProcessor:
             self._drop(state)
         return state
 
-    def _on_token(self, state: RequestState, req: Request, result: RunnerOutput, now: float, step: StepResult) -> None:
+    def _on_token(self, state: RequestState, req: Request, result: RunnerOutput, now: float) -> None:
         child = next(c for c in state.children if c.request is req)
         token = result.sampled[req.request_id]
         logprob = result.logprobs[req.request_id]
@@ -100,8 +100,7 @@ class OutputProcessor:
         state.metrics.last_token_time = now
         status = self._check_stop(child, token)
         if status is not None:
-            req.status = status
-            step.finished.append((req.request_id, status))
+            self.finish(req.request_id, status)
             if state.finished:
                 state.metrics.finished_time = now
 

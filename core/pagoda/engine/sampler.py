@@ -1,0 +1,254 @@
+"""The batched sampler: one row of logits per request that samples this step -> one token each.
+
+Processing order and semantics (vectorised over the batch; a step no row needs is skipped):
+
+1. min_tokens (vLLM): while a row has fewer than ``min_tokens`` outputs, its ``stop_token_ids``
+   are masked, and its EOS too unless ``ignore_eos``.
+2. repetition_penalty (HF/vLLM): on tokens seen in prompt or output, positive logits are divided
+   by the penalty and negative ones multiplied.
+3. frequency/presence penalties (OpenAI/vLLM): on output tokens only,
+   ``logit -= frequency_penalty * count + presence_penalty * (count > 0)``.
+4. temperature, then top-k (ties with the k-th value are kept), then top-p (keep the smallest
+   set of most likely tokens whose mass reaches top_p), then min-p (drop tokens whose probability
+   is below ``min_p`` times the top probability). This is HF's warper order and vLLM V0's.
+5. Greedy rows (temperature < 1e-5) take the argmax of the penalised logits. Other rows draw
+   ``argmax(probs / E)`` with E ~ Exponential(1) per token (the Gumbel-max trick in its
+   exponential form), E coming from the row's own generator when the request has a seed, else
+   from the sampler-wide generator seeded at construction.
+
+Reported logprobs are of the raw model distribution (log_softmax of the unprocessed logits),
+vLLM's default ``raw_logprobs`` mode, which is also what HF's ``log_softmax(scores)`` gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from pagoda.sampling_params import SamplingParams
+
+NEG_INF = float("-inf")
+TOP_P_OFF = 2.0  # a top_p no cumulative mass can reach, so float rounding never drops a token
+
+
+@dataclass
+class SamplingRow:
+    """What the sampler needs to know about one request that samples this step."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    generator: torch.Generator | None = None  # kept by the runner across steps when params.seed is set
+    eos_token_id: int | None = None
+
+
+@dataclass
+class SamplerOutput:
+    """The sampled token of each row, with its raw logprob and the requested top logprobs."""
+
+    token_ids: list[int]  # [N]
+    logprobs: list[float]  # [N] under the raw model distribution
+    top_logprobs: list[list[tuple[int, float]] | None]  # per row, sorted desc; None if not asked
+
+
+@dataclass
+class _Plan:
+    """Per-row parameter tensors for one call; None where every row is neutral for that step."""
+
+    greedy: list[bool]
+    temperature: torch.Tensor | None  # [N] float, 1.0 on greedy rows
+    top_k: torch.Tensor | None  # [N] long, vocab size where disabled
+    top_p: torch.Tensor | None  # [N] float, TOP_P_OFF where disabled
+    min_p: torch.Tensor | None  # [N] float, 0 where disabled
+
+
+class Sampler:
+    """Turns logits ``[N, V]`` into one token per row; see the module docstring for semantics."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
+        logits = logits.float()  # [N, V]
+        if logits.shape[0] != len(rows):
+            raise ValueError(f"got {logits.shape[0]} rows of logits for {len(rows)} sampling rows")
+        if not rows:
+            return SamplerOutput([], [], [])
+        plan = _plan(rows, logits.shape[1], logits.device)
+        processed = self._process(logits, rows, plan)
+        token_ids = self._pick(processed, rows, plan)  # [N]
+        return _with_logprobs(logits, token_ids, [r.params.logprobs for r in rows])
+
+    def process(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        """The logits each row samples from (masked with -inf), before the random draw."""
+        logits = logits.float()
+        return self._process(logits, rows, _plan(rows, logits.shape[1], logits.device))
+
+    def _process(self, logits: torch.Tensor, rows: list[SamplingRow], plan: _Plan) -> torch.Tensor:
+        x = logits.clone()  # [N, V]; the raw logits stay intact for the logprobs
+        _apply_min_tokens(x, rows)
+        _apply_penalties(x, rows)
+        if plan.temperature is not None:
+            x.div_(plan.temperature[:, None])
+        if plan.top_k is not None or plan.top_p is not None:
+            _apply_top_k_top_p(x, plan.top_k, plan.top_p)
+        if plan.min_p is not None:
+            _apply_min_p(x, plan.min_p)
+        return x
+
+    def _pick(self, x: torch.Tensor, rows: list[SamplingRow], plan: _Plan) -> torch.Tensor:
+        if all(plan.greedy):
+            return x.argmax(dim=1)
+        probs = x.softmax(dim=1)  # [N, V]
+        noise = self._exponential_noise(x, rows, plan.greedy)  # [N, V]
+        sampled = probs.div_(noise).argmax(dim=1)  # [N]
+        if any(plan.greedy):
+            greedy = torch.tensor(plan.greedy, device=x.device)
+            sampled = torch.where(greedy, x.argmax(dim=1), sampled)
+        return sampled
+
+    def _exponential_noise(self, x: torch.Tensor, rows: list[SamplingRow], greedy: list[bool]) -> torch.Tensor:
+        """Exp(1) noise per row: a seeded row's from its own generator, others' from the sampler's."""
+        shared = [i for i, row in enumerate(rows) if row.generator is None and not greedy[i]]
+        own = [i for i, row in enumerate(rows) if row.generator is not None and not greedy[i]]
+        generator = self._generator(x.device)
+        if len(shared) == len(rows):
+            noise = torch.empty_like(x).exponential_(generator=generator)
+        else:
+            noise = torch.ones_like(x)
+            if shared:
+                block = torch.empty((len(shared), x.shape[1]), device=x.device)
+                noise[shared] = block.exponential_(generator=generator)
+            for i in own:  # one draw per seeded row, so its stream ignores the rest of the batch
+                noise[i].exponential_(generator=rows[i].generator)
+        return noise.clamp_min_(torch.finfo(noise.dtype).tiny)  # an Exp draw of 0 would give 0/0
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device).manual_seed(self.seed)
+        return self._generators[device]
+
+
+def prompt_logprobs(
+    logits: torch.Tensor, next_token_ids: torch.Tensor | list[int], k: int
+) -> list[tuple[float, list[tuple[int, float]]]]:
+    """For each prompt position: raw logprob of the actual next token and the top-k ``(id, logprob)``."""
+    logits = logits.float()  # [P, V]
+    ids = torch.as_tensor(next_token_ids, dtype=torch.long, device=logits.device)  # [P]
+    out = _with_logprobs(logits, ids, [k] * logits.shape[0])
+    return [(lp, top or []) for lp, top in zip(out.logprobs, out.top_logprobs)]
+
+
+def _plan(rows: list[SamplingRow], vocab: int, device: torch.device) -> _Plan:
+    params = [row.params for row in rows]
+    greedy = [p.is_greedy for p in params]
+    temps = [1.0 if g else p.temperature for p, g in zip(params, greedy)]
+    ks = [vocab if g or not p.uses_top_k else min(p.top_k, vocab) for p, g in zip(params, greedy)]
+    ps = [TOP_P_OFF if g or p.top_p >= 1.0 else p.top_p for p, g in zip(params, greedy)]
+    mins = [0.0 if g else p.min_p for p, g in zip(params, greedy)]
+    return _Plan(
+        greedy=greedy,
+        temperature=_tensor_unless(temps, 1.0, torch.float32, device),
+        top_k=_tensor_unless(ks, vocab, torch.long, device),
+        top_p=_tensor_unless(ps, TOP_P_OFF, torch.float32, device),
+        min_p=_tensor_unless(mins, 0.0, torch.float32, device),
+    )
+
+
+def _tensor_unless(values: list, neutral: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    if all(v == neutral for v in values):
+        return None
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _apply_min_tokens(x: torch.Tensor, rows: list[SamplingRow]) -> None:
+    """Mask stop tokens (and EOS unless ignore_eos) of rows still short of min_tokens."""
+    row_index: list[int] = []
+    token_index: list[int] = []
+    for i, row in enumerate(rows):
+        p = row.params
+        if len(row.output_token_ids) >= p.min_tokens:
+            continue
+        banned = list(p.stop_token_ids)
+        if row.eos_token_id is not None and not p.ignore_eos:
+            banned.append(row.eos_token_id)
+        banned = [t for t in banned if t < x.shape[1]]
+        row_index += [i] * len(banned)
+        token_index += banned
+    if token_index:
+        x[torch.tensor(row_index, device=x.device), torch.tensor(token_index, device=x.device)] = NEG_INF
+
+
+def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
+    """Repetition, frequency and presence penalties, on the rows that set any of them."""
+    picked = [i for i, r in enumerate(rows) if _has_penalty(r.params)]
+    if not picked:
+        return
+    vocab, device = x.shape[1], x.device
+    params = [rows[i].params for i in picked]
+    sub = x[picked]  # [M, V]
+    counts = _token_counts([rows[i].output_token_ids for i in picked], vocab, device)  # [M, V]
+    rep = torch.tensor([p.repetition_penalty for p in params], device=device)[:, None]  # [M, 1]
+    if bool((rep != 1.0).any()):
+        seen = counts > 0
+        seen |= _token_counts([rows[i].prompt_token_ids for i in picked], vocab, device) > 0
+        penalised = torch.where(sub > 0, sub / rep, sub * rep)
+        sub = torch.where(seen, penalised, sub)
+    freq = torch.tensor([p.frequency_penalty for p in params], device=device)[:, None]  # [M, 1]
+    pres = torch.tensor([p.presence_penalty for p in params], device=device)[:, None]  # [M, 1]
+    sub = sub - freq * counts - pres * (counts > 0).float()
+    x[picked] = sub
+
+
+def _has_penalty(p: SamplingParams) -> bool:
+    return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+
+
+def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """How often each vocabulary entry occurs in each list: ``[len(token_lists), vocab]`` float."""
+    seqs = [torch.tensor(t, dtype=torch.long) for t in token_lists]
+    ids = pad_sequence(seqs, batch_first=True, padding_value=vocab).to(device)  # [M, L]; pad -> spare column
+    counts = torch.zeros((len(token_lists), vocab + 1), device=device)
+    counts.scatter_add_(1, ids, torch.ones(ids.shape, device=device))
+    return counts[:, :vocab]
+
+
+def _apply_top_k_top_p(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> None:
+    """Mask, in place, tokens outside each row's top-k and outside its top-p nucleus."""
+    if top_p is None:  # top-k alone needs only the k-th largest value per row
+        vocab = x.shape[1]
+        enabled = (top_k < vocab)[:, None]  # [N, 1]
+        max_k = int(torch.where(enabled[:, 0], top_k, 1).max())
+        top = x.topk(max_k, dim=1).values  # [N, max_k]
+        kth = top.gather(1, top_k.clamp(max=max_k)[:, None] - 1).masked_fill_(~enabled, NEG_INF)
+        x.masked_fill_(x < kth, NEG_INF)
+        return
+    sorted_x, order = x.sort(dim=1, descending=True)  # [N, V]
+    if top_k is not None:
+        sorted_x.masked_fill_(sorted_x < sorted_x.gather(1, top_k[:, None] - 1), NEG_INF)
+    probs = sorted_x.softmax(dim=1)  # [N, V]
+    mass_before = probs.cumsum(dim=1) - probs  # mass of the strictly more likely tokens
+    sorted_x.masked_fill_(mass_before >= top_p[:, None], NEG_INF)  # the top token always stays
+    x.scatter_(1, order, sorted_x)
+
+
+def _apply_min_p(x: torch.Tensor, min_p: torch.Tensor) -> None:
+    probs = x.softmax(dim=1)  # [N, V]
+    floor = min_p[:, None] * probs.max(dim=1, keepdim=True).values  # [N, 1]
+    x.masked_fill_(probs < floor, NEG_INF)
+
+
+def _with_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int | None]) -> SamplerOutput:
+    """Raw logprob of each chosen token, plus the top-k ``(id, logprob)`` of rows with k not None."""
+    lse = torch.logsumexp(logits, dim=1)  # [N]
+    chosen = logits.gather(1, token_ids[:, None])[:, 0] - lse  # [N]
+    top: list[list[tuple[int, float]] | None] = [None] * len(ks)
+    max_k = max((k for k in ks if k is not None), default=None)
+    if max_k is not None:
+        values, ids = logits.topk(max_k, dim=1)  # [N, max_k], sorted desc
+        values, ids = (values - lse[:, None]).tolist(), ids.tolist()
+        top = [None if k is None else list(zip(ids[i][:k], values[i][:k])) for i, k in enumerate(ks)]
+    return SamplerOutput(token_ids.tolist(), chosen.tolist(), top)

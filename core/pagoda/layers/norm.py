@@ -1,0 +1,33 @@
+"""RMSNorm through ``CustomOps`` (optionally fused with the residual add)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pagoda.layers.linear import copy_checked
+from pagoda.layers.ops import CustomOps
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / rms(x)`` over the last axis, computed in float32 by the ops."""
+
+    def __init__(self, hidden_size: int, eps: float, ops: CustomOps, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = eps
+        self.ops = ops
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype), requires_grad=False)
+
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``x``: [num_tokens, hidden]. With ``residual``: returns ``(norm(x + residual), x + residual)``."""
+        if residual is None:
+            return self.ops.rms_norm(x, self.weight, self.eps)
+        return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
+        copy_checked(getattr(self, param_name).data, tensor)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -1,0 +1,80 @@
+"""Config and tokenizer through transformers, from local files only (GGUF metadata included)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pagoda.errors import ModelLoadError
+from pagoda.loader.source import ModelSource
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+# GGUF configs name a model_type but no architectures; the engine selects models by architecture.
+ARCHITECTURE_OF_MODEL_TYPE = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def _where(source: ModelSource) -> str:
+    return str(source.gguf_path) if source.is_gguf else str(source.path / "config.json")
+
+
+def load_hf_config(source: ModelSource) -> Any:
+    """The model's ``PretrainedConfig`` (config.json, or the metadata of a GGUF file)."""
+    from transformers import AutoConfig
+
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if source.is_gguf:
+        kwargs["gguf_file"] = source.gguf_file
+    try:
+        config = AutoConfig.from_pretrained(str(source.path), **kwargs)
+    except Exception as exc:  # transformers raises ValueError/OSError/KeyError for bad configs
+        raise ModelLoadError(
+            f"Cannot read the model config from {_where(source)}: {exc}. Check that the file is complete and "
+            "that its model_type is one transformers knows."
+        ) from exc
+    if not getattr(config, "architectures", None):
+        arch = ARCHITECTURE_OF_MODEL_TYPE.get(getattr(config, "model_type", ""))
+        if arch:
+            config.architectures = [arch]
+    return config
+
+
+def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
+    """The tokenizer (with its chat template): from ``tokenizer`` if given, else next to the model."""
+    from transformers import AutoTokenizer
+
+    if tokenizer is not None:
+        path, kwargs, where = _tokenizer_path(tokenizer)
+    elif source.is_gguf:
+        path, kwargs, where = str(source.path), {"gguf_file": source.gguf_file}, str(source.gguf_path)
+    else:
+        path, kwargs, where = str(source.path), {}, str(source.path)
+    if not kwargs and not any((Path(path) / f).is_file() for f in TOKENIZER_FILES):
+        # transformers v5 would silently build an empty tokenizer from config.json alone
+        raise ModelLoadError(
+            f"No tokenizer files in {where} (looked for {', '.join(TOKENIZER_FILES)}); "
+            "pass --tokenizer PATH to a folder that has them."
+        )
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Cannot load a tokenizer from {where}: {exc}. The folder needs tokenizer.json or "
+            "tokenizer_config.json (a .gguf file carries its own); pass --tokenizer PATH to use another one."
+        ) from exc
+
+
+def _tokenizer_path(tokenizer: str) -> tuple[str, dict[str, Any], str]:
+    path = Path(tokenizer).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return str(path.parent), {"gguf_file": path.name}, str(path)
+    if path.is_dir():
+        return str(path), {}, str(path)
+    raise ModelLoadError(
+        f"Tokenizer '{tokenizer}' is not a local folder or .gguf file; Pagoda never downloads from the hub."
+    )

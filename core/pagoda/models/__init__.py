@@ -1,0 +1,21 @@
+"""Pagoda's own model implementations, registered by HF architecture name (see plugins.builtin).
+
+``MODEL_CLASSES`` maps architecture -> ``"module:Class"`` so registering imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODEL_CLASSES: dict[str, str] = {
+    "LlamaForCausalLM": "pagoda.models.llama:LlamaForCausalLM",
+    "MistralForCausalLM": "pagoda.models.llama:MistralForCausalLM",
+    "Qwen2ForCausalLM": "pagoda.models.qwen2:Qwen2ForCausalLM",
+    "Qwen3ForCausalLM": "pagoda.models.qwen3:Qwen3ForCausalLM",
+}
+
+
+def model_class(architecture: str) -> type:
+    """Import and return the class registered for ``architecture`` (KeyError if none)."""
+    module, _, name = MODEL_CLASSES[architecture].partition(":")
+    return getattr(importlib.import_module(module), name)

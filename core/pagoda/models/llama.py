@@ -1,0 +1,167 @@
+"""The Llama-family decoder, parameterised by :class:`DecoderOptions`.
+
+One implementation serves Llama (1/2/3, SmolLM2), Mistral, Qwen2 and Qwen3: pre-norm
+residual blocks of GQA attention (fused QKV, rotary, optional q/k RMSNorm, optional biases)
+and a SiLU-gated MLP (fused gate/up). Tokens of all sequences are packed: no batch axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable
+
+import torch
+from torch import nn
+
+from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
+from pagoda.layers.activation import gated_activation
+from pagoda.layers.attention import Attention
+from pagoda.layers.embedding import LMHead, VocabEmbedding
+from pagoda.layers.linear import Linear, MergedLinear, QKVLinear
+from pagoda.layers.norm import RMSNorm
+from pagoda.layers.rotary import RotaryEmbedding, rope_config_from_hf
+from pagoda.models import spec
+from pagoda.models.weights import Stacked, WeightMapper
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    """Where the family members differ (everything else is read from the HF config)."""
+
+    qkv_bias: bool = False  # biases on q/k/v projections
+    o_bias: bool = False  # bias on the output projection
+    mlp_bias: bool = False  # biases on gate/up/down
+    qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen3)
+
+
+class DecoderAttention(nn.Module):
+    """Self-attention: qkv_proj -> (q/k norm) -> rotary -> paged attention -> o_proj."""
+
+    def __init__(
+        self, cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions, rotary: RotaryEmbedding
+    ) -> None:
+        super().__init__()
+        d, heads, kv_heads = spec.head_dim(cfg), int(cfg.num_attention_heads), spec.num_kv_heads(cfg)
+        self.head_dim = d
+        qm, dt = ctx.quant_method, ctx.dtype
+        self.qkv_proj = QKVLinear(cfg.hidden_size, d, heads, kv_heads, bias=opts.qkv_bias, quant_method=qm, dtype=dt)
+        self.o_proj = Linear(heads * d, cfg.hidden_size, bias=opts.o_bias, quant_method=qm, dtype=dt)
+        if opts.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, ctx.ops, dt)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, ctx.ops, dt)
+        self.qk_norm = opts.qk_norm
+        self.rotary_emb = rotary  # one module (one cos/sin cache) shared by all layers
+        self.attn = Attention(layer_idx, heads, kv_heads, d, ctx.attention)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # [T, heads*d], [T, kv*d], [T, kv*d]
+        if self.qk_norm:
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape[0], -1)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape[0], -1)
+        q, k = self.rotary_emb(positions, q, k)
+        return self.o_proj(self.attn(q, k, v, fwd))  # [T, hidden]
+
+
+class GatedMLP(nn.Module):
+    """down_proj(act(gate_proj(x)) * up_proj(x)) with gate and up fused."""
+
+    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
+        super().__init__()
+        h, inter, qm, dt = cfg.hidden_size, cfg.intermediate_size, ctx.quant_method, ctx.dtype
+        shards = {"gate": inter, "up": inter}
+        self.gate_up_proj = MergedLinear(h, shards, bias=opts.mlp_bias, quant_method=qm, dtype=dt)
+        self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt)
+        self.act_fn = gated_activation(getattr(cfg, "hidden_act", "silu"), ctx.ops)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_up_proj(x)))  # [T, hidden]
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block; the residual stream is carried separately so the adds fuse into the norms."""
+
+    def __init__(
+        self, cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions, rotary: RotaryEmbedding
+    ) -> None:
+        super().__init__()
+        self.self_attn = DecoderAttention(cfg, layer_idx, ctx, opts, rotary)
+        self.mlp = GatedMLP(cfg, ctx, opts)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
+
+    def forward(
+        self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, fwd: ForwardContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, fwd)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class DecoderModel(nn.Module):
+    """Embedding, the decoder layers and the final norm (HF's ``model.`` prefix)."""
+
+    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
+        super().__init__()
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype)
+        n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
+        rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, ctx, opts, rotary) for i in range(n))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
+        x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, fwd)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class LlamaForCausalLM(CausalLM):
+    """Llama-family causal LM; subclasses pick :class:`DecoderOptions` from the config."""
+
+    stacked: ClassVar[Stacked] = {
+        "q_proj": ("qkv_proj", "q"),
+        "k_proj": ("qkv_proj", "k"),
+        "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", "gate"),
+        "up_proj": ("gate_up_proj", "up"),
+    }
+    skip_weights: ClassVar[tuple[str, ...]] = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+
+    def __init__(self, hf_config: Any, ctx: BuildContext) -> None:
+        super().__init__(hf_config, ctx)
+        self.config = hf_config
+        self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+        self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config))
+        tied = self.model.embed_tokens if self.tied else None
+        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied)
+
+    @classmethod
+    def decoder_options(cls, hf_config: Any) -> DecoderOptions:
+        bias = bool(getattr(hf_config, "attention_bias", False))
+        return DecoderOptions(qkv_bias=bias, o_bias=bias, mlp_bias=bool(getattr(hf_config, "mlp_bias", False)))
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
+        return self.model(input_ids, positions, fwd)  # [num_tokens, hidden]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)  # [n, vocab] float32
+
+    def weight_mapper(self) -> WeightMapper:
+        ignore = ("lm_head.weight",) if self.tied else ()
+        return WeightMapper(self, self.stacked, skip=self.skip_weights, ignore=ignore)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return self.weight_mapper().load(weights)
+
+    def checkpoint_names(self, param_name: str) -> list[str]:
+        """HF tensor names that fill ``param_name`` (for error messages)."""
+        return self.weight_mapper().checkpoint_names(param_name)
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    """Mistral: Llama with an optional sliding window (carried by the AttentionSpec)."""

@@ -1,0 +1,85 @@
+"""Shape facts the engine needs before building a model, read from any supported HF config.
+
+The engine calls :func:`attention_spec` to create the attention backend (which the model's
+layers then use) and :func:`num_kv_cache_layers` to allocate one KV cache per layer, without
+knowing the architecture.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pagoda.errors import ModelLoadError
+from pagoda.interfaces.attention import AttentionSpec
+
+
+def head_dim(hf_config: Any) -> int:
+    """``head_dim`` from the config when present, else ``hidden_size / num_attention_heads``."""
+    explicit = getattr(hf_config, "head_dim", None)
+    if explicit:
+        return int(explicit)
+    return int(hf_config.hidden_size) // int(hf_config.num_attention_heads)
+
+
+def num_kv_heads(hf_config: Any) -> int:
+    """``num_key_value_heads`` (GQA/MQA), defaulting to ``num_attention_heads`` (MHA)."""
+    return int(getattr(hf_config, "num_key_value_heads", None) or hf_config.num_attention_heads)
+
+
+def num_kv_cache_layers(hf_config: Any) -> int:
+    """How many attention layers need their own KV cache."""
+    return int(hf_config.num_hidden_layers)
+
+
+def layer_is_sliding(hf_config: Any) -> list[bool]:
+    """Per layer: does it attend only within ``sliding_window``?
+
+    Uses ``layer_types`` when the config has it (transformers v5); else Qwen2/Qwen3's
+    ``use_sliding_window`` with ``max_window_layers``; else any ``sliding_window`` applies to all.
+    """
+    n = num_kv_cache_layers(hf_config)
+    window = getattr(hf_config, "sliding_window", None)
+    if not window or getattr(hf_config, "use_sliding_window", True) is False:
+        return [False] * n
+    layer_types = getattr(hf_config, "layer_types", None)
+    if layer_types:
+        return [t == "sliding_attention" for t in layer_types[:n]]
+    if hasattr(hf_config, "use_sliding_window"):  # Qwen2/3 before layer_types existed
+        first = getattr(hf_config, "max_window_layers", 0) or 0
+        return [i >= first for i in range(n)]
+    return [True] * n
+
+
+def sliding_window(hf_config: Any) -> int | None:
+    """The model-wide sliding window, or ``None``; per-layer mixes are rejected clearly."""
+    flags = layer_is_sliding(hf_config)
+    if not any(flags):
+        return None
+    if not all(flags):
+        raise ModelLoadError(
+            f"The model config mixes sliding-window layers ({sum(flags)} of {len(flags)}) with full-attention "
+            "layers; Pagoda's attention backends take one window per model. Set use_sliding_window=false "
+            "(or max_window_layers >= num_hidden_layers) in config.json if the checkpoint allows it."
+        )
+    return int(hf_config.sliding_window)
+
+
+def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype) -> AttentionSpec:
+    """The AttentionSpec every layer of this model uses (scale ``head_dim ** -0.5``)."""
+    d = head_dim(hf_config)
+    heads, kv_heads = int(hf_config.num_attention_heads), num_kv_heads(hf_config)
+    if heads % kv_heads:
+        raise ModelLoadError(
+            f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads}); check config.json."
+        )
+    return AttentionSpec(
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_size=d,
+        scale=d**-0.5,
+        block_size=block_size,
+        dtype=dtype,
+        sliding_window=sliding_window(hf_config),
+    )

@@ -1,0 +1,124 @@
+"""Sampling parameters of one request, validated once when the request arrives.
+
+Names and defaults follow vLLM's ``SamplingParams`` (and so the OpenAI API where they overlap):
+``temperature=0`` means greedy; ``top_k`` of 0 or -1 disables top-k; ``max_tokens=None`` means
+"up to the model's context length"; ``logprobs=k`` asks for the top-k logprobs *besides* the
+sampled token. Penalties use OpenAI semantics for presence/frequency and HF/vLLM semantics for
+repetition (see ``pagoda.engine.sampler``). A bad value raises ``RequestError`` (a ValueError)
+naming the field and the allowed range, so the HTTP layer can answer 400.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from pagoda.errors import RequestError
+
+GREEDY_EPS = 1e-5  # temperatures below this sample greedily (vLLM's threshold)
+MAX_LOGPROBS = 20  # the OpenAI API's bound on top logprobs
+
+
+@dataclass
+class SamplingParams:
+    """How to pick the next tokens of one request, and when to stop."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_k: int = 0  # 0 or -1: disabled
+    top_p: float = 1.0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    max_tokens: int | None = 16  # None: up to max_model_len
+    min_tokens: int = 0
+    stop: list[str] | str | None = None  # normalised to a list
+    stop_token_ids: list[int] | None = field(default=None)  # normalised to a list
+    ignore_eos: bool = False
+    logprobs: int | None = None  # number of top logprobs besides the sampled token
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        self.stop = _normalise_stop(self.stop)
+        self.stop_token_ids = _normalise_stop_token_ids(self.stop_token_ids)
+        self._validate_numbers()
+        self._validate_lengths()
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when sampling reduces to argmax (temperature below ``GREEDY_EPS``)."""
+        return self.temperature < GREEDY_EPS
+
+    @property
+    def uses_top_k(self) -> bool:
+        return self.top_k > 0
+
+    def for_child(self, index: int) -> SamplingParams:
+        """Params of the ``index``-th of the n sequences of a request: n=1, seed offset by index."""
+        seed = None if self.seed is None else self.seed + index
+        return dataclasses.replace(self, n=1, seed=seed)
+
+    def _validate_numbers(self) -> None:
+        _check_int("n", self.n, 1)
+        _check_range("temperature", self.temperature, ">= 0", lambda v: v >= 0)
+        _check_int("top_k", self.top_k, -1)
+        _check_range("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
+        _check_range("min_p", self.min_p, "in [0, 1]", lambda v: 0 <= v <= 1)
+        _check_range("presence_penalty", self.presence_penalty, "in [-2, 2]", lambda v: -2 <= v <= 2)
+        _check_range("frequency_penalty", self.frequency_penalty, "in [-2, 2]", lambda v: -2 <= v <= 2)
+        _check_range("repetition_penalty", self.repetition_penalty, "> 0", lambda v: v > 0)
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise RequestError(f"seed must be an int or None, got {self.seed!r}")
+
+    def _validate_lengths(self) -> None:
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, 1)
+        _check_int("min_tokens", self.min_tokens, 0)
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise RequestError(
+                f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}"
+            )
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, 0, MAX_LOGPROBS)
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
+    allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestError(f"{name} must be an int {allowed}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise RequestError(f"{name} must be {allowed}, got {value}")
+
+
+def _check_range(name: str, value: object, allowed: str, ok) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(f"{name} must be a number {allowed}, got {value!r}")
+    if math.isnan(value) or not ok(value):  # NaN fails every range
+        raise RequestError(f"{name} must be {allowed}, got {value}")
+
+
+def _normalise_stop(stop: list[str] | str | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    for s in stops:
+        if not isinstance(s, str) or not s:
+            raise RequestError(f"stop must be a non-empty string or a list of them, got {s!r}")
+    return stops
+
+
+def _normalise_stop_token_ids(ids: list[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    ids = list(ids)
+    for t in ids:
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise RequestError(f"stop_token_ids must be ints >= 0, got {t!r}")
+    return ids

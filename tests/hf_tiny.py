@@ -1,0 +1,111 @@
+"""Tiny random HF models and a one-step runner for Pagoda models (shared by model/loader tests).
+
+``save_tiny(kind, folder)`` builds a transformers model with randomised weights (biases and
+norm weights included, so loading them matters), saves it and returns the HF model.
+``run_prefill(model, ctx, seqs)`` runs Pagoda's model on a packed batch of whole prompts
+through the paged KV cache and returns the logits of every token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from pagoda.attention.torch_ref import TorchAttentionBackend
+from pagoda.interfaces import AttentionMetadata, BuildContext, ForwardContext
+from pagoda.layers.ops import CustomOps
+from pagoda.loader import ModelSource, load_hf_config, load_model
+from pagoda.models import model_class
+from pagoda.models.spec import attention_spec, num_kv_cache_layers
+from pagoda.platforms.cpu import CpuPlatform
+from pagoda.quantization.unquantized import UnquantizedMethod
+
+BLOCK_SIZE = 4
+COMMON = dict(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=2, rms_norm_eps=1e-5,
+              max_position_embeddings=128, num_attention_heads=4, num_key_value_heads=2)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32, "rope_theta": 10000.0}
+
+
+def hf_config(kind: str, **overrides):
+    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3) with ``overrides`` applied."""
+    import transformers as tf
+
+    cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config}[kind]
+    kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **overrides}
+    return cls(**kwargs)
+
+
+def hf_model(config):
+    """The transformers model for ``config`` with every parameter randomised (seeded)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    return model.eval()
+
+
+def save_tiny(kind: str, folder: Path, **overrides):
+    """Save a randomised tiny ``kind`` model to ``folder``; returns the HF model."""
+    model = hf_model(hf_config(kind, **overrides))
+    model.save_pretrained(folder)
+    return model
+
+
+def build_ctx(config, dtype: torch.dtype = torch.float32) -> BuildContext:
+    spec = attention_spec(config, BLOCK_SIZE, dtype)
+    return BuildContext(dtype, quant_method=UnquantizedMethod(), ops=CustomOps(),
+                        attention=TorchAttentionBackend(spec, CpuPlatform()))
+
+
+def load_pagoda(folder: Path, load_format: str = "auto", gguf_file: str | None = None):
+    """(model, ctx) for the checkpoint in ``folder``, through Pagoda's loader."""
+    source = ModelSource(Path(folder), gguf_file, "tiny")
+    config = load_hf_config(source)
+    ctx = build_ctx(config)
+    model = load_model(source, config, ctx, model_class(config.architectures[0]), load_format, "cpu", progress=False)
+    return model, ctx
+
+
+def prefill_metadata(lens: list[int]) -> tuple[AttentionMetadata, int]:
+    """Metadata for whole prompts of ``lens`` tokens, each in its own run of blocks."""
+    blocks_per_seq = [-(-n // BLOCK_SIZE) for n in lens]
+    width = max(blocks_per_seq)
+    tables = torch.zeros(len(lens), width, dtype=torch.int32)
+    slots, first = [], 0
+    for i, (n, nb) in enumerate(zip(lens, blocks_per_seq)):
+        tables[i, :nb] = torch.arange(first, first + nb, dtype=torch.int32)
+        slots.append(first * BLOCK_SIZE + torch.arange(n))
+        first += nb
+    starts = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    meta = AttentionMetadata(slot_mapping=torch.cat(slots), block_tables=tables, query_start_loc=starts,
+                             seq_lens=torch.tensor(lens, dtype=torch.int32), max_query_len=max(lens),
+                             max_seq_len=max(lens))
+    return meta, first
+
+
+@torch.no_grad()
+def run_prefill(model, ctx: BuildContext, seqs: list[list[int]]) -> torch.Tensor:
+    """Logits ``[total_tokens, vocab]`` of Pagoda's model over the packed prompts ``seqs``."""
+    meta, num_blocks = prefill_metadata([len(s) for s in seqs])
+    shape = ctx.attention.kv_cache_shape(num_blocks)
+    caches = [torch.zeros(shape, dtype=ctx.dtype) for _ in range(num_kv_cache_layers(model.config))]
+    ids = torch.tensor([t for s in seqs for t in s])
+    positions = torch.cat([torch.arange(len(s)) for s in seqs])
+    hidden = model(ids, positions, ForwardContext(meta, caches))  # [T, hidden]
+    return model.compute_logits(hidden)
+
+
+@torch.no_grad()
+def hf_logits(model, ids: list[int]) -> torch.Tensor:
+    """HF's logits ``[len(ids), vocab]`` for one sequence."""
+    return model(torch.tensor([ids])).logits[0].float()

@@ -1,0 +1,16 @@
+"""The built-in plugin registers Pagoda's model classes by HF architecture name."""
+
+from __future__ import annotations
+
+from pagoda.models.llama import LlamaForCausalLM, MistralForCausalLM
+from pagoda.models.qwen2 import Qwen2ForCausalLM
+from pagoda.models.qwen3 import Qwen3ForCausalLM
+from pagoda.plugins.manager import PluginManager
+
+
+def test_builtin_registers_the_llama_family():
+    registry = PluginManager(allow=["builtin"]).registry("model")
+    expected = {"LlamaForCausalLM": LlamaForCausalLM, "MistralForCausalLM": MistralForCausalLM,
+                "Qwen2ForCausalLM": Qwen2ForCausalLM, "Qwen3ForCausalLM": Qwen3ForCausalLM}
+    for arch, cls in expected.items():
+        assert registry.get(arch) is cls
