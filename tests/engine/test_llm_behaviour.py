@@ -80,6 +80,10 @@ def test_stop_conditions(llm, llama_path, tmp_path):
     first = free.token_ids.index(stop_tok)
     by_token = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[stop_tok]), use_tqdm=False)[0].outputs[0]
     assert (by_token.finish_reason, by_token.stop_reason, by_token.token_ids) == ("stop", stop_tok, free.token_ids[: first + 1])
+    assert by_token.text.lstrip() == " ".join(f"t{t}" for t in free.token_ids[:first])  # the stop token's text is left out
+    kept = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[stop_tok],
+                                               include_stop_str_in_output=True), use_tqdm=False)[0].outputs[0]
+    assert kept.text.lstrip() == " ".join(f"t{t}" for t in free.token_ids[: first + 1])
     # a stop string spanning two tokens: "tA tB" (words joined by a space)
     stop_str = f"t{free.token_ids[3]} t{free.token_ids[4]}"
     by_str = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=20, stop=[stop_str]), use_tqdm=False)[0].outputs[0]

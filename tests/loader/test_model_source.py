@@ -56,7 +56,8 @@ def test_hf_folder_config_and_missing_tokenizer(tmp_path):
 def test_rope_parameters_read_from_old_and_new_layouts():
     llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
     old = SimpleNamespace(rope_theta=5e5, rope_scaling={"type": "llama3", **llama3}, max_position_embeddings=131072)
-    new = SimpleNamespace(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, **llama3}, max_position_embeddings=131072)
+    new = SimpleNamespace(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, **llama3},
+                          max_position_embeddings=131072)
     a, b = rope_config_from_hf(old, 128), rope_config_from_hf(new, 128)
     assert a == b and a.theta == 5e5 and a.rope_type == "llama3"
     freqs = inverse_frequencies(a)

@@ -44,7 +44,8 @@ def test_missing_lm_head_of_an_untied_model_is_named(saved, tmp_path):
 
 def test_unexpected_tensor_names_tensor_and_file(saved, tmp_path):
     rewrite(saved[0], tmp_path, lambda t: t.update({"model.layers.0.self_attn.extra_proj.weight": torch.zeros(2, 2)}))
-    with pytest.raises(ModelLoadError, match=r"Unexpected tensor 'model\.layers\.0\.self_attn\.extra_proj\.weight'.*model\.safetensors"):
+    expected = r"Unexpected tensor 'model\.layers\.0\.self_attn\.extra_proj\.weight'.*model\.safetensors"
+    with pytest.raises(ModelLoadError, match=expected):
         load_pagoda(tmp_path)
 
 

@@ -28,7 +28,8 @@ CASES = {
     "qwen3-qk-norm": ("qwen3", dict(rope_theta=1e6)),
     "qwen3-tied": ("qwen3", dict(tie_word_embeddings=True, attention_bias=True)),
 }
-CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}
+CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
+           "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -69,9 +70,11 @@ def test_decode_steps_through_the_kv_cache(pair):
     num_blocks = 2 * -(-n // BLOCK_SIZE)
     caches = [torch.zeros(ctx.attention.kv_cache_shape(num_blocks)) for _ in range(len(model.model.layers))]
     tables = torch.arange(num_blocks, dtype=torch.int32).view(2, -1)
-    slots = tables.long().repeat_interleave(BLOCK_SIZE, dim=1) * BLOCK_SIZE + torch.arange(BLOCK_SIZE).repeat(tables.shape[1])
+    offsets = torch.arange(BLOCK_SIZE).repeat(tables.shape[1])
+    slots = tables.long().repeat_interleave(BLOCK_SIZE, dim=1) * BLOCK_SIZE + offsets  # [2, blocks * BLOCK_SIZE]
     prefix = n - k
-    meta = AttentionMetadata(slots[:, :prefix].flatten(), tables, torch.tensor([0, prefix, 2 * prefix], dtype=torch.int32),
+    starts = torch.tensor([0, prefix, 2 * prefix], dtype=torch.int32)
+    meta = AttentionMetadata(slots[:, :prefix].flatten(), tables, starts,
                              torch.tensor([prefix, prefix], dtype=torch.int32), prefix, prefix)
     ids = torch.tensor([t for s in seqs for t in s[:prefix]])
     reference = [hf_logits(hf, s) for s in seqs]  # causal: row p is the logits after s[:p + 1]

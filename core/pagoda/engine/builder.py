@@ -78,9 +78,9 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype)
-    _, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
+    attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
     attention = backend_cls(spec, platform)
-    _, quant_cls = plugins.registry("quantization").select(config.quantization or "none", platform=platform)
+    quant_name, quant_cls = plugins.registry("quantization").select(config.quantization or "none", platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
     model_cls = _model_class(hf_config)
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)
@@ -90,6 +90,12 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     if capacity < max_model_len:
         logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
         max_model_len = capacity
+    logger.info(
+        "Pagoda engine: platform %s | attention %s | quantization %s | dtype %s | KV cache %d blocks x %d = %d tokens"
+        " | max_model_len %d", platform.describe(), attention_name, quant_name,
+        str(dtype).removeprefix("torch."), kv_cache.num_blocks, config.block_size,
+        kv_cache.num_blocks * config.block_size, max_model_len,
+    )
     scheduler_cls = plugins.registry("scheduler").get(config.scheduler)
     scheduler = scheduler_cls(_scheduler_config(config, max_model_len), kv_cache)
     return EngineParts(config, platform, source, hf_config, tokenizer, dtype, max_model_len, attention, model,

@@ -105,22 +105,27 @@ class OutputProcessor:
                 state.metrics.finished_time = now
 
     def _check_stop(self, child: ChildState, token: int) -> RequestStatus | None:
+        """EOS, stop token, stop string, then length. The stopping token's text is left out
+        unless ``include_stop_str_in_output`` (as in vLLM)."""
         req, params = child.request, child.request.sampling_params
-        stop_str = child.detokenizer.update([token])
+        status = None
         if req.num_output_tokens >= params.min_tokens:
             if not params.ignore_eos and token == req.eos_token_id:
-                return RequestStatus.FINISHED_STOPPED
-            if params.stop_token_ids and token in params.stop_token_ids:
-                child.stop_reason = token
-                return RequestStatus.FINISHED_STOPPED
-            if stop_str is not None:
-                child.stop_reason = stop_str
-                return RequestStatus.FINISHED_STOPPED
-        if params.max_tokens is not None and req.num_output_tokens >= params.max_tokens:
-            return RequestStatus.FINISHED_LENGTH
-        if req.num_tokens >= self.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None
+                status = RequestStatus.FINISHED_STOPPED
+            elif token in params.stop_token_ids:
+                status, child.stop_reason = RequestStatus.FINISHED_STOPPED, token
+        if status is None or params.include_stop_str_in_output:
+            stop_str = child.detokenizer.update([token])
+            if status is None and stop_str is not None:
+                status, child.stop_reason = RequestStatus.FINISHED_STOPPED, stop_str
+        if status is None and (
+            (params.max_tokens is not None and req.num_output_tokens >= params.max_tokens)
+            or req.num_tokens >= self.max_model_len
+        ):
+            status = RequestStatus.FINISHED_LENGTH
+        if status is not None:
+            child.detokenizer.flush()
+        return status
 
     def _logprob_dict(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[int, Logprob]:
         entries = {tid: Logprob(lp, rank=r + 1, decoded_token=self._piece(tid)) for r, (tid, lp) in enumerate(top)}

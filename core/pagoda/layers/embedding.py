@@ -28,7 +28,9 @@ class VocabEmbedding(nn.Module):
 class LMHead(nn.Module):
     """``hidden`` [n, hidden_size] -> float32 logits [n, vocab_size]; may share the embedding."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tied: VocabEmbedding | None = None) -> None:
+    def __init__(
+        self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tied: VocabEmbedding | None = None
+    ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         if tied is not None:

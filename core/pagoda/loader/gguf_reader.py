@@ -77,7 +77,9 @@ class GGUFReader:
         try:
             self.reader = gguf.GGUFReader(str(path))
         except Exception as exc:
-            raise ModelLoadError(f"Cannot read GGUF file {path}: {exc}. It is corrupt or truncated; copy it again.") from exc
+            raise ModelLoadError(
+                f"Cannot read GGUF file {path}: {exc}. It is corrupt or truncated; copy it again."
+            ) from exc
         self.architecture = _string_field(self.reader, "general.architecture") or "?"
         if self.architecture not in ARCHITECTURES:
             raise ModelLoadError(

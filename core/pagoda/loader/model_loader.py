@@ -101,7 +101,8 @@ def check_complete(model: nn.Module, filled: set[str], seen: set[str], where: st
         return
     expected = getattr(model, "checkpoint_names", lambda n: [n])
     absent = sorted({src for name in missing for src in expected(name) if src not in seen} or set(missing))
-    shown = ", ".join(absent[:MAX_NAMES_SHOWN]) + (f" and {len(absent) - MAX_NAMES_SHOWN} more" if len(absent) > MAX_NAMES_SHOWN else "")
+    more = len(absent) - MAX_NAMES_SHOWN
+    shown = ", ".join(absent[:MAX_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
     raise ModelLoadError(
         f"The checkpoint ({where}) lacks {len(absent)} tensor(s) that {type(model).__name__} needs: {shown}. "
         "The files are incomplete or belong to another architecture/config."
