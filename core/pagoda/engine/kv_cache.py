@@ -101,12 +101,7 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        num_hit_tokens = len(hits) * self.block_size
-        stats = self.prefix_cache_stats
-        stats.requests += 1
-        stats.queries += request.num_tokens
-        stats.hits += num_hit_tokens
-        return hits, num_hit_tokens
+        return hits, len(hits) * self.block_size
 
     def reset_prefix_cache(self) -> None:
         """Forget all cached prefixes (e.g. after new weights are loaded)."""
@@ -144,7 +139,15 @@ class KVCacheManager:
             self._num_registered[request.request_id] = len(hits)
         if self.enable_prefix_caching:
             self._register_full_blocks(request, min(total_tokens, request.num_tokens))
+            if computed_blocks is not None:  # an admission: count its lookup once, when it succeeds
+                self._record_lookup(request, len(hits) * self.block_size)
         return True
+
+    def _record_lookup(self, request: Request, num_hit_tokens: int) -> None:
+        stats = self.prefix_cache_stats
+        stats.requests += 1
+        stats.queries += request.num_tokens
+        stats.hits += num_hit_tokens
 
     def free(self, request: Request) -> None:
         """Drop the request's blocks (they stay cached until evicted). No-op if it holds none."""
