@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,6 @@ import torch
 import transformers
 
 from pagoda import LLM, SamplingParams
-from pagoda.loader import resolve_model
 
 TOPICS = ["the ocean", "volcanoes", "the history of tea", "prime numbers", "honeybees", "the moon landing",
           "bread baking", "jazz music", "glaciers", "the printing press", "solar panels", "chess openings",
@@ -43,11 +43,11 @@ def time_pagoda(prompts: list[str], output_len: int) -> tuple[float, int]:
 
 
 def time_hf(prompts: list[str], output_len: int) -> tuple[float, int]:
-    source = resolve_model(None)
-    tok = transformers.AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import smollm  # transformers' own conversion of the same GGUF file (float32)
+
+    model, tok = smollm.hf_model_and_tokenizer()
     tok.padding_side = "left"
-    model = transformers.AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
-                                                              dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None
     batch = tok(prompts, return_tensors="pt", padding=True)
     model.generate(**tok(prompts[:2], return_tensors="pt", padding=True), max_new_tokens=4, do_sample=False)

@@ -43,11 +43,9 @@ class TorchAttentionBackend(AttentionBackend):
         k = kv_cache[0][blocks].flatten(1, 2)[:, :max_len]  # [batch, max_len, kv_heads, d]
         v = kv_cache[1][blocks].flatten(1, 2)[:, :max_len]
         mask = self._mask(torch.tensor(seq_lens, device=q.device), q_len, max_len)
-        groups = s.num_heads // s.num_kv_heads
-        k = k.repeat_interleave(groups, dim=2).transpose(1, 2)  # [batch, heads, max_len, d]
-        v = v.repeat_interleave(groups, dim=2).transpose(1, 2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # [batch, kv_heads, max_len, d]
         out = F.scaled_dot_product_attention(
-            q.transpose(1, 2).to(k.dtype), k, v, attn_mask=mask[:, None], scale=s.scale
+            q.transpose(1, 2).to(k.dtype), k, v, attn_mask=mask[:, None], scale=s.scale, enable_gqa=True
         )
         return out.transpose(1, 2).to(q.dtype)
 
