@@ -14,6 +14,9 @@ class Logprob:
 
 @dataclass
 class CompletionOutput:
+    """One generated sequence. For streamed requests (``stream=True``) each output carries only
+    what is new since the previous one: ``text``, ``token_ids`` and ``logprobs`` are deltas."""
+
     index: int
     text: str
     token_ids: list[int]

@@ -139,3 +139,30 @@ def test_corrupt_safetensors_is_named(llama_path, tmp_path):
     (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelLoadError, match="model.safetensors"):
         LLM(model=str(tmp_path))
+
+
+def test_priority_scheduler_runs_urgent_requests_first(llama_path):
+    prompts = random_prompts(4, range(6, 12), seed=13)
+    fcfs = LLM(model=llama_path, block_size=8).generate(prompts, GREEDY, use_tqdm=False)
+    llm = LLM(model=llama_path, block_size=8, scheduler="priority", max_num_seqs=1)
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False, priority=[3, 2, 1, 0])
+    assert tokens(outs) == tokens(fcfs)  # same tokens, in input order
+    finished = [o.metrics.finished_time for o in outs]
+    assert finished == sorted(finished, reverse=True)  # the lowest priority value finished first
+
+
+def test_streamed_deltas_add_up_to_the_full_output(llm):
+    prompt = random_prompts(1, range(10, 11), seed=21)[0]
+    params = SamplingParams(temperature=0, max_tokens=16, logprobs=1, stop=["t5 t6"])
+    full = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    engine = llm.engine
+    engine.add_request("s", prompt, params, stream=True)
+    deltas = []
+    while engine.has_unfinished_requests():
+        deltas += [o.outputs[0] for o in engine.step() if o.request_id == "s"]
+    assert "".join(d.text for d in deltas) == full.text
+    assert sum((d.token_ids for d in deltas), []) == full.token_ids
+    streamed = sum((d.logprobs for d in deltas), [])
+    assert [sorted(e) for e in streamed] == [sorted(e) for e in full.logprobs]  # float noise aside (cached prefix)
+    assert all(abs(a[t].logprob - b[t].logprob) < 1e-4 for a, b in zip(streamed, full.logprobs) for t in a)
+    assert deltas[-1].finish_reason == full.finish_reason and all(d.finish_reason is None for d in deltas[:-1])

@@ -21,6 +21,7 @@ class ChildState:
     cumulative_logprob: float = 0.0
     logprobs: list[dict[int, Logprob]] | None = None
     stop_reason: int | str | None = None
+    num_emitted: int = 0  # output tokens already handed out (streaming deltas)
 
 
 @dataclass
@@ -31,7 +32,7 @@ class RequestState:
     children: list[ChildState]
     metrics: RequestMetrics
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
-    stream: bool = False
+    stream: bool = False  # emit a delta output every step the request advances
 
     @property
     def finished(self) -> bool:
@@ -150,18 +151,8 @@ class OutputProcessor:
             self.parent_of.pop(child.request.request_id, None)
 
     def snapshot(self, state: RequestState) -> RequestOutput:
-        outputs = [
-            CompletionOutput(
-                index=i,
-                text=c.detokenizer.output_text,
-                token_ids=list(c.request.output_token_ids),
-                cumulative_logprob=c.cumulative_logprob,
-                logprobs=c.logprobs,
-                finish_reason=c.request.status.finish_reason,
-                stop_reason=c.stop_reason,
-            )
-            for i, c in enumerate(state.children)
-        ]
+        """The whole output so far, or for streamed requests only what is new since the last one."""
+        outputs = [self._completion(i, c, state.stream) for i, c in enumerate(state.children)]
         state.metrics.num_cached_tokens = state.children[0].request.num_cached_tokens
         return RequestOutput(
             request_id=state.request_id,
@@ -172,4 +163,20 @@ class OutputProcessor:
             prompt_logprobs=state.prompt_logprobs,
             metrics=state.metrics,
             num_cached_tokens=state.metrics.num_cached_tokens,
+        )
+
+    @staticmethod
+    def _completion(index: int, child: ChildState, delta: bool) -> CompletionOutput:
+        finish_reason = child.request.status.finish_reason
+        start = child.num_emitted if delta else 0
+        tokens = child.request.output_token_ids[start:]
+        child.num_emitted += len(tokens)
+        return CompletionOutput(
+            index=index,
+            text=child.detokenizer.take_delta(finished=finish_reason is not None) if delta else child.detokenizer.output_text,
+            token_ids=tokens,
+            cumulative_logprob=child.cumulative_logprob,
+            logprobs=child.logprobs[start:] if child.logprobs is not None else None,
+            finish_reason=finish_reason,
+            stop_reason=child.stop_reason,
         )

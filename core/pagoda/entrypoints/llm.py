@@ -40,20 +40,25 @@ class LLM:
         prompts: Prompt | Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        priority: Sequence[int] | None = None,
     ) -> list[RequestOutput]:
         """Generate for each prompt (text, token ids, or ``{"prompt": ...}``/``{"prompt_token_ids": ...}``).
 
+        ``priority`` (one per prompt, lower runs first) matters with ``scheduler="priority"``.
         Returns one RequestOutput per prompt, in input order.
         """
         items = _as_list(prompts)
         params = _params_list(sampling_params, len(items))
+        priorities = list(priority) if priority is not None else [0] * len(items)
+        if len(priorities) != len(items):
+            raise ValueError(f"got {len(priorities)} priorities for {len(items)} prompts; pass one per prompt")
         encoded = [self._encode(p) for p in items]
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)  # reject bad input before queueing anything
         request_ids = []
-        for (ids, text), p in zip(encoded, params):
+        for (ids, text), p, prio in zip(encoded, params, priorities):
             request_id = self.engine.next_request_id()
-            self.engine.add_request(request_id, ids, p, prompt=text)
+            self.engine.add_request(request_id, ids, p, prompt=text, priority=prio)
             request_ids.append(request_id)
         return self._run(request_ids, use_tqdm)
 
