@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Download the wheels the lent GPU machine lacks (it has torch, triton, transformers, but no
+# fastapi/uvicorn/pydantic/stevedore/gguf) into .whl/ (ignored by git), for Python 3.12 x86-64.
+# Then every device run starts with scripts/device/install_wheels.sh and names .whl in `carry`.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+PACKAGES=(
+  fastapi==0.165.0 starlette pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection
+  uvicorn==0.54.0 stevedore==5.10.0 gguf==0.19.0 openai httpx-sse distro jiter sniffio
+)
+platforms=()
+for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
+python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
+  -d .whl "${PACKAGES[@]}"
+ls -la .whl
