@@ -52,18 +52,14 @@ def build_parser(manager: plugin_manager.PluginManager) -> argparse.ArgumentPars
     return parser
 
 
+CORE_COMMANDS = ("generate_cmd", "bench_cmd")
+
+
 def _core_command_modules() -> list:
     """Core subcommands beyond ``plugins`` (each module exposes ``add_parser(subparsers, parent)``)."""
     import importlib
 
-    modules = []
-    for name in ("generate_cmd",):
-        try:
-            modules.append(importlib.import_module(f"pagoda.cli.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"pagoda.cli.{name}":
-                raise
-    return modules
+    return [importlib.import_module(f"pagoda.cli.{name}") for name in CORE_COMMANDS]
 
 
 def main(argv: list[str] | None = None) -> int:

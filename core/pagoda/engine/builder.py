@@ -129,7 +129,7 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len):
     """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use)."""
     layers = num_kv_cache_layers(hf_config)
     per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
-    budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization)
+    budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes=0)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     num_blocks = min(budget // per_block, useful)
     if num_blocks < 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 
@@ -34,12 +34,21 @@ class Platform(Capability, ABC):
         """The torch device that model weights and the KV cache live on."""
 
     @abstractmethod
-    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float) -> int:
-        """Bytes to give the KV cache, measured after the model is loaded and profiled.
+    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float, activation_bytes: int) -> int:
+        """Bytes to give the KV cache, called after the model is loaded and profiled.
 
         ``requested_bytes`` is an explicit user choice (``kv_cache_memory``); otherwise use
-        ``memory_utilization`` of the device memory minus what weights and activations need.
+        ``memory_utilization`` of the device memory minus what is allocated now (weights) and
+        ``activation_bytes`` (the peak a forward of the largest batch needs beyond that).
         """
+
+    def peak_memory_during(self, fn: Callable[[], object]) -> int:
+        """Device bytes ``fn`` needs at its peak beyond what was allocated before it ran.
+
+        Platforms that size memory from a measurement (CUDA, ROCm) run ``fn`` (a dummy forward of
+        the largest batch); the default neither runs it nor measures anything and returns 0.
+        """
+        return 0
 
     def describe(self) -> str:
         """One line for start-up logs, e.g. ``"NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)"``."""

@@ -31,6 +31,6 @@ class CpuPlatform(Platform):
             return "float16 matmuls are slow and inexact on CPU; use float32 or bfloat16"
         return None
 
-    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float) -> int:
+    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float, activation_bytes: int) -> int:
         """CPU memory is shared with everything else: use the explicit size or a 4 GiB default."""
         return requested_bytes if requested_bytes is not None else DEFAULT_CPU_KV_CACHE_BYTES

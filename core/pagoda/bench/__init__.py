@@ -1,0 +1,1 @@
+"""Benchmarks behind `pagoda bench NAME`: each module here with ``add_parser(subparsers, parent)`` adds one."""
