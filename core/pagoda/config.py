@@ -14,6 +14,7 @@ class EngineConfig:
 
     model: str | None = None  # a local HF folder, a .gguf file, or None for the embedded default
     tokenizer: str | None = None  # defaults to the model's
+    skip_tokenizer_init: bool = False  # no tokenizer: prompts are token ids, outputs have no text
     dtype: str = "auto"
     seed: int = 0
     max_model_len: int | None = None  # defaults to the model's max_position_embeddings

@@ -57,11 +57,9 @@ def build_step_inputs(
 
 
 def _pad_block_tables(block_tables: list[list[int]]) -> torch.Tensor:
+    """One tensor from ragged block tables (padded with block 0, never read past seq_lens)."""
     width = max(1, max(len(t) for t in block_tables))
-    table = torch.zeros(len(block_tables), width, dtype=torch.int32)
-    for i, blocks in enumerate(block_tables):
-        table[i, : len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
-    return table
+    return torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32)
 
 
 def _count_leading_ones(values: list[int]) -> int:

@@ -60,7 +60,7 @@ class IncrementalDetokenizer:
 
     def update(self, new_token_ids: list[int]) -> str | None:
         """Append tokens; return the stop string that now ends the output, if one does."""
-        if self.stopped:
+        if self.stopped or self.tokenizer is None:  # no tokenizer (skip_tokenizer_init): no text
             return None
         self._ids.extend(new_token_ids)
         self._num_outputs += len(new_token_ids)
@@ -69,7 +69,7 @@ class IncrementalDetokenizer:
 
     def flush(self) -> str | None:
         """Commit any bytes still waiting to complete a character (call when the sequence ends)."""
-        if self.stopped or self._read == len(self._ids):
+        if self.stopped or self.tokenizer is None or self._read == len(self._ids):
             return None
         return self._commit(force=True)
 

@@ -89,6 +89,8 @@ class LLM:
         return text, tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
+        if isinstance(prompt, str) and self.engine.tokenizer is None:
+            raise ValueError("text prompts need a tokenizer; pass token ids, or drop skip_tokenizer_init")
         if isinstance(prompt, str):
             return self.engine.tokenizer(prompt)["input_ids"], prompt
         if isinstance(prompt, dict):

@@ -1,0 +1,71 @@
+"""Shared pieces of the offline benchmarks: engine setup, random prompts, device rates, results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.plugins import get_plugin_manager
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", help=DEFAULT_MODEL_HELP + "; with --load-format dummy a folder holding a config.json")
+    p.add_argument("--result-file", help="write the results as JSON here")
+    add_engine_args(p, get_plugin_manager())
+
+
+def build_llm(args: argparse.Namespace):
+    """An LLM without a tokenizer (benchmarks feed random token ids)."""
+    from pagoda import LLM
+
+    config = engine_config(args, args.model)
+    config.skip_tokenizer_init = True
+    return LLM(**vars(config))
+
+
+def random_prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (num, length), generator=g).tolist()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_rates(device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+    """Measured matmul rate (FLOP/s) and device copy bandwidth (bytes read + written per second)."""
+    n = 8192 if device.type == "cuda" else 1024
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    copy_src = torch.empty(1 << (30 if device.type == "cuda" else 26), dtype=torch.uint8, device=device)
+    copy_dst = torch.empty_like(copy_src)
+    rates = {}
+    for name, fn, work in (
+        ("matmul_flops", lambda: a @ a, 2 * n**3),
+        ("copy_bytes", lambda: copy_dst.copy_(copy_src), 2 * copy_src.numel()),
+    ):
+        fn(), synchronize(device)
+        start, reps = time.perf_counter(), 10
+        for _ in range(reps):
+            fn()
+        synchronize(device)
+        rates[name] = work * reps / (time.perf_counter() - start)
+    return rates
+
+
+def model_bytes_and_params(model: torch.nn.Module) -> tuple[int, int]:
+    params = list(model.parameters())
+    return sum(p.numel() * p.element_size() for p in params), sum(p.numel() for p in params)
+
+
+def emit(result: dict, result_file: str | None) -> None:
+    text = json.dumps(result, indent=2)
+    print(text)
+    if result_file:
+        Path(result_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(result_file).write_text(text + "\n")

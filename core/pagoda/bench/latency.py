@@ -1,0 +1,62 @@
+"""`pagoda bench latency`: decode step time at several batch sizes against the memory floor.
+
+A decode step must read every weight once plus each sequence's KV cache; the floor is those
+bytes over the measured device copy bandwidth (bytes read + written per second, halved to
+reads). The step time is measured as (time for output_len tokens - time for 1 token) / (output_len - 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, model_bytes_and_params, random_prompts, synchronize
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("latency", parents=[parent], help="decode step time vs the memory-bandwidth floor",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--batch-sizes", default="1,8,64", help="comma-separated decode batch sizes")
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens per request (random ids)")
+    p.add_argument("--output-len", type=int, default=64, help="new tokens per request")
+    p.add_argument("--repeats", type=int, default=3, help="timed repetitions per batch size (the best counts)")
+    add_common_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    llm = build_llm(args)
+    parts = llm.engine.parts
+    device = parts.platform.device()
+    weight_bytes, _ = model_bytes_and_params(parts.model)
+    kv_bytes_per_token = sum(c[:, :1].numel() * c.element_size() for c in parts.kv_caches) // parts.config.block_size
+    read_bandwidth = device_rates(device, parts.dtype)["copy_bytes"] / 2
+    rows = []
+    for batch in (int(b) for b in args.batch_sizes.split(",")):
+        prompts = random_prompts(batch, args.input_len, parts.hf_config.vocab_size, args.seed)
+        step = _decode_step_seconds(llm, prompts, args.output_len, args.repeats, device)
+        context = args.input_len + args.output_len / 2
+        floor = (weight_bytes + batch * context * kv_bytes_per_token) / read_bandwidth
+        rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
+    emit({"platform": parts.platform.describe(), "weight_bytes": weight_bytes,
+          "read_gbps": read_bandwidth / 1e9, "steps": rows}, args.result_file)
+    return 0
+
+
+def _decode_step_seconds(llm, prompts, output_len: int, repeats: int, device) -> float:
+    from pagoda import SamplingParams
+
+    def timed(n: int) -> float:
+        params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+        llm.engine.kv_cache.reset_prefix_cache()  # both timings pay the same prefill
+        synchronize(device)
+        start = time.perf_counter()
+        llm.generate(prompts, params, use_tqdm=False)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    timed(2)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        best = min(best, (timed(output_len) - timed(1)) / (output_len - 1))
+    return best

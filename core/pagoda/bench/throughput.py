@@ -1,0 +1,97 @@
+"""`pagoda bench throughput`: offline throughput on random prompts, like vLLM's benchmark.
+
+With ``--hf`` the same workload also runs through HF transformers' continuous batching
+(``generate_batch``) on the same weights, in the same process, and the ratio is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, model_bytes_and_params, random_prompts, synchronize
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser("throughput", parents=[parent], help="offline throughput (requests/s, tokens/s)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--num-prompts", type=int, default=1000, help="number of requests")
+    p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request (random ids)")
+    p.add_argument("--output-len", type=int, default=256, help="new tokens per request (EOS ignored)")
+    p.add_argument("--hf", action="store_true", help="also run HF transformers generate_batch on the same weights")
+    add_common_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagoda import SamplingParams
+
+    llm = build_llm(args)
+    engine = llm.engine
+    model, device, dtype = engine.parts.model, engine.parts.platform.device(), engine.parts.dtype
+    hf_model = _hf_model_with_same_weights(engine) if args.hf else None
+    prompts = random_prompts(args.num_prompts, args.input_len, engine.parts.hf_config.vocab_size, args.seed)
+    params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    llm.generate(prompts[: min(8, len(prompts))], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    synchronize(device)
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    synchronize(device)
+    elapsed = time.perf_counter() - start
+    num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
+    weight_bytes, num_params = model_bytes_and_params(model)
+    result = {
+        "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "model", "load_format"),
+        "platform": engine.parts.platform.describe(), "attention_backend": args.attention_backend,
+        "dtype": str(dtype).removeprefix("torch."), "params": num_params,
+        "pagoda": _rates(elapsed, args.num_prompts, args.num_prompts * args.input_len, num_out),
+    }
+    rates = device_rates(device, dtype)
+    flops = 2 * num_params * args.num_prompts * (args.input_len + args.output_len)
+    result["roofline"] = {"matmul_tflops": rates["matmul_flops"] / 1e12, "copy_gbps": rates["copy_bytes"] / 1e9,
+                          "compute_floor_s": flops / rates["matmul_flops"], "weight_bytes": weight_bytes}
+    if hf_model is not None:
+        del llm, engine, model, outputs
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+        result["hf_generate_batch"] = _run_hf(hf_model, prompts, args.output_len, device)
+        result["ratio_pagoda_over_hf"] = result["pagoda"]["tokens_per_s"] / result["hf_generate_batch"]["tokens_per_s"]
+    emit(result, args.result_file)
+    return 0
+
+
+def vars_subset(args: argparse.Namespace, *names: str) -> dict:
+    return {n: getattr(args, n) for n in names}
+
+
+def _rates(elapsed: float, num_requests: int, prompt_tokens: int, output_tokens: int) -> dict[str, float]:
+    return {
+        "seconds": elapsed, "requests_per_s": num_requests / elapsed,
+        "tokens_per_s": (prompt_tokens + output_tokens) / elapsed, "output_tokens_per_s": output_tokens / elapsed,
+    }
+
+
+def _hf_model_with_same_weights(engine):
+    """An HF model from the same config; its (random) weights are loaded into Pagoda's model too."""
+    import transformers
+
+    parts = engine.parts
+    hf = transformers.AutoModelForCausalLM.from_config(parts.hf_config, dtype=parts.dtype).to(parts.platform.device())
+    parts.model.load_weights((name, t) for name, t in hf.state_dict().items())
+    return hf.eval()
+
+
+def _run_hf(hf_model, prompts: list[list[int]], output_len: int, device: torch.device) -> dict[str, float]:
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=output_len, min_new_tokens=output_len, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    hf_model.generate_batch(prompts[:8], generation_config=config, max_new_tokens=4)  # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    out = hf_model.generate_batch(prompts, generation_config=config, progress_bar=True)
+    synchronize(device)
+    elapsed = time.perf_counter() - start
+    num_out = sum(len(o.generated_tokens) for o in out.values())
+    return _rates(elapsed, len(prompts), len(prompts) * len(prompts[0]), num_out)
