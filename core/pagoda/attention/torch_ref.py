@@ -9,18 +9,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
-from pagoda.layers.ops import CustomOps
-
-_OPS = CustomOps()
+from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.platform import Platform
 
 
 class TorchAttentionBackend(AttentionBackend):
     description = "reference attention in plain torch (CPU and any device; slow)"
     priority = 0
 
+    def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
+        super().__init__(spec, platform)
+        self.ops = platform.custom_ops()  # the platform's KV-write kernel
+
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
-        _OPS.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         out = torch.empty_like(query)
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens.tolist()

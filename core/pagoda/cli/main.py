@@ -52,7 +52,7 @@ def build_parser(manager: plugin_manager.PluginManager) -> argparse.ArgumentPars
     return parser
 
 
-CORE_COMMANDS = ("generate_cmd", "bench_cmd")
+CORE_COMMANDS = ("generate_cmd", "chat_cmd", "bench_cmd", "serve_cmd")
 
 
 def _core_command_modules() -> list:

@@ -10,6 +10,7 @@ import torch
 
 from pagoda.config import EngineConfig
 from pagoda.engine.kv_cache import KVCacheManager
+from pagoda.engine.profiling import profile_activation_bytes
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
@@ -74,7 +75,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     platform = select_platform(config)
     source = resolve_model(config.model)
     hf_config = load_hf_config(source)
-    tokenizer = load_tokenizer(source, config.tokenizer)
+    tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype)
@@ -85,7 +86,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     model_cls = _model_class(hf_config)
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)
     model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device())
-    kv_caches, kv_cache = allocate_kv_cache(config, platform, attention, hf_config, max_model_len)
+    kv_caches, kv_cache = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model)
     capacity = kv_cache.num_blocks * config.block_size
     if capacity < max_model_len:
         logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
@@ -125,11 +126,19 @@ def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConf
     )
 
 
-def allocate_kv_cache(config, platform, attention, hf_config, max_model_len):
-    """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use)."""
+def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None):
+    """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use).
+
+    The budget leaves room for the activations of the largest step, measured with ``model``.
+    """
     layers = num_kv_cache_layers(hf_config)
     per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
-    budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes=0)
+    activation_bytes = 0
+    if model is not None and config.kv_cache_memory is None:
+        budget_tokens = _scheduler_config(config, max_model_len).max_num_batched_tokens
+        activation_bytes = profile_activation_bytes(model, attention, platform, budget_tokens, config.max_num_seqs,
+                                                    config.block_size, layers, max_model_len)
+    budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     num_blocks = min(budget // per_block, useful)
     if num_blocks < 1:

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 
 from pagoda.config import EngineConfig
 from pagoda.engine.engine import LLMEngine
+from pagoda.entrypoints.chat_template import render_chat
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 
@@ -80,13 +81,8 @@ class LLM:
 
     def render_chat(self, conversation: list[Message], chat_template: str | None = None,
                     add_generation_prompt: bool = True) -> tuple[str, list[int]]:
-        tokenizer = self.engine.tokenizer
-        if chat_template is None and not getattr(tokenizer, "chat_template", None):
-            raise ValueError("this tokenizer has no chat template; pass chat_template=... (a Jinja template)")
-        text = tokenizer.apply_chat_template(
-            conversation, chat_template=chat_template, add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+        """The prompt text for ``conversation`` and its token ids (ValueError without a template)."""
+        return render_chat(self.engine.tokenizer, conversation, chat_template, add_generation_prompt)
 
     def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
         if isinstance(prompt, str) and self.engine.tokenizer is None:

@@ -1,0 +1,96 @@
+"""`pagoda serve [MODEL]`: the OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.errors import PagodaError
+from pagoda.plugins import get_plugin_manager
+
+logger = logging.getLogger("pagoda.server")
+ENV_API_KEY = "PAGODA_API_KEY"
+
+
+def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "serve", parents=[parent], help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve a model over HTTP (/v1/completions, /v1/chat/completions, /v1/models, /metrics, ...). "
+                    "MODEL is " + DEFAULT_MODEL_HELP + ".",
+    )
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL", help=DEFAULT_MODEL_HELP)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    g.add_argument("--port", type=int, default=8000, help="TCP port")
+    g.add_argument("--api-key", default=os.environ.get(ENV_API_KEY),
+                   help=f"require 'Authorization: Bearer KEY' (env {ENV_API_KEY}); /health and /metrics stay open")
+    g.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                   help="model name(s) clients use (default: MODEL as given, or the embedded model's name)")
+    g.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds running requests get to finish after SIGTERM before they are cancelled")
+    add_engine_args(p, get_plugin_manager())
+    p.set_defaults(func=run)
+
+
+def check_args(args: argparse.Namespace):
+    """Validate flags and one-of-N choices before anything heavy loads; returns the EngineConfig."""
+    from pagoda.loader import resolve_model
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.shutdown_timeout < 0:
+        raise ValueError(f"--shutdown-timeout must be >= 0 seconds, got {args.shutdown_timeout}")
+    config = engine_config(args, args.model)
+    manager = get_plugin_manager()
+    _, platform_cls = manager.registry("platform").select(config.platform)
+    manager.registry("quantization").select(config.quantization or "none", platform=platform_cls())
+    manager.registry("scheduler").get(config.scheduler)
+    resolve_model(config.model)
+    return config
+
+
+def served_names(args: argparse.Namespace) -> list[str]:
+    from pagoda.loader import DEFAULT_MODEL_NAME
+
+    return args.served_model_name or [args.model or DEFAULT_MODEL_NAME]
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagoda.server.launcher import bind_socket
+
+    try:
+        config = check_args(args)
+        sock = bind_socket(args.host, args.port)
+    except (ValueError, OSError, PagodaError) as exc:
+        print(f"pagoda serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _serve(args, config, sock)
+    finally:
+        sock.close()
+
+
+def _serve(args: argparse.Namespace, config, sock) -> int:
+    from pagoda.engine.engine import LLMEngine
+    from pagoda.server.app import build_app
+    from pagoda.server.async_engine import AsyncEngine
+    from pagoda.server.launcher import make_server, url_of
+    from pagoda.server.metrics import ServerMetrics
+
+    try:
+        engine = LLMEngine.from_config(config)  # logs "Pagoda engine: platform ... | KV cache ..."
+    except (ValueError, PagodaError) as exc:
+        print(f"pagoda serve: {exc}", file=sys.stderr)
+        return 1
+    names = served_names(args)
+    async_engine = AsyncEngine(engine, ServerMetrics(names[0]))
+    app = build_app(async_engine, names, args.api_key)
+    port = sock.getsockname()[1]
+    server = make_server(app, async_engine, args.host, port, args.shutdown_timeout, args.log_level)
+    logger.info("Serving %s at %s/v1 (API key %s)", ", ".join(names), url_of(args.host, port),
+                "required" if args.api_key else "not required")
+    server.run(sockets=[sock])
+    return 0

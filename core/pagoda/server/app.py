@@ -1,0 +1,73 @@
+"""Build the FastAPI app: routes, OpenAI-shaped errors, API-key check, shutdown gate."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+
+from fastapi import FastAPI
+
+from pagoda import __version__
+from pagoda.server import routes_chat, routes_completions, routes_misc
+from pagoda.server.async_engine import AsyncEngine
+from pagoda.server.errors import error_body, install_error_handlers
+from pagoda.server.state import ServerState
+
+OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
+
+
+class GateMiddleware:
+    """Plain ASGI middleware: 401 without the right bearer key, 503 while shutting down."""
+
+    def __init__(self, app, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+        self._key = state.api_key.encode() if state.api_key else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        if self._key is not None and not self._authorized(scope):
+            return await _reply(send, 401, "invalid or missing API key; send 'Authorization: Bearer <key>'",
+                                code="invalid_api_key")
+        if self.state.engine.draining:
+            return await _reply(send, 503, "the server is shutting down", code="engine_unavailable")
+        return await self.app(scope, receive, send)
+
+    def _authorized(self, scope) -> bool:
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        given = token.strip() if scheme.lower() == b"bearer" else b""
+        return hmac.compare_digest(given, self._key)
+
+
+async def _reply(send, status: int, message: str, code: str) -> None:
+    body = json.dumps(error_body(status, message, code=code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None) -> FastAPI:
+    """The OpenAI-compatible app over ``engine``; its lifespan starts and stops the engine thread."""
+    state = ServerState(engine, served_model_names, api_key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.draining = True
+            engine.stop()
+
+    app = FastAPI(title="Pagoda", version=__version__, lifespan=lifespan)
+    app.state.pagoda = state
+    install_error_handlers(app)
+    for module in (routes_completions, routes_chat, routes_misc):
+        app.include_router(module.router)
+    app.add_middleware(GateMiddleware, state=state)
+    return app

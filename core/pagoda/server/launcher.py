@@ -1,0 +1,60 @@
+"""Run the app with uvicorn: a pre-bound socket, graceful drain on SIGTERM/SIGINT, exit status 0."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+
+import uvicorn
+
+from pagoda.server.async_engine import AsyncEngine
+
+logger = logging.getLogger("pagoda.server")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening socket early, so a taken port fails before the model loads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+class DrainingServer(uvicorn.Server):
+    """On SIGTERM/SIGINT: refuse new requests (503) and let running ones finish within the grace period.
+
+    uvicorn stops accepting connections and waits up to ``timeout_graceful_shutdown`` for the open
+    ones; the engine is marked draining so requests on kept-alive connections get 503. The signal is
+    not re-raised afterwards, so a drained server exits with status 0.
+    """
+
+    def __init__(self, config: uvicorn.Config, engine: AsyncEngine) -> None:
+        super().__init__(config)
+        self.engine = engine
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if not self.engine.draining:
+            logger.info("Received %s: draining %d running request(s), then exiting",
+                        signal.Signals(sig).name, self.engine.num_pending)
+        self.engine.draining = True
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()  # exit normally once drained (uvicorn would re-raise the signal)
+
+
+def make_server(app, engine: AsyncEngine, host: str, port: int, shutdown_timeout: float = 30.0,
+                log_level: str = "info") -> DrainingServer:
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None,
+                            timeout_graceful_shutdown=shutdown_timeout, access_log=log_level == "debug")
+    return DrainingServer(config, engine)
+
+
+def url_of(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"

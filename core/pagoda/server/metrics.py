@@ -1,0 +1,140 @@
+"""Prometheus text-format metrics, written by hand (a few counters, gauges and histograms).
+
+The engine thread calls :meth:`ServerMetrics.observe_outputs` after each step; ``/metrics`` renders.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+from pagoda.outputs import RequestOutput
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0)
+
+
+@dataclass
+class Histogram:
+    """Cumulative-bucket histogram (Prometheus ``_bucket``/``_sum``/``_count``)."""
+
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.buckets)
+
+    def observe(self, value: float) -> None:
+        index = bisect.bisect_left(self.buckets, value)
+        if index < len(self.counts):
+            self.counts[index] += 1
+        self.total += value
+        self.count += 1
+
+    def render(self, name: str, labels: str) -> list[str]:
+        lines, running = [], 0
+        for bound, n in zip(self.buckets, self.counts):
+            running += n
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {running}')
+        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        lines.append(f"{name}_sum{{{labels}}} {self.total}")
+        lines.append(f"{name}_count{{{labels}}} {self.count}")
+        return lines
+
+
+@dataclass
+class EngineSnapshot:
+    """Gauges published by the engine thread after each loop iteration."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_hit_rate: float = 0.0
+    num_preemptions: int = 0
+
+
+class ServerMetrics:
+    """Counters, gauges and histograms of one server (thread-safe)."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self._lock = threading.Lock()
+        self.snapshot = EngineSnapshot()
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self._last_token_time: dict[str, float] = {}
+
+    def on_added(self, num_prompt_tokens: int) -> None:
+        with self._lock:
+            self.prompt_tokens += num_prompt_tokens
+
+    def on_aborted(self, request_id: str, num_sequences: int) -> None:
+        with self._lock:
+            self.finished["abort"] += num_sequences
+            self._last_token_time.pop(request_id, None)
+
+    def observe_outputs(self, outputs: list[RequestOutput]) -> None:
+        """Record the (delta) outputs of one step."""
+        with self._lock:
+            for out in outputs:
+                self._observe(out)
+
+    def _observe(self, out: RequestOutput) -> None:
+        new_tokens = sum(len(c.token_ids) for c in out.outputs)
+        self.generation_tokens += new_tokens
+        m = out.metrics
+        if m is not None and new_tokens and m.last_token_time is not None:
+            previous = self._last_token_time.get(out.request_id)
+            if previous is None and m.first_token_time is not None:
+                self.ttft.observe(m.first_token_time - m.arrival_time)
+            elif previous is not None:
+                self.itl.observe(m.last_token_time - previous)
+            self._last_token_time[out.request_id] = m.last_token_time
+        if out.finished:
+            self._last_token_time.pop(out.request_id, None)
+            for c in out.outputs:
+                self.finished[c.finish_reason or "abort"] = self.finished.get(c.finish_reason or "abort", 0) + 1
+            if m is not None and m.finished_time is not None:
+                self.e2e.observe(m.finished_time - m.arrival_time)
+
+    def render(self) -> str:
+        """The Prometheus text exposition (version 0.0.4)."""
+        with self._lock:
+            return "\n".join(self._lines()) + "\n"
+
+    def _lines(self) -> list[str]:
+        label = f'model_name="{_escape(self.model_name)}"'
+        s = self.snapshot
+        out: list[str] = []
+        for name, kind, text, value in (
+            ("pagoda:num_requests_running", "gauge", "Requests in the running batch.", s.num_running),
+            ("pagoda:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", s.num_waiting),
+            ("pagoda:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).", s.kv_cache_usage),
+            ("pagoda:prefix_cache_hit_rate", "gauge", "Prefix cache hit rate over all lookups (0-1).", s.prefix_cache_hit_rate),
+            ("pagoda:num_preemptions_total", "counter", "Requests preempted (recomputed later).", s.num_preemptions),
+            ("pagoda:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", self.prompt_tokens),
+            ("pagoda:generation_tokens_total", "counter", "Generated tokens.", self.generation_tokens),
+        ):
+            out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
+        out += ["# HELP pagoda:request_success_total Finished sequences by finish reason.",
+                "# TYPE pagoda:request_success_total counter"]
+        out += [f'pagoda:request_success_total{{{label},finished_reason="{r}"}} {n}' for r, n in sorted(self.finished.items())]
+        for name, text, hist in (
+            ("pagoda:time_to_first_token_seconds", "Arrival to first generated token.", self.ttft),
+            ("pagoda:inter_token_latency_seconds", "Time between consecutive tokens of a request.", self.itl),
+            ("pagoda:e2e_request_latency_seconds", "Arrival to finish.", self.e2e),
+        ):
+            out += [f"# HELP {name} {text}", f"# TYPE {name} histogram", *hist.render(name, label)]
+        return out
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

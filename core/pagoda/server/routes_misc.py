@@ -1,0 +1,70 @@
+"""Models list, tokenize/detokenize, health, version and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from pagoda import __version__
+from pagoda.server.errors import APIError, error_body
+from pagoda.server.protocol import DetokenizeRequest, TokenizeRequest
+from pagoda.server.routes_chat import render_messages
+from pagoda.server.state import ServerState
+
+router = APIRouter()
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.pagoda
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict:
+    state = _state(request)
+    data = [{"id": name, "object": "model", "created": state.created, "owned_by": "pagoda",
+             "max_model_len": state.max_model_len} for name in state.served_model_names]
+    return {"object": "list", "data": data}
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict:
+    """Token ids of ``prompt``, or of ``messages`` rendered with the chat template."""
+    state = _state(request)
+    state.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give exactly one of prompt or messages", param="prompt")
+    if body.messages is not None:
+        _, ids = render_messages(state, body.messages, add_generation_prompt=body.add_generation_prompt)
+    else:
+        ids = state.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
+    return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict:
+    state = _state(request)
+    state.check_model(body.model)
+    vocab = len(state.tokenizer)
+    bad = [t for t in body.tokens if not 0 <= t < vocab]
+    if bad:
+        raise APIError(400, f"tokens must be ids in [0, {vocab}); got {bad[:5]}", param="tokens")
+    return {"prompt": state.tokenizer.decode(body.tokens)}
+
+
+@router.get("/health")
+async def health(request: Request):
+    reason = _state(request).engine.unavailable_reason()
+    if reason is not None:
+        return JSONResponse(error_body(503, reason, code="engine_unavailable"), status_code=503)
+    return {"status": "ok"}
+
+
+@router.get("/version")
+async def version() -> dict:
+    return {"version": __version__}
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> PlainTextResponse:
+    body = _state(request).engine.metrics.render()
+    return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,85 @@
+"""What every route needs: the async engine, the tokenizer, the served names; plus shared helpers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from pagoda.errors import RequestError
+from pagoda.sampling_params import SamplingParams
+from pagoda.server.async_engine import AsyncEngine, EngineDeadError
+from pagoda.server.errors import APIError, EngineUnavailable, bad_request
+from pagoda.server.protocol import SamplingFields
+
+
+@dataclass
+class ServerState:
+    """Shared, read-mostly state of one server."""
+
+    engine: AsyncEngine
+    served_model_names: list[str]
+    api_key: str | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_names[0]
+
+    @property
+    def tokenizer(self):
+        return self.engine.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.engine.max_model_len
+
+    def check_model(self, requested: str | None) -> str:
+        """The model name to answer with; 404 when the request names another model."""
+        if requested is None or requested in self.served_model_names:
+            return requested or self.model_name
+        raise APIError(404, f"The model '{requested}' does not exist; this server serves "
+                            f"{', '.join(repr(n) for n in self.served_model_names)}", param="model", code="model_not_found")
+
+    def check_available(self) -> None:
+        reason = self.engine.unavailable_reason()
+        if reason is not None:
+            raise EngineUnavailable(reason)
+
+    def validate_prompt(self, token_ids: list[int]) -> None:
+        try:
+            self.engine.engine.validate_prompt(token_ids)
+        except RequestError as exc:
+            raise APIError(400, str(exc), param="prompt" if "prompt" in str(exc) else None) from exc
+
+
+def sampling_params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    """Build SamplingParams from request fields; a bad value is a 400 naming the field."""
+    values = {
+        "n": req.n, "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
+        "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,
+        "repetition_penalty": req.repetition_penalty, "seed": req.seed, "stop": req.stop,
+        "stop_token_ids": req.stop_token_ids, "ignore_eos": req.ignore_eos, "min_tokens": req.min_tokens,
+        "skip_special_tokens": req.skip_special_tokens, "include_stop_str_in_output": req.include_stop_str_in_output,
+        "max_tokens": max_tokens, "logprobs": logprobs,
+    }
+    given = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
+    try:
+        return SamplingParams(**given)
+    except (RequestError, ValueError, TypeError) as exc:
+        raise bad_request(exc) from exc
+
+
+def engine_error(exc: BaseException) -> APIError:
+    """Map an exception raised while generating to an API error."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, EngineDeadError):
+        return EngineUnavailable(str(exc))
+    if isinstance(exc, ValueError):
+        return bad_request(exc)
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

@@ -1,0 +1,17 @@
+// Python bindings of the csrc kernels: module `_C` of pagoda-platform-cuda (or its JIT build).
+#include <torch/extension.h>
+
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Pagoda's fused CUDA kernels (RMSNorm, rotary embedding, SiLU-and-mul, paged KV write)";
+  m.def("rms_norm", &rms_norm, "out = weight * rms_norm(input)", py::arg("out"), py::arg("input"),
+        py::arg("weight"), py::arg("eps"));
+  m.def("fused_add_rms_norm", &fused_add_rms_norm, "in place: residual += input; input = rms_norm(residual)",
+        py::arg("input"), py::arg("residual"), py::arg("weight"), py::arg("eps"));
+  m.def("rotary_embedding", &rotary_embedding, "rotate query and key in place", py::arg("positions"),
+        py::arg("query"), py::arg("key"), py::arg("head_size"), py::arg("cos_sin_cache"), py::arg("is_neox"));
+  m.def("silu_and_mul", &silu_and_mul, "out = silu(input[:, :d]) * input[:, d:]", py::arg("out"), py::arg("input"));
+  m.def("reshape_and_cache", &reshape_and_cache, "write key/value into the paged cache", py::arg("key"),
+        py::arg("value"), py::arg("kv_cache"), py::arg("slot_mapping"));
+}

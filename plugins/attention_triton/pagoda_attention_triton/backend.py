@@ -1,0 +1,110 @@
+"""``TritonAttentionBackend``: paged attention for mixed prefill/decode batches in Triton."""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+import torch
+
+from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.platform import Platform
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MIN_HEAD, MAX_HEAD = 16, 256
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+class TritonAttentionBackend(AttentionBackend):
+    """Triton kernels: KV write, tiled prefill over cached prefixes, split-KV decode.
+
+    Graph safety: ``forward`` launches with grids computed from tensor shapes and from the
+    Python ints of the metadata (``num_decodes``) and of the plan ``prepare()`` stored in
+    ``metadata.extra`` (``num_splits``); kernels read lengths and block tables on the device.
+    To capture a decode graph, these must stay fixed between capture and replay: the token
+    count, ``num_decodes``, the block table width and ``num_splits`` (choose it from an upper
+    bound such as ``max_model_len`` via ``metadata.max_seq_len``, or set ``force_num_splits``).
+    """
+
+    description = "Triton paged attention (prefill tiles, split-KV decode; GPU, or CPU under TRITON_INTERPRET=1)"
+    priority = 50
+    supports_graphs: ClassVar[bool] = True
+
+    def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
+        super().__init__(spec, platform)
+        self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
+        self.num_sms = _multiprocessors(platform)
+
+    @classmethod
+    def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
+        if platform is None or (platform.device_type not in ("cuda", "hip") and not _interpreting()):
+            return "triton needs a GPU or TRITON_INTERPRET=1"
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "the triton package is not installed"
+        return None if spec is None else _spec_reason(spec)
+
+    def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
+        s = self.spec
+        d = metadata.num_decodes
+        splits = self.force_num_splits or _splits(d, s.num_kv_heads, metadata.max_seq_len, self.num_sms)
+        from pagoda_attention_triton.decode import decode_scratch
+
+        scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
+        from pagoda_attention_triton.plan import StepPlan
+
+        metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
+        return metadata
+
+    def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        from pagoda_attention_triton.decode import decode_attention
+        from pagoda_attention_triton.kv_write import write_kv
+        from pagoda_attention_triton.prefill import prefill_attention
+
+        plan = metadata.extra if _is_plan(metadata.extra) else self.prepare(metadata).extra
+        s, m = self.spec, metadata
+        write_kv(key, value, kv_cache, m.slot_mapping)
+        out = torch.empty_like(query)  # [num_tokens, num_heads, head_size]
+        decode_attention(
+            query, out, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
+            plan.num_splits, plan.decode_scratch,
+        )
+        prefill_attention(
+            query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale, s.sliding_window
+        )
+        return out
+
+
+def _spec_reason(spec: AttentionSpec) -> str | None:
+    if spec.dtype not in DTYPES:
+        return f"triton attention supports float16, bfloat16 and float32, not {str(spec.dtype).removeprefix('torch.')}"
+    if not MIN_HEAD <= spec.head_size <= MAX_HEAD:
+        return f"triton attention supports head sizes {MIN_HEAD} to {MAX_HEAD}, not {spec.head_size}"
+    if spec.num_heads % spec.num_kv_heads:
+        return f"{spec.num_heads} query heads are not a multiple of {spec.num_kv_heads} kv heads"
+    if spec.block_size & (spec.block_size - 1):
+        return f"triton attention needs a power-of-two block size, not {spec.block_size}"
+    return None
+
+
+def _splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
+    from pagoda_attention_triton.plan import choose_num_splits
+
+    return choose_num_splits(num_decodes, num_kv_heads, max_seq_len, num_sms)
+
+
+def _is_plan(extra: object) -> bool:
+    from pagoda_attention_triton.plan import StepPlan
+
+    return isinstance(extra, StepPlan)
+
+
+def _multiprocessors(platform: Platform) -> int:
+    """Streaming multiprocessors of the platform's device (a small stand-in under the interpreter)."""
+    if platform.device_type in ("cuda", "hip") and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(platform.device()).multi_processor_count
+    return 4

@@ -1,0 +1,91 @@
+"""The inner loop shared by the prefill and decode kernels: online softmax over paged keys.
+
+A *tile* is a set of query rows (query tokens x the q heads of one kv head) of one sequence;
+``attend_tile`` walks keys ``[key_lo, key_hi)`` of that sequence in ``BLOCK_N`` steps, finding
+each key's page through the block table, and updates the fp32 running max ``m``, sum ``l``
+and accumulator ``acc`` (all in log2 space: scores are pre-multiplied by ``log2(e)``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+def dot_precision(dtype: torch.dtype) -> tuple[str, bool]:
+    """(``input_precision`` for ``tl.dot``, whether to upcast dot operands to fp32).
+
+    fp32 caches use exact ("ieee") dots, not tf32. The CPU interpreter of Triton 3.9 computes
+    bf16 dots wrongly, so under ``TRITON_INTERPRET=1`` bf16 operands are upcast (loads, stores
+    and the cache stay bf16); compiled kernels always use the native half-precision dots.
+    """
+    upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "") == "1"
+    return ("ieee" if dtype == torch.float32 or upcast else "tf32"), upcast
+
+
+@triton.jit
+def attend_tile(
+    acc, m_i, l_i,  # [ROWS, HEAD_P] fp32, [ROWS] fp32, [ROWS] fp32
+    q,  # [ROWS, HEAD_P] in the cache dtype
+    qpos, row_ok,  # [ROWS] int32 position of each row's query token, [ROWS] bool
+    k_base, v_base,  # cache pointers already offset to this kv head
+    bt_row_ptr,  # this sequence's row of the block table
+    key_lo, key_hi,
+    stride_blk, stride_tok, scale_log2e, window,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
+    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, MASKED: tl.constexpr = True,
+):
+    """``MASKED=False`` is for keys every valid row sees (below the tile's first query, no window):
+    no position masks and no bounds checks on the loads."""
+    if UPCAST:
+        q = q.to(tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_P)
+    d_ok = offs_d < HEAD
+    for start in range(key_lo, key_hi, BLOCK_N):
+        j = start + offs_n  # [BLOCK_N] key positions
+        j_ok = j < key_hi
+        if MASKED:
+            page = tl.load(bt_row_ptr + j // PAGE, mask=j_ok, other=0).to(tl.int64)
+        else:
+            page = tl.load(bt_row_ptr + j // PAGE).to(tl.int64)
+        row_off = page * stride_blk + (j % PAGE) * stride_tok  # [BLOCK_N]
+        k_ptrs = k_base + row_off[None, :] + offs_d[:, None]  # [HEAD_P, BLOCK_N]
+        if MASKED or HEAD != HEAD_P:
+            k = tl.load(k_ptrs, mask=j_ok[None, :] & d_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        if UPCAST:
+            k = k.to(tl.float32)
+        s = tl.dot(q, k, input_precision=DOT_PREC) * scale_log2e  # [ROWS, BLOCK_N]
+        if MASKED:
+            visible = row_ok[:, None] & j_ok[None, :] & (j[None, :] <= qpos[:, None])
+            if USE_WINDOW:
+                visible = visible & (j[None, :] > qpos[:, None] - window)
+            s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v_ptrs = v_base + row_off[:, None] + offs_d[None, :]  # [BLOCK_N, HEAD_P]
+        if MASKED or HEAD != HEAD_P:
+            v = tl.load(v_ptrs, mask=j_ok[:, None] & d_ok[None, :], other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        if UPCAST:
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def window_start(first_qpos, window, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr):
+    """First key any row at position >= ``first_qpos`` can see, rounded down to ``BLOCK_N``."""
+    if USE_WINDOW:
+        return tl.maximum(first_qpos - window + 1, 0) // BLOCK_N * BLOCK_N
+    return first_qpos * 0

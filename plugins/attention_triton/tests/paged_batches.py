@@ -1,0 +1,109 @@
+"""Random paged batches and a float64 reference for the attention kernels' tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pagoda.interfaces.attention import AttentionMetadata, AttentionSpec
+
+
+@dataclass
+class PagedBatch:
+    query: torch.Tensor  # [num_tokens, num_heads, head_size]
+    key: torch.Tensor  # [num_tokens, num_kv_heads, head_size], this step's keys
+    value: torch.Tensor
+    kv_cache: torch.Tensor  # holds each sequence's cached prefix already
+    metadata: AttentionMetadata
+    full_keys: list[torch.Tensor]  # per sequence [seq_len, num_kv_heads, head_size]
+    full_values: list[torch.Tensor]
+    query_lens: list[int]
+
+
+def make_batch(
+    spec: AttentionSpec, seqs: list[tuple[int, int]], device: str = "cpu", seed: int = 0, spare_blocks: int = 3
+) -> PagedBatch:
+    """``seqs``: (query_len, seq_len) per sequence, decodes (query_len 1) first.
+
+    Blocks are drawn from a shuffled pool (non-contiguous, out of order), the tables padded
+    with 0; the cached prefix of each sequence is written into the cache, the rest returned as
+    this step's ``key``/``value``. The query and new keys are views into wider tensors
+    (non-contiguous, as a fused QKV projection produces them).
+    """
+    g = torch.Generator().manual_seed(seed)
+    bs, kvh, d, h = spec.block_size, spec.num_kv_heads, spec.head_size, spec.num_heads
+    needed = [-(-seq_len // bs) for _, seq_len in seqs]
+    pool = torch.randperm(sum(needed) + spare_blocks, generator=g).tolist()
+    num_blocks = len(pool)
+    cache = torch.randn(2, num_blocks, bs, kvh, d, generator=g)
+    tables = torch.zeros(len(seqs), max(needed) + 1, dtype=torch.int32)
+    full_k, full_v, slots = [], [], []
+    for i, ((q_len, seq_len), n) in enumerate(zip(seqs, needed)):
+        blocks = torch.tensor([pool.pop() for _ in range(n)])
+        tables[i, :n] = blocks
+        full_k.append(torch.randn(seq_len, kvh, d, generator=g))
+        full_v.append(torch.randn(seq_len, kvh, d, generator=g))
+        pos = torch.arange(seq_len)
+        flat = blocks[pos // bs] * bs + pos % bs
+        cached = seq_len - q_len
+        cache[0].view(-1, kvh, d)[flat[:cached]] = full_k[i][:cached]
+        cache[1].view(-1, kvh, d)[flat[:cached]] = full_v[i][:cached]
+        slots.append(flat[cached:])
+    q_lens = [q for q, _ in seqs]
+    n_tok = sum(q_lens)
+    wide = torch.randn(n_tok, h + 2 * kvh + 1, d, generator=g)  # fused-QKV-like layout
+    query = wide[:, :h]
+    new_k = torch.cat([k[s - q :] for k, (q, s) in zip(full_k, seqs)])
+    new_v = torch.cat([v[s - q :] for v, (q, s) in zip(full_v, seqs)])
+    wide[:, h : h + kvh] = new_k
+    wide[:, h + kvh : h + 2 * kvh] = new_v
+    qsl = torch.zeros(len(seqs) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(torch.tensor(q_lens), 0)
+    seq_lens = torch.tensor([s for _, s in seqs], dtype=torch.int32)
+    dt = spec.dtype
+    wide = wide.to(dt).to(device)
+    metadata = AttentionMetadata(
+        slot_mapping=torch.cat(slots).to(device),
+        block_tables=tables.to(device),
+        query_start_loc=qsl.to(device),
+        seq_lens=seq_lens.to(device),
+        max_query_len=max(q_lens),
+        max_seq_len=max(s for _, s in seqs),
+        num_decodes=next((i for i, q in enumerate(q_lens) if q != 1), len(q_lens)),  # leading decodes
+    )
+    return PagedBatch(
+        query=wide[:, :h], key=wide[:, h : h + kvh], value=wide[:, h + kvh : h + 2 * kvh],
+        kv_cache=cache.to(dt).to(device), metadata=metadata,
+        full_keys=[k.to(dt).double() for k in full_k], full_values=[v.to(dt).double() for v in full_v],
+        query_lens=q_lens,
+    )
+
+
+def reference(spec: AttentionSpec, batch: PagedBatch, device: str = "cpu") -> torch.Tensor:
+    """float64 attention of each sequence's queries over its whole context (causal, windowed)."""
+    outs = []
+    q_all = batch.query.double().to(device)
+    start = 0
+    group = spec.num_heads // spec.num_kv_heads
+    for k, v, q_len in zip(batch.full_keys, batch.full_values, batch.query_lens):
+        seq_len = k.shape[0]
+        q = q_all[start : start + q_len]  # [q_len, h, d]
+        start += q_len
+        k = k.to(device).repeat_interleave(group, dim=1)  # [seq_len, h, d]
+        v = v.to(device).repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * spec.scale
+        qpos = torch.arange(seq_len - q_len, seq_len, device=device)[:, None]
+        kpos = torch.arange(seq_len, device=device)[None, :]
+        visible = kpos <= qpos
+        if spec.sliding_window:
+            visible &= kpos > qpos - spec.sliding_window
+        scores = scores.masked_fill(~visible, float("-inf"))
+        outs.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), v))
+    return torch.cat(outs).cpu()
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out = out.double().cpu()
+    assert torch.isfinite(out).all(), "non-finite output"
+    return float((out - ref).norm() / ref.norm())

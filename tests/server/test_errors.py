@@ -1,0 +1,116 @@
+"""Error statuses and OpenAI-shaped bodies: 400, 401, 404, 503, malformed JSON; others keep working."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import openai
+import pytest
+
+from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
+from pagoda.engine.engine import LLMEngine
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+def post(server, path: str, body, headers=AUTH, **kwargs) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, headers=headers, timeout=30, **kwargs)
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("temperature", -1, "temperature must be >= 0"),
+    ("top_p", 1.5, "top_p must be in (0, 1]"),
+    ("n", 0, "n must be"),
+    ("logprobs", 50, "logprobs must be"),
+    ("max_tokens", 0, "max_tokens must be"),
+    ("presence_penalty", 3, "presence_penalty must be"),
+])
+def test_bad_sampling_values_are_400_naming_the_field(server, field, value, needle):
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", field: value}), 400)
+    assert needle in error["message"] and error["param"] == field and error["type"] == "invalid_request_error"
+
+
+def test_wrong_types_and_missing_fields_are_400(server):
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": "two"}), 400)
+    assert error["param"] == "n"
+    error = error_of(post(server, "/v1/chat/completions", {"model": MODEL_NAME}), 400)
+    assert error["param"] == "messages" and "messages" in error["message"]
+    error = error_of(post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "t1"}],
+                                                          "top_logprobs": 2}), 400)
+    assert error["param"] == "top_logprobs"
+
+
+def test_malformed_json_is_400(server):
+    response = httpx.post(server.url + "/v1/completions", content=b'{"prompt": "t1",', timeout=10,
+                          headers={**AUTH, "Content-Type": "application/json"})
+    assert "not valid JSON" in error_of(response, 400)["message"]
+
+
+def test_prompt_too_long_or_empty_is_400(server, client):
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": list(range(300))}), 400)
+    assert "max_model_len is 256" in error["message"] and error["param"] == "prompt"
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": ""}), 400)
+    assert "empty" in error["message"]
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL_NAME, prompt=list(range(300)))
+    assert client.completions.create(model=MODEL_NAME, prompt="t1", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_unknown_model_is_404(server, client):
+    error = error_of(post(server, "/v1/completions", {"model": "gpt-9", "prompt": "t1"}), 404)
+    assert "gpt-9" in error["message"] and error["param"] == "model" and error["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "t1"}])
+
+
+def test_api_key_required_except_health_and_metrics(server):
+    body = {"model": MODEL_NAME, "prompt": "t1", "max_tokens": 1}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+        error = error_of(post(server, "/v1/completions", body, headers=headers), 401)
+        assert error["type"] == "authentication_error"
+    assert error_of(httpx.get(server.url + "/v1/models"), 401)["code"] == "invalid_api_key"
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert httpx.get(server.url + "/metrics").status_code == 200
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0).models.list()
+
+
+def test_engine_crash_fails_pending_then_503(tiny_chat_model):
+    """A crashed engine loop fails in-flight requests (streaming and not) and refuses new ones."""
+    engine = LLMEngine.from_config(engine_config(tiny_chat_model))
+    running = start_server(engine, api_key=None, name="crashy")
+    crash, real_step = threading.Event(), engine.step
+    engine.step = lambda: (_ for _ in ()).throw(RuntimeError("boom")) if crash.is_set() else real_step()
+    running.step_delay[0] = 0.02
+    try:
+        asyncio.run(_crash_scenario(running.url, crash))
+        error = error_of(post(running, "/v1/completions", {"prompt": "t1"}, headers={}), 503)
+        assert "boom" in error["message"] and error["type"] == "service_unavailable"
+        assert httpx.get(running.url + "/health").status_code == 503
+    finally:
+        running.stop()
+
+
+async def _crash_scenario(url: str, crash: threading.Event) -> None:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+    long = dict(model="crashy", prompt="t1 t2", max_tokens=200, temperature=0)
+    whole = asyncio.create_task(client.completions.create(**long))
+    stream = await client.completions.create(stream=True, **long)
+    pieces = []
+    with pytest.raises(openai.APIError, match="boom"):
+        async for chunk in stream:
+            pieces.append(chunk.choices[0].text)
+            crash.set()
+    assert pieces and len(pieces) < 200
+    with pytest.raises(openai.APIStatusError) as info:
+        await whole
+    assert info.value.status_code == 503 and "boom" in info.value.message

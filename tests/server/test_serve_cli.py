@@ -1,0 +1,115 @@
+"""`pagoda serve`: flag validation before loading, startup report, SIGTERM drain (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from pagoda.cli.main import main
+from pagoda.engine.engine import LLMEngine
+
+# The server process slows each engine step down so that a request is surely in flight at SIGTERM.
+SLOW_SERVE = """
+import sys, time
+from pagoda.engine.engine import LLMEngine
+real_step = LLMEngine.step
+def slow_step(self):
+    time.sleep(0.02)
+    return real_step(self)
+LLMEngine.step = slow_step
+from pagoda.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--block-size", "3"], "block_size must be a power of two"),
+    (["--max-num-seqs", "0"], "max_num_seqs must be >= 1"),
+    (["--port", "70000"], "--port must be in [0, 65535]"),
+    (["--shutdown-timeout", "-1"], "--shutdown-timeout must be >= 0"),
+])
+def test_bad_flag_values_exit_before_loading(monkeypatch, capsys, tiny_chat_model, flags, needle):
+    monkeypatch.setattr(LLMEngine, "from_config", classmethod(lambda cls, c: pytest.fail("loaded the model")))
+    assert main(["serve", tiny_chat_model, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pagoda serve: ") and needle in err and len(err.splitlines()) == 1
+
+
+def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(LLMEngine, "from_config", classmethod(lambda cls, c: pytest.fail("loaded the model")))
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--attention-backend", "nope"])
+    assert info.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    assert "is not a local file or folder" in capsys.readouterr().err
+
+
+def _start(model: str) -> tuple[subprocess.Popen, str, list[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SERVE, "serve", model, "--port", "0", "--served-model-name", "tiny",
+         "--block-size", "8", "--shutdown-timeout", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    log: list[str] = []
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        log.append(line)
+        match = re.search(r"Serving tiny at (http://\S+)/v1", line)
+        if match:
+            url = match.group(1)
+            break
+        assert time.monotonic() < deadline, "".join(log)
+    else:
+        pytest.fail("the server exited early:\n" + "".join(log))
+    threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()  # keep the pipe drained
+    while not _healthy(url):
+        assert time.monotonic() < deadline, "".join(log)
+        time.sleep(0.05)
+    return proc, url, log
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model):
+    proc, url, log = _start(tiny_chat_model)
+    try:
+        startup = "".join(log)
+        assert re.search(r"Pagoda engine: platform \S+.*attention torch.*quantization none.*KV cache \d+ blocks x 8 = \d+ tokens",
+                         startup), startup
+        body = {"model": "tiny", "prompt": "t1 t2", "max_tokens": 120, "temperature": 0, "stream": True}
+        text, finish = [], None
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as response:
+            lines = (line for line in response.iter_lines() if line.startswith("data: {"))
+            first = next(lines)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            try:
+                refused = httpx.post(url + "/v1/completions", json={"prompt": "t1"}, timeout=5).status_code
+            except httpx.TransportError:
+                refused = "connection refused"
+            assert refused in (503, "connection refused")
+            for line in [first, *lines]:
+                choice = json.loads(line[len("data: "):])["choices"][0]
+                text.append(choice["text"])
+                finish = choice["finish_reason"] or finish
+        assert finish == "length" and len("".join(text).split()) == 120
+        assert proc.wait(timeout=30) == 0, "".join(log)
+        assert "draining 1 running request" in "".join(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
