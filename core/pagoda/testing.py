@@ -1,4 +1,8 @@
-"""Helpers for testing plugins (used by the first-party plugins' tests; third-party authors welcome)."""
+"""Test helpers for Pagoda and its plugins, also a pytest plugin (entry point ``pytest11``).
+
+Wherever pagoda is installed, pytest knows the ``gpu`` marker and skips such tests without a
+CUDA device, so plugin test suites need no conftest of their own for it.
+"""
 
 from __future__ import annotations
 
@@ -23,3 +27,19 @@ def load_installed_plugin(distribution: str, entry_point: str) -> PluginInfo:
     assert info.status == "loaded", info.errors
     assert (info.distribution, info.version) == (distribution, version)
     return info
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

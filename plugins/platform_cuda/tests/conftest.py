@@ -1,22 +1,8 @@
-"""gpu-marked tests skip without a CUDA device (the repo's tests/conftest.py does not reach here)."""
+"""Fixtures of the CUDA plugin tests (gpu-marked tests skip without CUDA via the pagoda pytest plugin)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
