@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Callable, ClassVar
@@ -70,6 +71,10 @@ class Platform(Capability, ABC):
         from pagoda.layers.ops import CustomOps
 
         return CustomOps()
+
+    def compute_units(self) -> int:
+        """Units that run kernels in parallel (streaming multiprocessors on GPUs, cores on CPUs)."""
+        return os.cpu_count() or 1
 
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op where execution is synchronous)."""

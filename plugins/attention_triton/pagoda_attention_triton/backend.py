@@ -36,7 +36,7 @@ class TritonAttentionBackend(AttentionBackend):
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
-        self.num_sms = _multiprocessors(platform)
+        self.num_sms = platform.compute_units()
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -103,8 +103,3 @@ def _is_plan(extra: object) -> bool:
     return isinstance(extra, StepPlan)
 
 
-def _multiprocessors(platform: Platform) -> int:
-    """Streaming multiprocessors of the platform's device (a small stand-in under the interpreter)."""
-    if platform.device_type in ("cuda", "hip") and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(platform.device()).multi_processor_count
-    return 4

@@ -8,6 +8,7 @@ import torch
 
 MIN_KEYS_PER_SPLIT = 256
 PROGRAMS_PER_SM = 4
+MIN_SPLIT_CONTEXT = 1024  # at 512 tokens splitting measured slower (launch-bound either way)
 MAX_SPLITS = 64
 
 
@@ -26,7 +27,7 @@ def choose_num_splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num
     a power of two, at most ``MAX_SPLITS``.
     """
     programs = num_decodes * num_kv_heads
-    if programs == 0 or programs >= num_sms:
+    if programs == 0 or programs >= num_sms or max_seq_len < MIN_SPLIT_CONTEXT:
         return 1
     wanted = min(-(-PROGRAMS_PER_SM * num_sms // programs), max_seq_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS)
     splits = 1

@@ -4,7 +4,7 @@ Without CUDA the Triton interpreter runs the kernels on CPU tensors. ``TRITON_IN
 be set when the kernels are decorated (at import), so it is set here while importing them, then
 removed again so that other test modules of the same session (which start subprocesses) do not
 inherit it; an autouse fixture sets it for this directory's tests. ``gpu`` tests skip without
-CUDA (tests/conftest.py covers only the core's tests/).
+CUDA through the pagoda pytest plugin (pagoda.testing).
 """
 
 from __future__ import annotations
@@ -49,12 +49,3 @@ def _triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The backend's ``check`` and dot precision read the variable at run time."""
     if INTERPRET:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)

@@ -88,6 +88,9 @@ class CudaPlatform(Platform):
         """CudaOps on the csrc kernels, or the torch ops (with one warning saying why)."""
         return _custom_ops()
 
+    def compute_units(self) -> int:
+        return torch.cuda.get_device_properties(self.device()).multi_processor_count
+
     def supports_graphs(self) -> bool:
         return True
 
