@@ -77,7 +77,8 @@ def _hf_model_with_same_weights(engine):
     import transformers
 
     parts = engine.parts
-    hf = transformers.AutoModelForCausalLM.from_config(parts.hf_config, dtype=parts.dtype).to(parts.platform.device())
+    with parts.platform.device():  # build (and randomly initialise) directly on the device
+        hf = transformers.AutoModelForCausalLM.from_config(parts.hf_config, dtype=parts.dtype)
     parts.model.load_weights((name, t) for name, t in hf.state_dict().items())
     return hf.eval()
 
