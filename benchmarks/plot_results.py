@@ -1,0 +1,73 @@
+"""Draw the charts in docs/ from the JSON results in benchmarks/results/ (needs matplotlib).
+
+Usage: python benchmarks/plot_results.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+IMG = ROOT / "docs" / "img"
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def throughput_chart() -> None:
+    """Requests/s on the 256/256 workload: Pagoda (triton, torch backends), HF, vLLM 0.5.4's anchor."""
+    run = "h100_2026-11-21"
+    hf = load(f"{run}/hf_200x256x256.json")
+    bars = [
+        ("Pagoda + triton\n1000 prompts", load(f"{run}/throughput_256x256.json")["pagoda"]["requests_per_s"]),
+        ("Pagoda + triton\n200 prompts", hf["pagoda"]["requests_per_s"]),
+        ("Pagoda + torch ref\n200 prompts", load(f"{run}/backend_torch_200x256x256.json")["pagoda"]["requests_per_s"]),
+        ("HF generate_batch\n200 prompts", hf["hf_generate_batch"]["requests_per_s"]),
+        ("vLLM 0.5.4 (published)\n1000 prompts", 24.5),
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    colors = ["#2a6f97", "#2a6f97", "#89c2d9", "#c44536", "#999999"]
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color=colors)
+    for i, (_, v) in enumerate(bars):
+        ax.text(i, v + 0.3, f"{v:.1f}", ha="center")
+    ax.set_ylabel("requests / s")
+    ax.set_title("Llama-3.1-8B (dummy bf16 weights), 256 in / 256 out, one H100")
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "throughput_h100.png", dpi=110)
+
+
+def attention_chart() -> None:
+    data = load("attention_triton_h200.json")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    seqs = [r["seq"] for r in data["prefill"]]
+    left.plot(seqs, [r["triton_mha_tflops"] for r in data["prefill"]], "o-", label="Pagoda triton")
+    left.plot(seqs, [r["sdpa_flash_tflops"] for r in data["prefill"]], "s--", label="torch SDPA (flash)")
+    left.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s", title="Prefill, causal, head dim 128, bf16")
+    left.legend()
+    by_batch: dict[int, list] = {}
+    for r in data["decode"]:
+        by_batch.setdefault(r["batch"], []).append((r["ctx"], r["of_copy"] * 100))
+    for batch, points in sorted(by_batch.items()):
+        points.sort()
+        right.plot([p[0] for p in points], [p[1] for p in points], "o-", label=f"batch {batch}")
+    right.axhline(80, color="grey", ls=":", label="goal 80%")
+    right.set(xscale="log", xlabel="context length", ylabel="% of copy bandwidth", title="Paged decode, bf16 (H200)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(IMG / "attention_triton_h200.png", dpi=110)
+
+
+if __name__ == "__main__":
+    IMG.mkdir(parents=True, exist_ok=True)
+    throughput_chart()
+    attention_chart()
+    print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
