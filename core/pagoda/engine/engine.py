@@ -29,10 +29,23 @@ class LLMEngine:
         self.kv_cache = parts.kv_cache
         self.runner = ModelRunner(parts.model, parts.attention, parts.platform, parts.kv_caches,
                                   self.config.block_size, self.config.seed)
+        if self._use_graphs(parts):
+            self.runner.capture_decode_graphs(parts.max_model_len, self.config.max_num_seqs)
         self.outputs = OutputProcessor(parts.tokenizer, parts.max_model_len, finish=self._finish)
         self.eos_token_id = _eos_token_id(parts)
         self.stats = StepStats()
         self._ids = itertools.count()
+
+    @staticmethod
+    def _use_graphs(parts: EngineParts) -> bool:
+        """Device graphs for decode steps, unless --enforce-eager or backend/platform cannot."""
+        if parts.config.enforce_eager or not parts.platform.supports_graphs():
+            return False
+        if not parts.attention.supports_graphs:
+            logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
+                        type(parts.attention).__name__)
+            return False
+        return True
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "LLMEngine":

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pagoda.engine.batch import build_step_inputs
+from pagoda.engine.batch import StepInputs, build_step_inputs
 from pagoda.engine.request import Request
 from pagoda.engine.sampler import Sampler, SamplerOutput, SamplingRow, prompt_logprobs
 from pagoda.interfaces.attention import AttentionBackend
@@ -44,12 +44,20 @@ class ModelRunner:
         self.block_size = block_size
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
+        self.graphs = None  # DecodeGraphs once captured
+
+    def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
+        """Record decode steps as device graphs (only where backend and platform support it)."""
+        from pagoda.engine.graphs import DecodeGraphs
+
+        self.graphs = DecodeGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
+                                   max_model_len, max_num_seqs)
+        self.graphs.capture()
 
     def execute(self, out: SchedulerOutput, block_tables: list[list[int]]) -> RunnerOutput:
         inputs = build_step_inputs(out, block_tables, self.block_size, self.device)
-        metadata = self.attention.prepare(inputs.metadata)
         with self.platform.inference_context():
-            hidden = self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
+            hidden = self._forward(inputs)
             result = RunnerOutput()
             self._prompt_logprobs(out, hidden, inputs.metadata.query_start_loc.tolist(), result)
             if not inputs.sample_rows:
@@ -58,6 +66,12 @@ class ModelRunner:
             requests = [out.requests[i] for i in inputs.sample_rows]
             sampled = self.sampler(logits, [self._row(req) for req in requests])
         return self._collect(requests, sampled, result)
+
+    def _forward(self, inputs: StepInputs) -> torch.Tensor:
+        if self.graphs is not None and self.graphs.can_run(inputs):
+            return self.graphs.run(inputs)
+        metadata = self.attention.prepare(inputs.metadata)
+        return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
 
     def release(self, request_id: str) -> None:
         """Forget per-request state (its seeded generator) once the request finished."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
 
 import torch
 
@@ -13,6 +13,8 @@ from pagoda.interfaces.base import Capability
 
 if TYPE_CHECKING:
     from pagoda.layers.ops import CustomOps
+
+T = TypeVar("T")
 
 
 class Platform(Capability, ABC):
@@ -90,3 +92,11 @@ class Platform(Capability, ABC):
     def supports_graphs(self) -> bool:
         """Whether decode steps can be captured as device graphs (CUDA graphs, HIP graphs)."""
         return False
+
+    def capture_graph(self, fn: Callable[[], T]) -> tuple[Callable[[], None], T]:
+        """Record ``fn``'s device work once; return ``(replay, outputs)``.
+
+        ``replay()`` reruns the recorded work on whatever the input buffers hold now and
+        refills ``outputs`` (the tensors ``fn`` returned). Only called when ``supports_graphs()``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no device graphs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from contextlib import AbstractContextManager, contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -14,6 +14,7 @@ from pagoda.layers.ops import CustomOps
 
 logger = logging.getLogger("pagoda")
 GiB = 1 << 30
+T = TypeVar("T")
 
 
 class CudaPlatform(Platform):
@@ -93,6 +94,15 @@ class CudaPlatform(Platform):
 
     def supports_graphs(self) -> bool:
         return True
+
+    def capture_graph(self, fn: Callable[[], T]) -> tuple[Callable[[], None], T]:
+        """A CUDA graph of ``fn``; all graphs of this platform share one memory pool."""
+        if getattr(self, "_graph_pool", None) is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            outputs = fn()
+        return graph.replay, outputs
 
     def graph_capture_context(self) -> AbstractContextManager:
         """Synchronised side stream for ``torch.cuda.graph`` capture (which must not use the default stream)."""
