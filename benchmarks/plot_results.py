@@ -27,14 +27,15 @@ def throughput_chart() -> None:
     run = "h100_2026-11-21"
     hf = load(f"{run}/hf_200x256x256.json")
     bars = [
-        ("Pagoda + triton\n1000 prompts", load(f"{run}/throughput_256x256.json")["pagoda"]["requests_per_s"]),
-        ("Pagoda + triton\n200 prompts", hf["pagoda"]["requests_per_s"]),
-        ("Pagoda + torch ref\n200 prompts", load(f"{run}/backend_torch_200x256x256.json")["pagoda"]["requests_per_s"]),
-        ("HF generate_batch\n200 prompts", hf["hf_generate_batch"]["requests_per_s"]),
+        ("Pagoda, graphs\n1000 prompts", load(f"{run}/run2/throughput_graphs_256x256.json")["pagoda"]["requests_per_s"]),
+        ("Pagoda, eager\n1000 prompts", load(f"{run}/throughput_256x256.json")["pagoda"]["requests_per_s"]),
         ("vLLM 0.5.4 (published)\n1000 prompts", 24.5),
+        ("Pagoda, eager\n200 prompts", hf["pagoda"]["requests_per_s"]),
+        ("Pagoda, torch ref attn\n200 prompts", load(f"{run}/backend_torch_200x256x256.json")["pagoda"]["requests_per_s"]),
+        ("HF generate_batch\n200 prompts", hf["hf_generate_batch"]["requests_per_s"]),
     ]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    colors = ["#2a6f97", "#2a6f97", "#89c2d9", "#c44536", "#999999"]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    colors = ["#1d4e89", "#2a6f97", "#999999", "#2a6f97", "#89c2d9", "#c44536"]
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color=colors)
     for i, (_, v) in enumerate(bars):
         ax.text(i, v + 0.3, f"{v:.1f}", ha="center")

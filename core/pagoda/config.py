@@ -29,7 +29,6 @@ class EngineConfig:
     kv_cache_memory: int | None = None  # bytes for the KV cache; overrides gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
-    device_graphs: bool = False  # experimental: decode steps as CUDA graphs (enforce_eager wins)
     scheduler: str = "fcfs"
     platform: str = "auto"
 

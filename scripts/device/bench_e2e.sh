@@ -10,13 +10,14 @@ source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_
   || { tail -40 "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 MODEL=benchmarks/configs/llama-3.1-8b
-COMMON=(--load-format dummy --attention-backend triton --max-model-len 2048 --log-level warning)
+COMMON=(--load-format dummy --attention-backend triton --max-model-len 2048 --log-level warning ${EXTRA_FLAGS:-})
 bench() { local name=$1; shift; timeout "${LIMIT:-240}" pagoda bench "$@" "${COMMON[@]}" --result-file "$OUT/$name.json" \
   > "$OUT/$name.log" 2>&1; echo "$name: exit $?"; grep -E '"(requests_per_s|tokens_per_s|output_tokens_per_s|ratio_pagoda_over_hf|step_ms|ratio_to_floor|batch)"' "$OUT/$name.json" 2>/dev/null || tail -5 "$OUT/$name.log"; }
-if [ -n "${GRAPHS:-}" ]; then  # CUDA-graph tests, then decode latency and throughput with graphs
+if [ -n "${GRAPHS:-}" ]; then  # CUDA-graph tests, then decode latency and throughput (graphs are the default)
   python3 -m pytest -q -p no:cacheprovider plugins/platform_cuda/tests/test_cuda_graphs.py tests/engine/test_decode_graphs.py 2>&1 | tail -15
-  bench latency_graphs latency "$MODEL" --batch-sizes 1,8,64 --input-len 128 --output-len 32 --repeats 2 --device-graphs
-  bench throughput_graphs_256x256 throughput "$MODEL" --num-prompts 1000 --input-len 256 --output-len 256 --device-graphs
+  bench latency_graphs latency "$MODEL" --batch-sizes 1,8,64 --input-len 128 --output-len 32 --repeats 2
+  bench throughput_graphs_256x256 throughput "$MODEL" --num-prompts 1000 --input-len 256 --output-len 256
+  bench throughput_graphs_1024x128 throughput "$MODEL" --num-prompts 1000 --input-len 1024 --output-len 128
   exit 0
 fi
 if [ -n "${BACKENDS:-}" ]; then  # the Triton backend against the torch reference, same workload

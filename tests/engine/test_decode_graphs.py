@@ -60,7 +60,7 @@ def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models):
     params = [SamplingParams(temperature=0, max_tokens=8 + i) for i in range(len(prompts))]  # batch shrinks
     args = dict(model=path, block_size=8, platform="replay-cpu", attention_backend="torch-graphs", max_num_seqs=16)
     eager = LLM(**args, enforce_eager=True).generate(prompts, params, use_tqdm=False)
-    graphed_llm = LLM(**args, device_graphs=True)
+    graphed_llm = LLM(**args)
     assert sorted(graphed_llm.engine.runner.graphs.graphs) == [1, 2, 4, 8, 16]
     REPLAYS["count"] = 0
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)

@@ -36,10 +36,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                    help="fraction of device memory for weights, activations and KV cache (GPU platforms)")
     g.add_argument("--kv-cache-memory", type=int, help="bytes for the KV cache (overrides --gpu-memory-utilization)")
-    g.add_argument("--enforce-eager", action="store_true", help="never capture device graphs (wins over --device-graphs)")
-    g.add_argument("--device-graphs", action="store_true",
-                   help="experimental: capture decode steps as CUDA graphs at start-up (needs a graph-safe "
-                        "attention backend such as triton)")
+    g.add_argument("--enforce-eager", action="store_true",
+                   help="never capture device graphs (by default decode steps are captured as CUDA graphs at "
+                        "start-up when the platform and the attention backend support it)")
     g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
                    help="request scheduling policy: fcfs, or priority (lower value first)")
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
@@ -63,7 +62,6 @@ def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         kv_cache_memory=args.kv_cache_memory,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
-        device_graphs=args.device_graphs,
         scheduler=args.scheduler,
         platform=args.platform,
     )

@@ -38,9 +38,8 @@ class LLMEngine:
 
     @staticmethod
     def _use_graphs(parts: EngineParts) -> bool:
-        """Device graphs for decode steps: opt-in (--device-graphs) while experimental; never with
-        --enforce-eager or where the backend or platform cannot capture."""
-        if not parts.config.device_graphs or parts.config.enforce_eager or not parts.platform.supports_graphs():
+        """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
+        if parts.config.enforce_eager or not parts.platform.supports_graphs():
             return False
         if not parts.attention.supports_graphs:
             logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",

@@ -38,7 +38,11 @@ class DecodeGraphs:
         self.block_tables = torch.zeros(n, width, dtype=torch.int32, device=device)
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.graphs: dict[int, tuple] = {}  # size -> (replay, static hidden output)
+        # size -> (replay, static hidden output, the captured ForwardContext). The context must
+        # live as long as the graph: a backend's prepare() may put device scratch in
+        # metadata.extra that the recorded kernels write; freed, that memory would be handed to
+        # other tensors and overwritten by every replay.
+        self.graphs: dict[int, tuple] = {}
 
     def capture(self) -> None:
         start = time.perf_counter()
@@ -48,7 +52,8 @@ class DecodeGraphs:
                 run = lambda size=size, fwd=fwd: self.model(self.input_ids[:size], self.positions[:size], fwd)  # noqa: E731
                 run()  # warm-up: kernel compilation and workspaces happen outside the capture
                 self.platform.synchronize()
-                self.graphs[size] = self.platform.capture_graph(run)
+                replay, hidden = self.platform.capture_graph(run)
+                self.graphs[size] = (replay, hidden, fwd)
         logger.info("Captured %d decode graphs (batch 1-%d) in %.1f s", len(self.graphs), self.sizes[-1],
                     time.perf_counter() - start)
 
@@ -70,7 +75,7 @@ class DecodeGraphs:
         self.seq_lens[b:size].fill_(1)
         self.block_tables[:b, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         self.block_tables[b:size].zero_()
-        replay, hidden = self.graphs[size]
+        replay, hidden, _ = self.graphs[size]
         replay()
         return hidden[:b]
 

@@ -28,7 +28,7 @@ def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
     common = dict(model=str(tmp_path), platform="cuda", attention_backend="triton", dtype="bfloat16",
                   max_num_seqs=64, gpu_memory_utilization=0.3)
     eager = LLM(**common, enforce_eager=True).generate(prompts, params, use_tqdm=False)
-    graphed_llm = LLM(**common, device_graphs=True)
+    graphed_llm = LLM(**common)
     assert graphed_llm.engine.runner.graphs is not None and 48 in graphed_llm.engine.runner.graphs.graphs
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
