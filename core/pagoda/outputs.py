@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -67,4 +67,3 @@ class StepStats:
     num_preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
-    extra: dict[str, float] = field(default_factory=dict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -130,14 +131,22 @@ class LLMEngine:
         self.scheduler.finish(request_id, status)
         self.runner.release(request_id)
 
+    def snapshot_stats(self) -> StepStats:
+        """Current gauges and counters, as a copy that is safe to hand to another thread."""
+        self._refresh_gauges()
+        return dataclasses.replace(self.stats)
+
     def _update_stats(self, num_preempted: int, num_sampled: int) -> None:
+        self._refresh_gauges()
+        self.stats.num_preemptions += num_preempted
+        self.stats.generation_tokens += num_sampled
+
+    def _refresh_gauges(self) -> None:
         s = self.stats
         s.num_running = self.scheduler.num_running
         s.num_waiting = self.scheduler.num_waiting
         s.kv_cache_usage = self.kv_cache.usage
         s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
-        s.num_preemptions += num_preempted
-        s.generation_tokens += num_sampled
 
 
 def _num_prompt_tokens(scheduled) -> int:

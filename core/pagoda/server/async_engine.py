@@ -19,7 +19,7 @@ from typing import AsyncIterator, Callable
 from pagoda.engine.engine import LLMEngine
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
-from pagoda.server.metrics import EngineSnapshot, ServerMetrics
+from pagoda.server.metrics import ServerMetrics
 
 logger = logging.getLogger("pagoda.server")
 
@@ -219,14 +219,7 @@ class AsyncEngine:
             stream.put(output)
 
     def _publish_snapshot(self) -> None:
-        engine = self.engine
-        self.metrics.snapshot = EngineSnapshot(
-            num_running=engine.scheduler.num_running,
-            num_waiting=engine.scheduler.num_waiting,
-            kv_cache_usage=engine.kv_cache.usage,
-            prefix_cache_hit_rate=engine.kv_cache.prefix_cache_stats.hit_rate,
-            num_preemptions=engine.stats.num_preemptions,
-        )
+        self.metrics.snapshot = self.engine.snapshot_stats()
 
     def _fail_pending(self, error: BaseException | None) -> None:
         message = "the engine stopped" if error is None else f"the engine failed: {type(error).__name__}: {error}"

@@ -9,7 +9,7 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
-from pagoda.outputs import RequestOutput
+from pagoda.outputs import RequestOutput, StepStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
@@ -46,24 +46,13 @@ class Histogram:
         return lines
 
 
-@dataclass
-class EngineSnapshot:
-    """Gauges published by the engine thread after each loop iteration."""
-
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_hit_rate: float = 0.0
-    num_preemptions: int = 0
-
-
 class ServerMetrics:
     """Counters, gauges and histograms of one server (thread-safe)."""
 
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self._lock = threading.Lock()
-        self.snapshot = EngineSnapshot()
+        self.snapshot = StepStats()  # published by the engine thread after each loop iteration
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
