@@ -3,7 +3,9 @@
 Prefill: causal attention TFLOP/s over the paged cache (block 16, shuffled tables) against torch
 ``scaled_dot_product_attention`` with the flash backend on contiguous tensors, head dim 128,
 bf16, 16k tokens per batch. Decode: KV bytes read per second against the measured device copy
-bandwidth (bytes read + written), 32 q / 8 kv heads, batch 1-256, context 512-32k.
+bandwidth (bytes read + written), 32 q / 8 kv heads, batch 1-256, context 512-32k. Prefill is
+timed launch by launch (the engine runs prefills eagerly), decode as CUDA-graph replays (the
+engine replays decode steps from graphs, so launch overhead is not part of them).
 
     python benchmarks/attention_triton.py --out benchmarks/results/attention_triton_h100.json
 """
@@ -29,8 +31,11 @@ HEAD, BLOCK = 128, 16
 DT = torch.bfloat16
 
 
-def bench(fn) -> float:
-    """Median milliseconds (CUDA events, after warm-up)."""
+def bench(fn, graphed: bool = False) -> float:
+    """Median milliseconds (CUDA events, after warm-up); ``graphed``: replays of a CUDA graph of
+    ``fn``, as the engine runs decode steps (no launch overhead)."""
+    if graphed:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
@@ -63,7 +68,7 @@ def prefill_case(seq: int, heads: int, kv_heads: int, tokens: int = 16384, confi
     cache, table = paged_cache([seq] * batch, kv_heads)
     q = torch.randn(batch * seq, heads, HEAD, dtype=DT, device="cuda")
     out = torch.empty_like(q)
-    return bench(lambda: prefill_attention(q, out, cache, table, qsl, seq_lens, 0, HEAD**-0.5, None, config))
+    return bench(lambda: prefill_attention(q, out, cache, table, qsl, seq_lens, 0, HEAD**-0.5, None, seq, config))
 
 
 def sdpa_case(seq: int, heads: int, tokens: int = 16384) -> float:
@@ -80,15 +85,19 @@ def causal_flops(seq: int, heads: int, tokens: int = 16384) -> float:
 
 def prefill_rows() -> list[dict]:
     rows = []
+    small, large = prefill_config(HEAD, 1, 1), prefill_config(HEAD, 1, 1 << 30)
     for seq in (512, 1024, 2048, 4096, 8192, 16384):
         flops = causal_flops(seq, 32)
         ours, ours_gqa, ref = prefill_case(seq, 32, 32), prefill_case(seq, 32, 8), sdpa_case(seq, 32)
+        other = prefill_case(seq, 32, 32, config=large if prefill_config(HEAD, 1, seq) == small else small)
         rows.append(dict(
             seq=seq, triton_mha_tflops=flops / ours / 1e9, triton_gqa4_tflops=flops / ours_gqa / 1e9,
-            sdpa_flash_tflops=flops / ref / 1e9, ratio_mha=ref / ours,
+            sdpa_flash_tflops=flops / ref / 1e9, ratio_mha=ref / ours, other_tile_tflops=flops / other / 1e9,
+            tile=prefill_config(HEAD, 1, seq),
         ))
-        print(f"prefill seq {seq:6d}: triton {rows[-1]['triton_mha_tflops']:6.1f} (gqa4 {rows[-1]['triton_gqa4_tflops']:6.1f})"
-              f" sdpa-flash {rows[-1]['sdpa_flash_tflops']:6.1f} TFLOP/s  ratio {rows[-1]['ratio_mha']:.2f}", flush=True)
+        print(f"prefill seq {seq:6d}: triton {rows[-1]['triton_mha_tflops']:6.1f} (gqa4 {rows[-1]['triton_gqa4_tflops']:6.1f},"
+              f" other tile {rows[-1]['other_tile_tflops']:6.1f}) sdpa-flash {rows[-1]['sdpa_flash_tflops']:6.1f} TFLOP/s"
+              f"  ratio {rows[-1]['ratio_mha']:.2f}", flush=True)
     return rows
 
 
@@ -116,7 +125,8 @@ def decode_case(batch: int, ctx: int, splits: int | None, config=None) -> tuple[
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n = splits or choose_num_splits(batch, kv_heads, ctx, sms)
     scratch = decode_scratch(batch, heads, HEAD, n, q.device)
-    ms = bench(lambda: decode_attention(q, out, cache, table, seq_lens, batch, HEAD**-0.5, None, n, scratch, config))
+    ms = bench(lambda: decode_attention(q, out, cache, table, seq_lens, batch, HEAD**-0.5, None, n, scratch, config),
+               graphed=True)
     kv_bytes = 2 * batch * ctx * kv_heads * HEAD * 2
     return kv_bytes / ms / 1e6, n  # GB/s
 
@@ -146,21 +156,40 @@ def decode_sweep() -> list[dict]:
     return rows
 
 
+def focus_sweep() -> list[dict]:
+    """Decode tile shapes around the default for the weakest point: batch 1 at 32k."""
+    rows = []
+    for splits, bn, w, st in ((32, 128, 4, 4), (32, 128, 4, 5), (32, 128, 2, 4), (32, 256, 8, 3), (16, 256, 8, 3),
+                              (16, 128, 4, 4), (64, 64, 4, 2), (32, 64, 4, 4)):
+        cfg = dict(BLOCK_N=bn, num_warps=w, num_stages=st)
+        try:
+            gbs = decode_case(1, 32768, splits, cfg)[0]
+        except Exception as exc:
+            gbs = float("nan")
+            print("config", cfg, "failed:", type(exc).__name__)
+        rows.append(dict(cfg, splits=splits, batch=1, ctx=32768, gbs=gbs))
+        print(f"focus decode b1 32k splits {splits} {cfg}: {gbs:7.0f} GB/s", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sweep", action="store_true", help="also try a few tile configurations")
+    parser.add_argument("--focus", action="store_true", help="also sweep decode tiles at batch 1, 32k")
     args = parser.parse_args()
     torch.manual_seed(0)
     copy_gbs = copy_bandwidth()
     print(f"device {torch.cuda.get_device_name()} | copy bandwidth {copy_gbs:.0f} GB/s", flush=True)
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                  copy_gbs=copy_gbs, prefill_default_config=prefill_config(HEAD, 1))
+                  copy_gbs=copy_gbs, timing="prefill: launches; decode: CUDA-graph replays")
     result["prefill"] = prefill_rows()
     result["decode"] = decode_rows(copy_gbs)
     if args.sweep:
         result["prefill_sweep"] = prefill_sweep()
         result["decode_sweep"] = decode_sweep()
+    if args.focus:
+        result["focus"] = focus_sweep()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
 

@@ -58,8 +58,15 @@ def device_rates(device: torch.device, dtype: torch.dtype) -> dict[str, float]:
     return rates
 
 
-def model_bytes_and_params(model: torch.nn.Module) -> tuple[int, int]:
-    params = list(model.parameters())
+def streamed_weights(model: torch.nn.Module) -> tuple[int, int]:
+    """(bytes, count) of the weights a forward reads whole: every parameter but untied input
+    embedding tables, of which a step gathers only its tokens' rows (these are not matmul FLOPs
+    either). A table the LM head shares is counted, once."""
+    from pagoda.layers.embedding import LMHead, VocabEmbedding
+
+    head = {id(m.weight) for m in model.modules() if isinstance(m, LMHead)}
+    gathered = {id(m.weight) for m in model.modules() if isinstance(m, VocabEmbedding)} - head
+    params = [p for p in model.parameters() if id(p) not in gathered]
     return sum(p.numel() * p.element_size() for p in params), sum(p.numel() for p in params)
 
 

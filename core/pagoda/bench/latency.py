@@ -1,6 +1,7 @@
 """`pagoda bench latency`: decode step time at several batch sizes against the memory floor.
 
-A decode step must read every weight once plus each sequence's KV cache; the floor is those
+A decode step must read every weight once (input embedding tables excepted: a step gathers
+only its tokens' rows) plus each sequence's KV cache; the floor is those
 bytes over the measured device copy bandwidth (bytes read + written per second: the memory
 traffic the device sustains, which a read-only stream can use whole). The step time is measured as (time for output_len tokens - time for 1 token) / (output_len - 1).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, model_bytes_and_params, random_prompts, synchronize
+from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, streamed_weights, random_prompts, synchronize
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     llm = build_llm(args)
     parts = llm.engine.parts
     device = parts.platform.device()
-    weight_bytes, _ = model_bytes_and_params(parts.model)
+    weight_bytes, _ = streamed_weights(parts.model)
     kv_bytes_per_token = sum(c[:, :1].numel() * c.element_size() for c in parts.kv_caches) // parts.config.block_size
     read_bandwidth = device_rates(device, parts.dtype)["copy_bytes"]
     rows = []

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, model_bytes_and_params, random_prompts, synchronize
+from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, streamed_weights, random_prompts, synchronize
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     synchronize(device)
     elapsed = time.perf_counter() - start
     num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
-    weight_bytes, num_params = model_bytes_and_params(model)
+    weight_bytes, num_params = streamed_weights(model)
     result = {
         "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "model", "load_format"),
         "platform": engine.parts.platform.describe(), "attention_backend": args.attention_backend,
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     }
     rates = device_rates(device, dtype)
     flops = 2 * num_params * args.num_prompts * (args.input_len + args.output_len)
+    flops += _attention_flops(engine.parts.hf_config, args.num_prompts, args.input_len + args.output_len)
     result["roofline"] = {"matmul_tflops": rates["matmul_flops"] / 1e12, "copy_gbps": rates["copy_bytes"] / 1e9,
                           "compute_floor_s": flops / rates["matmul_flops"], "weight_bytes": weight_bytes}
     if hf_model is not None:
@@ -96,3 +97,11 @@ def _run_hf(hf_model, prompts: list[list[int]], output_len: int, device: torch.d
     elapsed = time.perf_counter() - start
     num_out = sum(len(o.generated_tokens) for o in out.values())
     return _rates(elapsed, len(prompts), len(prompts) * len(prompts[0]), num_out)
+
+
+def _attention_flops(hf_config, num_requests: int, length: int) -> int:
+    """QK^T and PV of causal attention: 4 * head_dim FLOPs per (query head, query, visible key)."""
+    from pagoda.models import spec
+
+    heads, layers = int(hf_config.num_attention_heads), spec.num_kv_cache_layers(hf_config)
+    return 4 * spec.head_dim(hf_config) * heads * layers * num_requests * length * (length + 1) // 2

@@ -1,13 +1,41 @@
-"""Turn a SchedulerOutput into the packed tensors one model step needs."""
+"""Turn a SchedulerOutput into the packed tensors one model step needs.
+
+The integer inputs of a step (token ids, positions, KV slots, sequence lengths, block tables...)
+are computed on the host with numpy, packed into one host buffer (pinned where the platform
+can) and cross to the device in a single copy; the step's tensors are views of that one device
+buffer. A decode step that replays a captured graph is packed padded to the graph's batch size
+and copied straight into the graph's static buffer (``dest``), whose views the graph recorded.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pagoda.interfaces.attention import AttentionMetadata
+from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
+
+ALIGN = 8  # every array of the packed buffer starts at a multiple of 8 bytes
+TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32}
+Shapes = dict[str, tuple[tuple[int, ...], np.dtype]]
+
+
+@dataclass
+class HostInputs:
+    """One step's inputs as numpy arrays, in the order they are packed."""
+
+    arrays: dict[str, np.ndarray]  # input_ids, positions, slot_mapping [T] int64; query_start_loc [S+1],
+    #                                seq_lens [S], block_tables [S, W] int32; sample_token_index [K] int64
+    num_decodes: int
+    max_query_len: int
+    max_seq_len: int
+    sample_rows: list[int]  # indices into scheduled requests that sample this step
+    query_starts: list[int]  # [S+1] host copy of query_start_loc (unpadded)
 
 
 @dataclass
@@ -16,50 +44,100 @@ class StepInputs:
     positions: torch.Tensor  # [num_tokens] int64
     metadata: AttentionMetadata
     sample_rows: list[int]  # indices into scheduled requests that sample this step
-    sample_token_index: torch.Tensor  # [num_sampling] index of each sampling request's last token
+    sample_token_index: torch.Tensor | None  # [num_sampling] last token of each sampling request; None: all tokens, in order
+    query_starts: list[int]  # [num_seqs + 1] where each request's tokens start (host copy)
+    graph_size: int | None = None  # the captured decode batch size these inputs are padded to
 
 
-def build_step_inputs(
-    out: SchedulerOutput, block_tables: list[list[int]], block_size: int, device: torch.device
-) -> StepInputs:
-    """Pack the scheduled tokens of all requests along one axis (decodes first, by contract)."""
-    starts = [req.num_computed_tokens for req in out.requests]
-    ids: list[int] = []
-    for req, start, n in zip(out.requests, starts, out.num_tokens):
-        ids.extend(req.token_ids[start : start + n])
-    query_lens = torch.tensor(out.num_tokens, dtype=torch.int32)
-    seq_lens = torch.tensor(starts, dtype=torch.int32) + query_lens
-    query_start_loc = torch.zeros(len(starts) + 1, dtype=torch.int32)
-    torch.cumsum(query_lens, 0, out=query_start_loc[1:])
-    # positions: start of each request plus offset within its chunk
-    seq_of_token = torch.repeat_interleave(torch.arange(len(starts)), query_lens.long())  # [num_tokens]
-    offsets = torch.arange(len(ids)) - query_start_loc[:-1].long()[seq_of_token]
-    positions = torch.tensor(starts, dtype=torch.int64)[seq_of_token] + offsets
-    table = _pad_block_tables(block_tables)  # [num_seqs, max_blocks]
-    slot_mapping = table[seq_of_token, positions // block_size].long() * block_size + positions % block_size
-    sample_rows = [i for i, req in enumerate(out.requests) if starts[i] + out.num_tokens[i] == req.num_tokens]
+def pack_host_inputs(
+    out: SchedulerOutput, block_tables: list[list[int]], block_size: int, pad_to: int | None = None, width: int | None = None
+) -> HostInputs:
+    """The step's arrays (decodes first, by contract). ``pad_to``/``width``: a decode-only step
+    padded to a captured graph size (padding rows: slot -1, length 1, block 0) with a fixed table width."""
+    counts = np.asarray(out.num_tokens, dtype=np.int64)  # [S]
+    starts = np.fromiter((req.num_computed_tokens for req in out.requests), np.int64, len(counts))
+    num_seqs, num_tokens = len(counts), int(counts.sum())
+    rows, cols = pad_to or num_seqs, width or max(1, max(len(t) for t in block_tables))
+    table = np.zeros((rows, cols), dtype=np.int32)
+    for i, blocks in enumerate(block_tables):
+        table[i, : len(blocks)] = blocks
+    qsl = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=qsl[1 : num_seqs + 1])
+    qsl[num_seqs + 1 :] = num_tokens + np.arange(1, rows - num_seqs + 1)  # padding rows: one token each
+    seq_lens = np.ones(rows, dtype=np.int32)
+    seq_lens[:num_seqs] = starts + counts
+    seq_of_token = np.repeat(np.arange(num_seqs), counts)  # [T]
+    positions = np.zeros(rows if pad_to else num_tokens, dtype=np.int64)
+    positions[:num_tokens] = starts[seq_of_token] + np.arange(num_tokens) - qsl[seq_of_token]
+    slots = np.full(positions.shape, -1, dtype=np.int64)
+    slots[:num_tokens] = table[seq_of_token, positions[:num_tokens] // block_size].astype(np.int64) * block_size
+    slots[:num_tokens] += positions[:num_tokens] % block_size
+    ids = np.zeros(positions.shape, dtype=np.int64)
+    ids[:num_tokens] = np.fromiter(
+        itertools.chain.from_iterable(req.token_ids[s : s + n] for req, s, n in zip(out.requests, starts.tolist(), out.num_tokens)),
+        np.int64, num_tokens)
+    sample_rows = [i for i, req in enumerate(out.requests) if starts[i] + counts[i] == req.num_tokens]
+    arrays = dict(input_ids=ids, positions=positions, slot_mapping=slots, query_start_loc=qsl.astype(np.int32),
+                  seq_lens=seq_lens, block_tables=table)
+    if len(sample_rows) != num_tokens:  # else every token samples, in order: no gather needed
+        arrays["sample_token_index"] = qsl[1:][sample_rows] - 1
+    num_decodes = rows if pad_to else _count_leading_ones(out.num_tokens)
+    return HostInputs(arrays, num_decodes=num_decodes, max_query_len=int(counts.max()),
+                      max_seq_len=int(seq_lens.max()), sample_rows=sample_rows, query_starts=qsl[: num_seqs + 1].tolist())
+
+
+def layout(shapes: Shapes) -> tuple[dict[str, int], int]:
+    """Byte offset of each array in the packed buffer, and the buffer's size."""
+    offsets, size = {}, 0
+    for name, (shape, dtype) in shapes.items():
+        offsets[name] = size
+        size += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
+    return offsets, size
+
+
+def views(buffer: torch.Tensor, shapes: Shapes) -> dict[str, torch.Tensor]:
+    """Typed views of a packed byte buffer."""
+    offsets, _ = layout(shapes)
+    out = {}
+    for name, (shape, dtype) in shapes.items():
+        end = offsets[name] + math.prod(shape) * dtype.itemsize
+        out[name] = buffer[offsets[name] : end].view(TORCH_DTYPES[dtype]).view(shape)
+    return out
+
+
+def decode_shapes(size: int, width: int) -> Shapes:
+    """The packed layout of a decode-only step padded to ``size`` rows (what graphs capture)."""
+    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
+    return dict(input_ids=((size,), i64), positions=((size,), i64), slot_mapping=((size,), i64),
+                query_start_loc=((size + 1,), i32), seq_lens=((size,), i32), block_tables=((size, width), i32))
+
+
+def stage(host: HostInputs, platform: Platform, graph: tuple[int, torch.Tensor, dict[str, torch.Tensor]] | None = None) -> StepInputs:
+    """Pack ``host`` into one host buffer and copy it to the device once.
+
+    ``graph``: ``(size, static buffer, its views)`` of the captured graph the step replays; the
+    packed bytes land in that buffer, and the returned tensors are those views.
+    """
+    shapes = {name: (a.shape, a.dtype) for name, a in host.arrays.items()}
+    offsets, size = layout(shapes)
+    staging = platform.host_buffer(size)
+    flat = staging.numpy()
+    for name, a in host.arrays.items():
+        flat[offsets[name] : offsets[name] + a.nbytes] = a.reshape(-1).view(np.uint8)
+    if graph is not None:
+        graph[1][:size].copy_(staging, non_blocking=True)
+        t = graph[2]
+    elif platform.device().type == "cpu":
+        t = views(staging, shapes)
+    else:
+        t = views(staging.to(platform.device(), non_blocking=True), shapes)
     metadata = AttentionMetadata(
-        slot_mapping=slot_mapping.to(device),
-        block_tables=table.to(device),
-        query_start_loc=query_start_loc.to(device),
-        seq_lens=seq_lens.to(device),
-        max_query_len=max(out.num_tokens),
-        max_seq_len=int(seq_lens.max()),
-        num_decodes=_count_leading_ones(out.num_tokens),
+        slot_mapping=t["slot_mapping"], block_tables=t["block_tables"], query_start_loc=t["query_start_loc"],
+        seq_lens=t["seq_lens"], max_query_len=host.max_query_len, max_seq_len=host.max_seq_len,
+        num_decodes=host.num_decodes,
     )
-    return StepInputs(
-        input_ids=torch.tensor(ids, dtype=torch.int64, device=device),
-        positions=positions.to(device),
-        metadata=metadata,
-        sample_rows=sample_rows,
-        sample_token_index=(query_start_loc[1:].long() - 1)[sample_rows].to(device),
-    )
-
-
-def _pad_block_tables(block_tables: list[list[int]]) -> torch.Tensor:
-    """One tensor from ragged block tables (padded with block 0, never read past seq_lens)."""
-    width = max(1, max(len(t) for t in block_tables))
-    return torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32)
+    return StepInputs(t["input_ids"], t["positions"], metadata, host.sample_rows, t.get("sample_token_index"),
+                      host.query_starts, graph[0] if graph is not None else None)
 
 
 def _count_leading_ones(values: list[int]) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pagoda.engine.batch import StepInputs, build_step_inputs
+from pagoda.engine.batch import StepInputs, pack_host_inputs, stage
 from pagoda.engine.request import Request
 from pagoda.engine.sampler import Sampler, SamplerOutput, SamplingRow, prompt_logprobs
 from pagoda.interfaces.attention import AttentionBackend
@@ -17,7 +17,8 @@ from pagoda.interfaces.scheduler import SchedulerOutput
 
 @dataclass
 class RunnerOutput:
-    """Per request that sampled this step: its token, raw logprob and top logprobs."""
+    """Per request that sampled this step: its token, raw logprob and top logprobs (logprobs only
+    when some request of the step asked for them)."""
 
     sampled: dict[str, int] = field(default_factory=dict)
     logprobs: dict[str, float] = field(default_factory=dict)
@@ -55,21 +56,29 @@ class ModelRunner:
         self.graphs.capture()
 
     def execute(self, out: SchedulerOutput, block_tables: list[list[int]]) -> RunnerOutput:
-        inputs = build_step_inputs(out, block_tables, self.block_size, self.device)
+        inputs = self._inputs(out, block_tables)
         with self.platform.inference_context():
-            hidden = self._forward(inputs)
+            hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
             result = RunnerOutput()
-            self._prompt_logprobs(out, hidden, inputs.metadata.query_start_loc.tolist(), result)
+            self._prompt_logprobs(out, hidden, inputs.query_starts, result)
             if not inputs.sample_rows:
                 return result
-            logits = self.model.compute_logits(hidden[inputs.sample_token_index])  # [num_sampling, vocab]
+            index = inputs.sample_token_index
+            logits = self.model.compute_logits(hidden[: len(inputs.sample_rows)] if index is None else hidden[index])
             requests = [out.requests[i] for i in inputs.sample_rows]
             sampled = self.sampler(logits, [self._row(req) for req in requests])
         return self._collect(requests, sampled, result)
 
+    def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
+        size = self.graphs.size_for(out) if self.graphs is not None else None
+        if size is None:
+            return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
+        host = pack_host_inputs(out, block_tables, self.block_size, pad_to=size, width=self.graphs.width)
+        return stage(host, self.platform, self.graphs.target(size))
+
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
-        if self.graphs is not None and self.graphs.can_run(inputs):
-            return self.graphs.run(inputs)
+        if inputs.graph_size is not None:
+            return self.graphs.replay(inputs.graph_size)
         metadata = self.attention.prepare(inputs.metadata)
         return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
 
@@ -97,7 +106,8 @@ class ModelRunner:
     def _collect(requests: list[Request], sampled: SamplerOutput, result: RunnerOutput) -> RunnerOutput:
         for i, req in enumerate(requests):
             result.sampled[req.request_id] = sampled.token_ids[i]
-            result.logprobs[req.request_id] = sampled.logprobs[i]
+            if sampled.logprobs:
+                result.logprobs[req.request_id] = sampled.logprobs[i]
             if sampled.top_logprobs[i] is not None:
                 result.top_logprobs[req.request_id] = sampled.top_logprobs[i]
         return result

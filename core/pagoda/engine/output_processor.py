@@ -18,7 +18,7 @@ class ChildState:
 
     request: Request
     detokenizer: IncrementalDetokenizer
-    cumulative_logprob: float = 0.0
+    cumulative_logprob: float = 0.0  # reported only when the request asked for logprobs (as in vLLM)
     logprobs: list[dict[int, Logprob]] | None = None
     stop_reason: int | str | None = None
     num_emitted: int = 0  # output tokens already handed out (streaming deltas)
@@ -92,9 +92,9 @@ class OutputProcessor:
     def _on_token(self, state: RequestState, req: Request, result: RunnerOutput, now: float) -> None:
         child = next(c for c in state.children if c.request is req)
         token = result.sampled[req.request_id]
-        logprob = result.logprobs[req.request_id]
-        child.cumulative_logprob += logprob
         if child.logprobs is not None:
+            logprob = result.logprobs[req.request_id]
+            child.cumulative_logprob += logprob
             child.logprobs.append(self._logprob_dict(token, logprob, result.top_logprobs.get(req.request_id, [])))
         if state.metrics.first_token_time is None:
             state.metrics.first_token_time = now
@@ -175,7 +175,7 @@ class OutputProcessor:
             index=index,
             text=child.detokenizer.take_delta(finished=finish_reason is not None) if delta else child.detokenizer.output_text,
             token_ids=tokens,
-            cumulative_logprob=child.cumulative_logprob,
+            cumulative_logprob=child.cumulative_logprob if child.logprobs is not None else None,
             logprobs=child.logprobs[start:] if child.logprobs is not None else None,
             finish_reason=finish_reason,
             stop_reason=child.stop_reason,

@@ -49,7 +49,7 @@ class SamplerOutput:
     """The sampled token of each row, with its raw logprob and the requested top logprobs."""
 
     token_ids: list[int]  # [N]
-    logprobs: list[float]  # [N] under the raw model distribution
+    logprobs: list[float]  # [N] under the raw model distribution; empty when no row asked for logprobs
     top_logprobs: list[list[tuple[int, float]] | None]  # per row, sorted desc; None if not asked
 
 
@@ -80,7 +80,10 @@ class Sampler:
         plan = _plan(rows, logits.shape[1], logits.device)
         processed = self._process(logits, rows, plan)
         token_ids = self._pick(processed, rows, plan)  # [N]
-        return _with_logprobs(logits, token_ids, [r.params.logprobs for r in rows])
+        ks = [r.params.logprobs for r in rows]
+        if all(k is None for k in ks):  # no row reports logprobs: skip them (one device sync)
+            return SamplerOutput(token_ids.tolist(), [], [None] * len(rows))
+        return _with_logprobs(logits, token_ids, ks)
 
     def process(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """The logits each row samples from (masked with -inf), before the random draw."""
@@ -88,6 +91,8 @@ class Sampler:
         return self._process(logits, rows, _plan(rows, logits.shape[1], logits.device))
 
     def _process(self, logits: torch.Tensor, rows: list[SamplingRow], plan: _Plan) -> torch.Tensor:
+        if not _changes_logits(rows, plan):
+            return logits
         x = logits.clone()  # [N, V]; the raw logits stay intact for the logprobs
         _apply_min_tokens(x, rows)
         _apply_penalties(x, rows)
@@ -156,6 +161,13 @@ def _plan(rows: list[SamplingRow], vocab: int, device: torch.device) -> _Plan:
         top_p=_tensor_unless(ps, TOP_P_OFF, torch.float32, device),
         min_p=_tensor_unless(mins, 0.0, torch.float32, device),
     )
+
+
+def _changes_logits(rows: list[SamplingRow], plan: _Plan) -> bool:
+    """Whether any processing step applies to any row (greedy rows without penalties need none)."""
+    if any(t is not None for t in (plan.temperature, plan.top_k, plan.top_p, plan.min_p)):
+        return True
+    return any(_has_penalty(r.params) or len(r.output_token_ids) < r.params.min_tokens for r in rows)
 
 
 def _tensor_unless(values: list, neutral: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:

@@ -78,6 +78,14 @@ class Platform(Capability, ABC):
         """Units that run kernels in parallel (streaming multiprocessors on GPUs, cores on CPUs)."""
         return os.cpu_count() or 1
 
+    def host_buffer(self, nbytes: int) -> torch.Tensor:
+        """A host byte buffer for a step's inputs, copied to the device once per step.
+
+        Pinned (page-locked) where the device copies from it without staging (CUDA, ROCm);
+        a new buffer each call (the platform's allocator may recycle them once copied).
+        """
+        return torch.empty(nbytes, dtype=torch.uint8)
+
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op where execution is synchronous)."""
 

@@ -74,7 +74,8 @@ class TritonAttentionBackend(AttentionBackend):
             plan.num_splits, plan.decode_scratch,
         )
         prefill_attention(
-            query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale, s.sliding_window
+            query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
+            m.max_query_len,
         )
         return out
 

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from pagoda_attention_triton.tile import attend_tile, dot_precision, window_start
 
-DECODE_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=3)
+DECODE_CONFIG = dict(BLOCK_N=128, num_warps=4, num_stages=4)  # H200 sweeps: batch 1 and 64 at 32k
 
 
 @triton.jit

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 MIN_KEYS_PER_SPLIT = 256
-PROGRAMS_PER_SM = 4
+PROGRAMS_PER_SM = 2  # batch 1 at 32k: 32 splits beat 64 and 128 (H200, graph replays)
 MIN_SPLIT_CONTEXT = 1024  # at 512 tokens splitting measured slower (launch-bound either way)
 MAX_SPLITS = 64
 

@@ -88,13 +88,23 @@ def _prefill_kernel(
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
 
 
-def prefill_config(head_size: int, group: int) -> dict[str, int]:
-    """Tile sizes: about 128 query rows of 64-key steps (64 rows of 32 keys for head size 256)."""
+SHORT_PREFILL = 1024  # longest query that uses the small tiles (H200 sweep: faster up to here)
+
+
+def prefill_config(head_size: int, group: int, max_query_len: int = SHORT_PREFILL + 1) -> dict[str, int]:
+    """Tile sizes: query rows (query tokens x q heads of a kv head) by keys per step.
+
+    Up to ``SHORT_PREFILL`` query tokens: 64 rows of 32 keys, two stages (more programs, less
+    causal waste on the diagonal); longer: 128 rows of 64 keys, three stages. Head size 256
+    always uses 64 x 32 (shared memory).
+    """
     head_p = triton.next_power_of_2(head_size)
     group_p = triton.next_power_of_2(group)
-    rows = 64 if head_p > 128 else 128
-    block_q = max(1, rows // group_p)
-    return dict(BLOCK_Q=block_q, BLOCK_N=64 if head_p <= 128 else 32, num_warps=4, num_stages=3)  # H200 sweep
+    if head_p > 128 or max_query_len <= SHORT_PREFILL:
+        rows, block_n, stages = 64, 32, 2 if head_p <= 128 else 3
+    else:
+        rows, block_n, stages = 128, 64, 3
+    return dict(BLOCK_Q=max(1, rows // group_p), BLOCK_N=block_n, num_warps=4, num_stages=stages)
 
 
 def prefill_attention(
@@ -107,6 +117,7 @@ def prefill_attention(
     num_decodes: int,
     scale: float,
     window: int | None,
+    max_query_len: int,
     config: dict[str, int] | None = None,
 ) -> None:
     """Attention for sequences ``num_decodes:`` (tokens ``num_decodes:``) of the batch.
@@ -120,7 +131,7 @@ def prefill_attention(
         return
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
-    cfg = config or prefill_config(head, group)
+    cfg = config or prefill_config(head, group, max_query_len)
     dot_prec, upcast = dot_precision(kv_cache.dtype)
     grid = (num_prefill_tokens // cfg["BLOCK_Q"] + num_prefills, num_kv_heads)
     _prefill_kernel[grid](

@@ -120,8 +120,8 @@ def test_check_needs_gpu_or_interpreter(monkeypatch: pytest.MonkeyPatch) -> None
 def test_split_plan_fills_the_gpu_only_when_needed() -> None:
     from pagoda_attention_triton.plan import choose_num_splits
 
-    assert choose_num_splits(1, 8, 32768, 132) == 64  # one long request: many splits
-    assert choose_num_splits(4, 8, 32768, 132) == 16
+    assert choose_num_splits(1, 8, 32768, 132) == 32  # one long request: many splits
+    assert choose_num_splits(4, 8, 32768, 132) == 8
     assert choose_num_splits(64, 8, 32768, 132) == 1  # 512 programs fill 132 multiprocessors
     assert choose_num_splits(1, 8, 512, 132) == 1  # short contexts: not worth a reduce
     assert choose_num_splits(0, 8, 4096, 132) == 1

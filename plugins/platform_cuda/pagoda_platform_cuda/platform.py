@@ -53,6 +53,11 @@ class CudaPlatform(Platform):
             return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{major}{minor}); use float16"
         return None
 
+    def host_buffer(self, nbytes: int) -> torch.Tensor:
+        # pinned: the copy is asynchronous; torch's caching host allocator reuses a buffer only
+        # after the copy that read it has run
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device())
 

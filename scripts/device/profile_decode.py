@@ -1,0 +1,94 @@
+"""Where a decode step's time goes, on the GPU machine (dummy weights, CUDA graphs on).
+
+Prints and writes (JSON + a kernel table) under --out: the full step time as `pagoda bench
+latency` measures it, the captured forward replayed alone, lm_head + sampling alone, the host
+time left between them, each linear layer's GEMV bandwidth, and torch.profiler's kernel table.
+
+    python3 scripts/device/profile_decode.py benchmarks/configs/llama-3.1-8b --out $OUT/profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from pagoda import LLM, SamplingParams
+from pagoda.bench.common import random_prompts
+
+
+def events_ms(fn, reps: int = 50) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def step_ms(llm: LLM, prompts: list[list[int]], n: int = 64) -> float:
+    def timed(tokens: int) -> float:
+        llm.engine.kv_cache.reset_prefix_cache()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    timed(4)
+    return min((timed(n) - timed(1)) / (n - 1) for _ in range(3)) * 1e3
+
+
+def gemv_rates(model: torch.nn.Module, batch: int) -> list[dict]:
+    rows = []
+    layer = model.model.layers[0]
+    mods = dict(qkv=layer.self_attn.qkv_proj, o=layer.self_attn.o_proj, gate_up=layer.mlp.gate_up_proj,
+                down=layer.mlp.down_proj, lm_head=model.lm_head)
+    for name, mod in mods.items():
+        w = next(mod.parameters())
+        x = torch.randn(batch, w.shape[1], dtype=w.dtype, device=w.device)
+        fn = (lambda: model.compute_logits(x)) if name == "lm_head" else (lambda mod=mod, x=x: mod(x))
+        ms = events_ms(fn)
+        rows.append(dict(name=name, shape=list(w.shape), us=ms * 1e3, gbs=w.numel() * w.element_size() / ms / 1e6))
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--backend", default="triton")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    llm = LLM(model=args.model, load_format="dummy", attention_backend=args.backend, max_model_len=2048,
+              skip_tokenizer_init=True)
+    engine, runner = llm.engine, llm.engine.runner
+    prompts = random_prompts(args.batch, 128, engine.parts.hf_config.vocab_size, 0)
+    result = {"batch": args.batch, "step_ms": step_ms(llm, prompts)}
+    replay, hidden, _ = runner.graphs.graphs[next(s for s in runner.graphs.sizes if s >= args.batch)]
+    result["replay_ms"] = events_ms(replay)
+    h = hidden[: args.batch]
+    result["logits_argmax_ms"] = events_ms(lambda: runner.model.compute_logits(h).float().argmax(1))
+    result["host_gap_ms"] = result["step_ms"] - result["replay_ms"] - result["logits_argmax_ms"]
+    result["gemv"] = gemv_rates(runner.model, args.batch)
+    print(json.dumps(result, indent=1), flush=True)
+    (args.out / f"profile_b{args.batch}.json").write_text(json.dumps(result, indent=1))
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts, params, use_tqdm=False)
+    table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40)
+    cpu_table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+    (args.out / f"kernels_b{args.batch}.txt").write_text(table + "\n\n" + cpu_table)
+    prof.export_chrome_trace(str(args.out / f"trace_b{args.batch}.json"))
+    print(table[:6000])
+
+
+if __name__ == "__main__":
+    main()
