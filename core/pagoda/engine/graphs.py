@@ -84,6 +84,7 @@ class DecodeGraphs:
 
     def _padding_inputs(self, size: int) -> dict[str, torch.Tensor]:
         """The views a graph of ``size`` records, filled as all-padding rows (slot -1, length 1)."""
+        self.buffer.zero_()  # the layouts of all sizes overlap: clear what larger ones left
         t = views(self.buffer, decode_shapes(size, self.width))
         t["slot_mapping"].fill_(-1)
         t["seq_lens"].fill_(1)
