@@ -66,3 +66,16 @@ def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models):
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert REPLAYS["count"] > 10  # decode steps went through the graphs
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
+
+
+def test_padding_inputs_of_each_size_are_clean(replay_plugins, tiny_models):
+    """Sizes share one static buffer with overlapping layouts: what a larger size wrote (slot -1,
+    length 1) must not leak into a smaller size's block table or token ids (a GPU reads page -1)."""
+    llm = LLM(model=tiny_models["llama"][0], block_size=8, platform="replay-cpu", attention_backend="torch-graphs",
+              max_num_seqs=16)
+    graphs = llm.engine.runner.graphs
+    for size in graphs.sizes[::-1]:
+        t = graphs._padding_inputs(size)
+        assert (t["block_tables"] == 0).all() and (t["input_ids"] == 0).all() and (t["positions"] == 0).all()
+        assert (t["slot_mapping"] == -1).all() and (t["seq_lens"] == 1).all()
+        assert t["query_start_loc"].tolist() == list(range(size + 1))
