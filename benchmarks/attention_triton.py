@@ -125,6 +125,7 @@ def decode_case(batch: int, ctx: int, splits: int | None, config=None) -> tuple[
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n = splits or choose_num_splits(batch, kv_heads, ctx, sms)
     scratch = decode_scratch(batch, heads, HEAD, n, q.device)
+    torch.cuda.synchronize()  # do_bench_cudagraph runs on a side stream: the inputs must be ready
     ms = bench(lambda: decode_attention(q, out, cache, table, seq_lens, batch, HEAD**-0.5, None, n, scratch, config),
                graphed=True)
     kv_bytes = 2 * batch * ctx * kv_heads * HEAD * 2

@@ -20,7 +20,7 @@ if has tests; then
 fi
 if has profile; then
   timeout 240 python3 scripts/device/profile_decode.py "$MODEL" --batch 1 --out "$OUT" > "$OUT/profile_b1.log" 2>&1
-  echo "profile: exit $?"; grep -E '"(step_ms|replay_ms|logits_argmax_ms|host_gap_ms)"' "$OUT/profile_b1.log"
+  echo "profile: exit $?"; grep -E '"(step_ms|replay_ms|replay_launch_us|logits_argmax_ms|host_gap_ms)"' "$OUT/profile_b1.log"
   gzip -f "$OUT"/trace_b*.json 2>/dev/null
 fi
 if has latency; then

@@ -16,7 +16,12 @@ import triton.language as tl
 
 from pagoda_attention_triton.tile import attend_tile, dot_precision, window_start
 
-DECODE_CONFIG = dict(BLOCK_N=128, num_warps=4, num_stages=4)  # H200 sweeps: batch 1 and 64 at 32k
+def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
+    """Keys per step and pipeline depth: 128 keys x 4 stages for rows of up to 256 bytes (head 128
+    in 16 bits; H200 sweeps at batch 1 and 64, 32k), else 64 x 3 (shared memory)."""
+    if head_p * itemsize <= 256:
+        return dict(BLOCK_N=128, num_warps=4, num_stages=4)
+    return dict(BLOCK_N=64, num_warps=4, num_stages=3)
 
 
 @triton.jit
@@ -113,7 +118,7 @@ def decode_attention(
 ) -> None:
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
-    ``config`` overrides ``DECODE_CONFIG`` (BLOCK_N, num_warps, num_stages; benchmarks).
+    ``config`` overrides ``decode_config`` (BLOCK_N, num_warps, num_stages; benchmarks).
     """
     if num_decodes == 0:
         return
@@ -132,7 +137,7 @@ def decode_attention(
         scale * 1.4426950408889634, window or 0, num_heads,
         GROUP=group, ROWS=max(16, triton.next_power_of_2(group)), NUM_SPLITS=num_splits,
         PAGE=kv_cache.shape[2], HEAD=head, HEAD_P=head_p, USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, **(config or DECODE_CONFIG),
+        DOT_PREC=dot_prec, UPCAST=upcast, **(config or decode_config(head_p, kv_cache.element_size())),
     )
     if num_splits > 1:
         _reduce_kernel[(num_decodes, num_heads)](
