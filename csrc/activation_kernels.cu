@@ -1,4 +1,5 @@
-// SiLU-and-mul: out = silu(gate) * up over [num_tokens, 2 * d] inputs, one block per token.
+// SiLU-and-mul: out = silu(gate) * up over [num_tokens, 2 * d] inputs. Grid (num_tokens, chunks):
+// a row is spread over several blocks, so a decode step of a few tokens still uses many SMs.
 // Rounding follows torch: silu(gate) is rounded to the dtype, then the product is.
 #include "dispatch.h"
 #include "ops.h"
@@ -20,7 +21,7 @@ __global__ void silu_and_mul_kernel(T* __restrict__ out,          // [num_tokens
   const T* gate = input + blockIdx.x * input_stride;
   const T* up = gate + d;
   T* y = out + blockIdx.x * static_cast<int64_t>(d);
-  for (int i = threadIdx.x; i < d / VEC; i += blockDim.x) {
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d / VEC; i += blockDim.x * gridDim.y) {
     const Vec<T, VEC> g = load_vec<T, VEC>(gate + i * VEC);
     const Vec<T, VEC> u = load_vec<T, VEC>(up + i * VEC);
     Vec<T, VEC> r;
@@ -48,10 +49,11 @@ void silu_and_mul(at::Tensor& out, const at::Tensor& input) {
     constexpr int V = kVecWidth<scalar_t>;
     const bool vec = d % V == 0 && input.stride(0) % V == 0 && aligned16(input.data_ptr()) && aligned16(out.data_ptr());
     const int width = vec ? V : 1;
-    const int threads = std::min(1024, (d / width + PAGODA_WARP_SIZE - 1) / PAGODA_WARP_SIZE * PAGODA_WARP_SIZE);
+    const int vecs = d / width;
+    const int threads = std::min(256, (vecs + PAGODA_WARP_SIZE - 1) / PAGODA_WARP_SIZE * PAGODA_WARP_SIZE);
+    const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(std::min(64, (vecs + threads - 1) / threads)));
     const auto kernel = vec ? silu_and_mul_kernel<scalar_t, V> : silu_and_mul_kernel<scalar_t, 1>;
-    kernel<<<static_cast<unsigned>(num_tokens), threads, 0, stream>>>(out.data_ptr<scalar_t>(),
-                                                                       input.data_ptr<scalar_t>(), input.stride(0), d);
+    kernel<<<grid, threads, 0, stream>>>(out.data_ptr<scalar_t>(), input.data_ptr<scalar_t>(), input.stride(0), d);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
