@@ -14,8 +14,8 @@ source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 if has tests; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider plugins/platform_cuda/tests/test_cuda_graphs.py \
-    tests/engine/test_decode_graphs.py plugins/attention_triton/tests ${EXTRA_TESTS:-} 2>&1 | tail -6
+  TESTS="${TESTS:-plugins/platform_cuda/tests/test_cuda_graphs.py tests/engine/test_decode_graphs.py plugins/attention_triton/tests}"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -6
   timeout 240 python3 scripts/device/check_graphs.py 48 2>&1 | tail -4
 fi
 if has profile; then
