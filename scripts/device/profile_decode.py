@@ -87,6 +87,17 @@ def main() -> None:
     result["gemv"] = gemv_rates(runner.model, args.batch)
     print(json.dumps(result, indent=1), flush=True)
     (args.out / f"profile_b{args.batch}.json").write_text(json.dumps(result, indent=1))
+    import cProfile
+    import io
+    import pstats
+
+    host = cProfile.Profile()  # Python time of the loop (the GPU idles through what runs between steps)
+    host.enable()
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True), use_tqdm=False)
+    host.disable()
+    text = io.StringIO()
+    pstats.Stats(host, stream=text).sort_stats("tottime").print_stats(45)
+    (args.out / f"python_b{args.batch}.txt").write_text(text.getvalue())
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
         llm.generate(prompts, params, use_tqdm=False)
