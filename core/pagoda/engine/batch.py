@@ -3,8 +3,7 @@
 The integer inputs of a step (token ids, positions, KV slots, sequence lengths, block tables...)
 are computed on the host with numpy, packed into one host buffer (pinned where the platform
 can) and cross to the device in a single copy; the step's tensors are views of that one device
-buffer. A decode step that replays a captured graph is packed padded to the graph's batch size
-and copied straight into the graph's static buffer (``dest``), whose views the graph recorded.
+buffer. Decode steps that replay a captured graph take a shorter path (``DecodeGraphs.stage``).
 """
 
 from __future__ import annotations
@@ -49,31 +48,21 @@ class StepInputs:
     graph_size: int | None = None  # the captured decode batch size these inputs are padded to
 
 
-def pack_host_inputs(
-    out: SchedulerOutput, block_tables: list[list[int]], block_size: int, pad_to: int | None = None, width: int | None = None
-) -> HostInputs:
-    """The step's arrays (decodes first, by contract). ``pad_to``/``width``: a decode-only step
-    padded to a captured graph size (padding rows: slot -1, length 1, block 0) with a fixed table width."""
+def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_size: int) -> HostInputs:
+    """The step's arrays (decodes first, by contract)."""
     counts = np.asarray(out.num_tokens, dtype=np.int64)  # [S]
     starts = np.fromiter((req.num_computed_tokens for req in out.requests), np.int64, len(counts))
     num_seqs, num_tokens = len(counts), int(counts.sum())
-    rows, cols = pad_to or num_seqs, width or max(1, max(len(t) for t in block_tables))
-    table = np.zeros((rows, cols), dtype=np.int32)
+    table = np.zeros((num_seqs, max(1, max(len(t) for t in block_tables))), dtype=np.int32)
     for i, blocks in enumerate(block_tables):
         table[i, : len(blocks)] = blocks
-    qsl = np.zeros(rows + 1, dtype=np.int64)
-    np.cumsum(counts, out=qsl[1 : num_seqs + 1])
-    qsl[num_seqs + 1 :] = num_tokens + np.arange(1, rows - num_seqs + 1)  # padding rows: one token each
-    seq_lens = np.ones(rows, dtype=np.int32)
-    seq_lens[:num_seqs] = starts + counts
+    qsl = np.zeros(num_seqs + 1, dtype=np.int64)
+    np.cumsum(counts, out=qsl[1:])
+    seq_lens = (starts + counts).astype(np.int32)
     seq_of_token = np.repeat(np.arange(num_seqs), counts)  # [T]
-    positions = np.zeros(rows if pad_to else num_tokens, dtype=np.int64)
-    positions[:num_tokens] = starts[seq_of_token] + np.arange(num_tokens) - qsl[seq_of_token]
-    slots = np.full(positions.shape, -1, dtype=np.int64)
-    slots[:num_tokens] = table[seq_of_token, positions[:num_tokens] // block_size].astype(np.int64) * block_size
-    slots[:num_tokens] += positions[:num_tokens] % block_size
-    ids = np.zeros(positions.shape, dtype=np.int64)
-    ids[:num_tokens] = np.fromiter(
+    positions = starts[seq_of_token] + np.arange(num_tokens) - qsl[seq_of_token]
+    slots = table[seq_of_token, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    ids = np.fromiter(
         itertools.chain.from_iterable(req.token_ids[s : s + n] for req, s, n in zip(out.requests, starts.tolist(), out.num_tokens)),
         np.int64, num_tokens)
     sample_rows = [i for i, req in enumerate(out.requests) if starts[i] + counts[i] == req.num_tokens]
@@ -81,9 +70,8 @@ def pack_host_inputs(
                   seq_lens=seq_lens, block_tables=table)
     if len(sample_rows) != num_tokens:  # else every token samples, in order: no gather needed
         arrays["sample_token_index"] = qsl[1:][sample_rows] - 1
-    num_decodes = rows if pad_to else _count_leading_ones(out.num_tokens)
-    return HostInputs(arrays, num_decodes=num_decodes, max_query_len=int(counts.max()),
-                      max_seq_len=int(seq_lens.max()), sample_rows=sample_rows, query_starts=qsl[: num_seqs + 1].tolist())
+    return HostInputs(arrays, num_decodes=_count_leading_ones(out.num_tokens), max_query_len=int(counts.max()),
+                      max_seq_len=int(seq_lens.max()), sample_rows=sample_rows, query_starts=qsl.tolist())
 
 
 def layout(shapes: Shapes) -> tuple[dict[str, int], int]:
@@ -105,39 +93,28 @@ def views(buffer: torch.Tensor, shapes: Shapes) -> dict[str, torch.Tensor]:
     return out
 
 
-def decode_shapes(size: int, width: int) -> Shapes:
-    """The packed layout of a decode-only step padded to ``size`` rows (what graphs capture)."""
-    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
-    return dict(input_ids=((size,), i64), positions=((size,), i64), slot_mapping=((size,), i64),
-                query_start_loc=((size + 1,), i32), seq_lens=((size,), i32), block_tables=((size, width), i32))
-
-
-def stage(host: HostInputs, platform: Platform, graph: tuple[int, torch.Tensor, dict[str, torch.Tensor]] | None = None) -> StepInputs:
-    """Pack ``host`` into one host buffer and copy it to the device once.
-
-    ``graph``: ``(size, static buffer, its views)`` of the captured graph the step replays; the
-    packed bytes land in that buffer, and the returned tensors are those views.
-    """
+def stage(host: HostInputs, platform: Platform) -> StepInputs:
+    """Pack ``host`` into one host buffer and copy it to the device at once."""
     shapes = {name: (a.shape, a.dtype) for name, a in host.arrays.items()}
     offsets, size = layout(shapes)
     staging = platform.host_buffer(size)
     flat = staging.numpy()
     for name, a in host.arrays.items():
         flat[offsets[name] : offsets[name] + a.nbytes] = a.reshape(-1).view(np.uint8)
-    if graph is not None:
-        graph[1][:size].copy_(staging, non_blocking=True)
-        t = graph[2]
-    elif platform.device().type == "cpu":
-        t = views(staging, shapes)
-    else:
-        t = views(staging.to(platform.device(), non_blocking=True), shapes)
+    device = platform.device()
+    t = views(staging if device.type == "cpu" else staging.to(device, non_blocking=True), shapes)
+    return step_inputs(t, host.max_query_len, host.max_seq_len, host.num_decodes, host.sample_rows, host.query_starts)
+
+
+def step_inputs(t: dict[str, torch.Tensor], max_query_len: int, max_seq_len: int, num_decodes: int,
+                sample_rows: list[int], query_starts: list[int], graph_size: int | None = None) -> StepInputs:
+    """StepInputs over device tensors named as in HostInputs.arrays."""
     metadata = AttentionMetadata(
         slot_mapping=t["slot_mapping"], block_tables=t["block_tables"], query_start_loc=t["query_start_loc"],
-        seq_lens=t["seq_lens"], max_query_len=host.max_query_len, max_seq_len=host.max_seq_len,
-        num_decodes=host.num_decodes,
+        seq_lens=t["seq_lens"], max_query_len=max_query_len, max_seq_len=max_seq_len, num_decodes=num_decodes,
     )
-    return StepInputs(t["input_ids"], t["positions"], metadata, host.sample_rows, t.get("sample_token_index"),
-                      host.query_starts, graph[0] if graph is not None else None)
+    return StepInputs(t["input_ids"], t["positions"], metadata, sample_rows, t.get("sample_token_index"),
+                      query_starts, graph_size)
 
 
 def _count_leading_ones(values: list[int]) -> int:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from pagoda.engine.batch import decode_shapes, layout, views
+from pagoda.engine.batch import Shapes, StepInputs, layout, step_inputs, views
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
@@ -27,29 +28,43 @@ logger = logging.getLogger("pagoda")
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
+def decode_shapes(size: int, width: int) -> Shapes:
+    """The packed layout of a decode step padded to ``size`` rows (what a graph of that size reads)."""
+    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
+    return dict(input_ids=((size,), i64), positions=((size,), i64), slot_mapping=((size,), i64),
+                query_start_loc=((size + 1,), i32), seq_lens=((size,), i32), block_tables=((size, width), i32))
+
+
 class DecodeGraphs:
     def __init__(self, model: CausalLM, attention: AttentionBackend, platform: Platform,
                  kv_caches: list[torch.Tensor], block_size: int, max_model_len: int, max_num_seqs: int) -> None:
         self.model, self.attention, self.platform, self.kv_caches = model, attention, platform, kv_caches
-        self.max_model_len = max_model_len
+        self.block_size, self.max_model_len = block_size, max_model_len
         self.sizes = [s for s in CAPTURE_SIZES if s <= max_num_seqs] or [1]
         self.width = -(-max_model_len // block_size)  # block-table columns, fixed for every replay
-        # one static byte buffer; a step padded to ``size`` is packed into it in decode_shapes(size, width)
+        # One static device buffer and its host mirror (pinned where the platform can); a step
+        # padded to ``size`` is written into the mirror in decode_shapes(size, width) and copied
+        # over at once. Reusing the mirror is safe: every decode row samples, so each step ends
+        # with a device sync, after its copy has run.
         _, nbytes = layout(decode_shapes(self.sizes[-1], self.width))
         self.buffer = torch.zeros(nbytes, dtype=torch.uint8, device=platform.device())
+        self.host = platform.host_buffer(nbytes)
+        self.host.zero_()
+        self._host: dict[int, dict[str, np.ndarray]] = {}  # size -> numpy views of the mirror
+        self._nbytes: dict[int, int] = {}
+        self._arange = np.arange(self.sizes[-1] + 1, dtype=np.int32)
         # size -> (replay, static hidden output, the captured ForwardContext). The context must
         # live as long as the graph: a backend's prepare() may put device scratch in
         # metadata.extra that the recorded kernels write; freed, that memory would be handed to
         # other tensors and overwritten by every replay.
         self.graphs: dict[int, tuple] = {}
-        self.inputs: dict[int, dict[str, torch.Tensor]] = {}  # size -> the views its graph recorded
+        self.inputs: dict[int, dict[str, torch.Tensor]] = {}  # size -> the device views its graph recorded
 
     def capture(self) -> None:
         start = time.perf_counter()
         with self.platform.inference_context():
             for size in tqdm(self.sizes[::-1], desc="Capturing decode graphs", unit="graph", dynamic_ncols=True):
-                t = self._padding_inputs(size)
-                self.inputs[size] = t
+                t = self.inputs[size] = self._padding_inputs(size)
                 meta = AttentionMetadata(
                     slot_mapping=t["slot_mapping"], block_tables=t["block_tables"], query_start_loc=t["query_start_loc"],
                     seq_lens=t["seq_lens"], max_query_len=1, max_seq_len=self.max_model_len, num_decodes=size,
@@ -64,20 +79,45 @@ class DecodeGraphs:
                     time.perf_counter() - start)
 
     def size_for(self, out: SchedulerOutput) -> int | None:
-        """The captured size a decode-only step of ``out`` replays at, or None (run it eagerly)."""
+        """The captured size a step of ``out`` replays at, or None (run it eagerly): it must be
+        all decodes (one new token each, after all earlier ones) within the captured sizes."""
         b = len(out.requests)
         if b > self.sizes[-1] or any(n != 1 for n in out.num_tokens):
             return None
-        if any(req.num_computed_tokens >= self.max_model_len for req in out.requests):
+        if any(req.num_computed_tokens + 1 != req.num_tokens or req.num_tokens > self.max_model_len for req in out.requests):
             return None
         return next(s for s in self.sizes if s >= b)
 
-    def target(self, size: int) -> tuple[int, torch.Tensor, dict[str, torch.Tensor]]:
-        """Where ``batch.stage`` puts a step replayed at ``size``."""
-        return size, self.buffer, self.inputs[size]
+    def stage(self, out: SchedulerOutput, block_tables: list[list[int]], size: int) -> StepInputs:
+        """Write a decode step padded to ``size`` into the host mirror and copy it over at once.
+
+        Block-table entries past a row's length are left as they are (kernels never read them);
+        padding rows get block 0 at column 0, the one entry they read (without writing: slot -1).
+        """
+        b, bs = len(out.requests), self.block_size
+        h = self._host_views(size)
+        pos = [req.num_computed_tokens for req in out.requests]
+        h["input_ids"][:b] = [req.token_ids[-1] for req in out.requests]
+        h["positions"][:b] = pos
+        h["slot_mapping"][:b] = [t[p // bs] * bs + p % bs for t, p in zip(block_tables, pos)]
+        h["seq_lens"][:b] = [p + 1 for p in pos]
+        for i, blocks in enumerate(block_tables):
+            h["block_tables"][i, : len(blocks)] = blocks
+        h["positions"][b:], h["slot_mapping"][b:], h["seq_lens"][b:], h["block_tables"][b:, 0] = 0, -1, 1, 0
+        h["query_start_loc"][:] = self._arange[: size + 1]
+        nbytes = self._nbytes[size]
+        self.buffer[:nbytes].copy_(self.host[:nbytes], non_blocking=True)
+        return step_inputs(self.inputs[size], 1, max(pos) + 1, size, list(range(b)), list(range(b + 1)), size)
+
+    def _host_views(self, size: int) -> dict[str, np.ndarray]:
+        if size not in self._host:
+            shapes = decode_shapes(size, self.width)
+            self._host[size] = {k: v.numpy() for k, v in views(self.host, shapes).items()}
+            self._nbytes[size] = layout(shapes)[1]
+        return self._host[size]
 
     def replay(self, size: int) -> torch.Tensor:
-        """Hidden states ``[size, hidden]`` of the step packed into ``buffer`` at ``size``."""
+        """Hidden states ``[size, hidden]`` of the step staged at ``size``."""
         replay, hidden, _ = self.graphs[size]
         replay()
         return hidden

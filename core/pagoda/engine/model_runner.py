@@ -71,10 +71,9 @@ class ModelRunner:
 
     def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
         size = self.graphs.size_for(out) if self.graphs is not None else None
-        if size is None:
-            return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
-        host = pack_host_inputs(out, block_tables, self.block_size, pad_to=size, width=self.graphs.width)
-        return stage(host, self.platform, self.graphs.target(size))
+        if size is not None:
+            return self.graphs.stage(out, block_tables, size)
+        return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         if inputs.graph_size is not None:
