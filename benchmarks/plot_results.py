@@ -27,7 +27,7 @@ def throughput_chart() -> None:
     run = "h100_2026-11-21"
     hf = load(f"{run}/hf_200x256x256.json")
     bars = [
-        ("Pagoda, graphs\n1000 prompts", load(f"{run}/run2/throughput_graphs_256x256.json")["pagoda"]["requests_per_s"]),
+        ("Pagoda, graphs\n1000 prompts", load(f"{run}/run3/throughput_graphs_256x256.json")["pagoda"]["requests_per_s"]),
         ("Pagoda, eager\n1000 prompts", load(f"{run}/throughput_256x256.json")["pagoda"]["requests_per_s"]),
         ("vLLM 0.5.4 (published)\n1000 prompts", 24.5),
         ("Pagoda, eager\n200 prompts", hf["pagoda"]["requests_per_s"]),
@@ -44,6 +44,29 @@ def throughput_chart() -> None:
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     fig.savefig(IMG / "throughput_h100.png", dpi=110)
+
+
+def latency_chart() -> None:
+    """Decode step time at batch 1/8/64 on the H100: eager, graphs (first version), graphs now, floor."""
+    run = "h100_2026-11-21"
+    series = [("eager", f"{run}/latency.json", "#999999"), ("CUDA graphs, first", f"{run}/run2/latency_graphs.json", "#89c2d9"),
+              ("CUDA graphs, one-copy inputs", f"{run}/run3/latency_graphs.json", "#1d4e89")]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.25
+    for k, (label, name, color) in enumerate(series):
+        steps = load(name)["steps"]
+        ax.bar([i + (k - 1) * width for i in range(len(steps))], [s["step_ms"] for s in steps], width, label=label, color=color)
+    floor = load(series[-1][1])["steps"]
+    for i, s in enumerate(floor):
+        ax.hlines(s["floor_ms"], i - 1.6 * width, i + 1.6 * width, colors="#c44536", linestyles="--",
+                  label="memory floor" if i == 0 else None)
+        ax.text(i + width, s["step_ms"] + 0.2, f"{s['ratio_to_floor']:.2f}x", ha="center", fontsize=8)
+    ax.set_xticks(range(len(floor)), [f"batch {s['batch']}" for s in floor])
+    ax.set_ylabel("ms per decode step")
+    ax.set_title("Llama-3.1-8B decode step (dummy bf16), one H100")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "latency_h100.png", dpi=110)
 
 
 def attention_chart() -> None:
@@ -70,5 +93,6 @@ def attention_chart() -> None:
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
+    latency_chart()
     attention_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))

@@ -34,3 +34,22 @@ def test_latency_reports_each_batch(tmp_path):
     steps = json.loads(out.read_text())["steps"]
     assert [s["batch"] for s in steps] == [1, 3]
     assert all(s["step_ms"] > 0 and s["floor_ms"] > 0 for s in steps)
+
+
+def test_streamed_weights_leave_out_gathered_embeddings(tmp_path):
+    """The memory floor counts weights a step reads whole: an untied input embedding is only
+    gathered (left out); a table the LM head shares is read whole (counted once)."""
+    import transformers
+
+    from pagoda import LLM
+    from pagoda.bench.common import streamed_weights
+
+    for tied in (False, True):
+        folder = tmp_path / f"tied{tied}"
+        transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied,
+                                 architectures=["LlamaForCausalLM"]).save_pretrained(folder)
+        model = LLM(model=str(folder), load_format="dummy", skip_tokenizer_init=True).engine.parts.model
+        everything = sum(p.numel() * p.element_size() for p in model.parameters())  # shared tables once
+        table = 256 * 32 * 4  # float32 on CPU
+        assert streamed_weights(model)[0] == (everything if tied else everything - table)

@@ -166,3 +166,18 @@ def test_streamed_deltas_add_up_to_the_full_output(llm):
     assert [sorted(e) for e in streamed] == [sorted(e) for e in full.logprobs]  # float noise aside (cached prefix)
     assert all(abs(a[t].logprob - b[t].logprob) < 1e-4 for a, b in zip(streamed, full.logprobs) for t in a)
     assert deltas[-1].finish_reason == full.finish_reason and all(d.finish_reason is None for d in deltas[:-1])
+
+
+def test_cumulative_logprob_only_when_logprobs_are_asked(llm):
+    """As in vLLM: without ``logprobs`` the sampler skips them and ``cumulative_logprob`` is None;
+    with ``logprobs=0`` it is the sum of the sampled tokens' logprobs. Mixed in one batch."""
+    prompts = random_prompts(2, range(5, 9), seed=3)
+    plain, asked = SamplingParams(temperature=0, max_tokens=6), SamplingParams(temperature=0, max_tokens=6, logprobs=0)
+    out = llm.generate(prompts, [plain, asked], use_tqdm=False)
+    assert out[0].outputs[0].cumulative_logprob is None and out[0].outputs[0].logprobs is None
+    c = out[1].outputs[0]
+    chosen = [step[token].logprob for step, token in zip(c.logprobs, c.token_ids)]
+    assert len(chosen) == 6 and all(lp <= 0 for lp in chosen)
+    assert abs(c.cumulative_logprob - sum(chosen)) < 1e-6
+    alone = llm.generate(prompts[:1], plain, use_tqdm=False)[0].outputs[0]
+    assert alone.token_ids == out[0].outputs[0].token_ids and alone.cumulative_logprob is None
