@@ -34,7 +34,7 @@ class HostInputs:
     max_query_len: int
     max_seq_len: int
     sample_rows: list[int]  # indices into scheduled requests that sample this step
-    query_starts: list[int]  # [S+1] host copy of query_start_loc (unpadded)
+    query_starts: list[int]  # [S+1] host copy of query_start_loc
 
 
 @dataclass
