@@ -83,9 +83,8 @@ def layout(shapes: Shapes) -> tuple[dict[str, int], int]:
     return offsets, size
 
 
-def views(buffer: torch.Tensor, shapes: Shapes) -> dict[str, torch.Tensor]:
-    """Typed views of a packed byte buffer."""
-    offsets, _ = layout(shapes)
+def views(buffer: torch.Tensor, shapes: Shapes, offsets: dict[str, int]) -> dict[str, torch.Tensor]:
+    """Typed views of a byte buffer packed at ``offsets`` (from ``layout(shapes)``)."""
     out = {}
     for name, (shape, dtype) in shapes.items():
         end = offsets[name] + math.prod(shape) * dtype.itemsize
@@ -102,7 +101,7 @@ def stage(host: HostInputs, platform: Platform) -> StepInputs:
     for name, a in host.arrays.items():
         flat[offsets[name] : offsets[name] + a.nbytes] = a.reshape(-1).view(np.uint8)
     device = platform.device()
-    t = views(staging if device.type == "cpu" else staging.to(device, non_blocking=True), shapes)
+    t = views(staging if device.type == "cpu" else staging.to(device, non_blocking=True), shapes, offsets)
     return step_inputs(t, host.max_query_len, host.max_seq_len, host.num_decodes, host.sample_rows, host.query_starts)
 
 

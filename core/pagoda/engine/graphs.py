@@ -112,8 +112,8 @@ class DecodeGraphs:
     def _host_views(self, size: int) -> dict[str, np.ndarray]:
         if size not in self._host:
             shapes = decode_shapes(size, self.width)
-            self._host[size] = {k: v.numpy() for k, v in views(self.host, shapes).items()}
-            self._nbytes[size] = layout(shapes)[1]
+            offsets, self._nbytes[size] = layout(shapes)
+            self._host[size] = {k: v.numpy() for k, v in views(self.host, shapes, offsets).items()}
         return self._host[size]
 
     def replay(self, size: int) -> torch.Tensor:
@@ -125,7 +125,8 @@ class DecodeGraphs:
     def _padding_inputs(self, size: int) -> dict[str, torch.Tensor]:
         """The views a graph of ``size`` records, filled as all-padding rows (slot -1, length 1)."""
         self.buffer.zero_()  # the layouts of all sizes overlap: clear what larger ones left
-        t = views(self.buffer, decode_shapes(size, self.width))
+        shapes = decode_shapes(size, self.width)
+        t = views(self.buffer, shapes, layout(shapes)[0])
         t["slot_mapping"].fill_(-1)
         t["seq_lens"].fill_(1)
         t["query_start_loc"].copy_(torch.arange(size + 1, dtype=torch.int32))
