@@ -49,7 +49,7 @@ def test_streamed_weights_leave_out_gathered_embeddings(tmp_path):
         transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied,
                                  architectures=["LlamaForCausalLM"]).save_pretrained(folder)
-        model = LLM(model=str(folder), load_format="dummy", skip_tokenizer_init=True).engine.parts.model
+        model = LLM(model=str(folder), load_format="dummy", skip_tokenizer_init=True).engine.core.parts.model
         everything = sum(p.numel() * p.element_size() for p in model.parameters())  # shared tables once
         table = 256 * 32 * 4  # float32 on CPU
         assert streamed_weights(model)[0] == (everything if tied else everything - table)

@@ -31,6 +31,7 @@ class EngineConfig:
     enforce_eager: bool = False
     scheduler: str = "fcfs"
     platform: str = "auto"
+    overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
 
     def __post_init__(self) -> None:
         self.validate()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pagoda.engine_core.messages import StepStats  # noqa: F401 - part of the public outputs
+
 
 @dataclass
 class Logprob:
@@ -54,16 +56,3 @@ class RequestOutput:
     def __repr__(self) -> str:
         texts = [o.text for o in self.outputs]
         return f"RequestOutput(request_id={self.request_id!r}, outputs={texts!r}, finished={self.finished})"
-
-
-@dataclass
-class StepStats:
-    """Engine-wide numbers for logs and /metrics."""
-
-    num_running: int = 0
-    num_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_hit_rate: float = 0.0
-    num_preemptions: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0

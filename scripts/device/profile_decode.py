@@ -34,7 +34,7 @@ def events_ms(fn, reps: int = 50) -> float:
 
 def step_ms(llm: LLM, prompts: list[list[int]], n: int = 64) -> float:
     def timed(tokens: int) -> float:
-        llm.engine.kv_cache.reset_prefix_cache()
+        llm.engine.core.kv_cache.reset_prefix_cache()
         torch.cuda.synchronize()
         t = time.perf_counter()
         llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
@@ -69,8 +69,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     llm = LLM(model=args.model, load_format="dummy", attention_backend=args.backend, max_model_len=2048,
               skip_tokenizer_init=True)
-    engine, runner = llm.engine, llm.engine.runner
-    prompts = random_prompts(args.batch, 128, engine.parts.hf_config.vocab_size, 0)
+    engine, runner = llm.engine, llm.engine.core.runner
+    prompts = random_prompts(args.batch, 128, engine.core.parts.hf_config.vocab_size, 0)
     result = {"batch": args.batch, "step_ms": step_ms(llm, prompts)}
     replay, hidden, _ = runner.graphs.graphs[next(s for s in runner.graphs.sizes if s >= args.batch)]
     result["replay_ms"] = events_ms(replay)

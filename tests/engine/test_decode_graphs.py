@@ -61,7 +61,7 @@ def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models):
     args = dict(model=path, block_size=8, platform="replay-cpu", attention_backend="torch-graphs", max_num_seqs=16)
     eager = LLM(**args, enforce_eager=True).generate(prompts, params, use_tqdm=False)
     graphed_llm = LLM(**args)
-    assert sorted(graphed_llm.engine.runner.graphs.graphs) == [1, 2, 4, 8, 16]
+    assert sorted(graphed_llm.engine.core.runner.graphs.graphs) == [1, 2, 4, 8, 16]
     REPLAYS["count"] = 0
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert REPLAYS["count"] > 10  # decode steps went through the graphs
@@ -73,7 +73,7 @@ def test_padding_inputs_of_each_size_are_clean(replay_plugins, tiny_models):
     length 1) must not leak into a smaller size's block table or token ids (a GPU reads page -1)."""
     llm = LLM(model=tiny_models["llama"][0], block_size=8, platform="replay-cpu", attention_backend="torch-graphs",
               max_num_seqs=16)
-    graphs = llm.engine.runner.graphs
+    graphs = llm.engine.core.runner.graphs
     for size in graphs.sizes[::-1]:
         t = graphs._padding_inputs(size)
         assert (t["block_tables"] == 0).all() and (t["input_ids"] == 0).all() and (t["positions"] == 0).all()

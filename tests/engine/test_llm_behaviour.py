@@ -36,9 +36,9 @@ def test_prefix_caching_on_off_identical_and_hits(llama_path):
     first = cached.generate(prompts[:1], GREEDY, use_tqdm=False)  # warms the cache with the shared prefix
     rest = cached.generate(prompts[1:], GREEDY, use_tqdm=False)
     assert tokens(first + rest) == tokens(plain.generate(prompts, GREEDY, use_tqdm=False))
-    assert cached.engine.kv_cache.prefix_cache_stats.hit_rate > 0
+    assert cached.engine.core.kv_cache.prefix_cache_stats.hit_rate > 0
     assert all(o.num_cached_tokens >= 40 - 8 for o in rest)
-    assert plain.engine.kv_cache.prefix_cache_stats.hit_rate == 0
+    assert plain.engine.core.kv_cache.prefix_cache_stats.hit_rate == 0
 
 
 def test_tiny_kv_cache_preempts_with_identical_outputs(llama_path):
@@ -47,7 +47,7 @@ def test_tiny_kv_cache_preempts_with_identical_outputs(llama_path):
     roomy = LLM(model=llama_path, block_size=8)
     per_block = 2 * 2 * 8 * 2 * 16 * 4  # layers * (k, v) * block_size * kv_heads * head_dim * float32 bytes
     tight = LLM(model=llama_path, block_size=8, kv_cache_memory=12 * per_block)
-    assert tight.engine.kv_cache.num_blocks == 12
+    assert tight.engine.core.kv_cache.num_blocks == 12
     assert tokens(tight.generate(prompts, params, use_tqdm=False)) == tokens(roomy.generate(prompts, params, use_tqdm=False))
     assert tight.engine.stats.num_preemptions > 0
 

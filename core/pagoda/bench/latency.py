@@ -27,7 +27,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     llm = build_llm(args)
-    parts = llm.engine.parts
+    parts = llm.engine.core.parts
     device = parts.platform.device()
     weight_bytes, _ = streamed_weights(parts.model)
     kv_bytes_per_token = sum(c[:, :1].numel() * c.element_size() for c in parts.kv_caches) // parts.config.block_size
@@ -49,7 +49,7 @@ def _decode_step_seconds(llm, prompts, output_len: int, repeats: int, device) ->
 
     def timed(n: int) -> float:
         params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
-        llm.engine.kv_cache.reset_prefix_cache()  # both timings pay the same prefill
+        llm.engine.core.kv_cache.reset_prefix_cache()  # both timings pay the same prefill
         synchronize(device)
         start = time.perf_counter()
         llm.generate(prompts, params, use_tqdm=False)

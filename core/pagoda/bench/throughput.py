@@ -30,9 +30,9 @@ def run(args: argparse.Namespace) -> int:
 
     llm = build_llm(args)
     engine = llm.engine
-    model, device, dtype = engine.parts.model, engine.parts.platform.device(), engine.parts.dtype
+    model, device, dtype = engine.core.parts.model, engine.core.parts.platform.device(), engine.core.parts.dtype
     hf_model = _hf_model_with_same_weights(engine) if args.hf else None
-    prompts = random_prompts(args.num_prompts, args.input_len, engine.parts.hf_config.vocab_size, args.seed)
+    prompts = random_prompts(args.num_prompts, args.input_len, engine.core.parts.hf_config.vocab_size, args.seed)
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
     llm.generate(prompts[: min(8, len(prompts))], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
     synchronize(device)
@@ -44,13 +44,13 @@ def run(args: argparse.Namespace) -> int:
     weight_bytes, num_params = streamed_weights(model)
     result = {
         "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "model", "load_format"),
-        "platform": engine.parts.platform.describe(), "attention_backend": args.attention_backend,
+        "platform": engine.core.parts.platform.describe(), "attention_backend": args.attention_backend,
         "dtype": str(dtype).removeprefix("torch."), "params": num_params,
         "pagoda": _rates(elapsed, args.num_prompts, args.num_prompts * args.input_len, num_out),
     }
     rates = device_rates(device, dtype)
     flops = 2 * num_params * args.num_prompts * (args.input_len + args.output_len)
-    flops += _attention_flops(engine.parts.hf_config, args.num_prompts, args.input_len + args.output_len)
+    flops += _attention_flops(engine.core.parts.hf_config, args.num_prompts, args.input_len + args.output_len)
     result["roofline"] = {"matmul_tflops": rates["matmul_flops"] / 1e12, "copy_gbps": rates["copy_bytes"] / 1e9,
                           "compute_floor_s": flops / rates["matmul_flops"], "weight_bytes": weight_bytes}
     if hf_model is not None:
@@ -77,7 +77,7 @@ def _hf_model_with_same_weights(engine):
     """An HF model from the same config; its (random) weights are loaded into Pagoda's model too."""
     import transformers
 
-    parts = engine.parts
+    parts = engine.core.parts
     with parts.platform.device():  # build (and randomly initialise) directly on the device
         hf = transformers.AutoModelForCausalLM.from_config(parts.hf_config, dtype=parts.dtype)
     parts.model.load_weights((name, t) for name, t in hf.state_dict().items())

@@ -1,56 +1,51 @@
-"""LLMEngine: add requests, step, abort. ``step()`` reads: schedule -> execute -> process outputs."""
+"""LLMEngine: the synchronous front end (offline ``LLM``, ``pagoda chat``) over an engine core.
+
+It validates prompts, fans ``n > 1`` requests out into sequences, and turns the core's token
+outputs into RequestOutputs (detokenization, stop strings). The core runs in this process
+(``InprocClient``, the default) or in its own (``multiprocess=True``).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import logging
 import time
 
 from pagoda.config import EngineConfig
-from pagoda.engine.builder import EngineParts, build_engine_parts
-from pagoda.engine.detokenizer import IncrementalDetokenizer
-from pagoda.engine.model_runner import ModelRunner
-from pagoda.engine.output_processor import ChildState, OutputProcessor, RequestState
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.engine.output_processor import OutputProcessor
+from pagoda.engine_core.client import EngineCoreClient, InprocClient, SyncMPClient
+from pagoda.engine_core.core import EngineCore, validate_prompt
+from pagoda.engine_core.messages import AddRequest, StepStats
 from pagoda.errors import RequestError
-from pagoda.outputs import RequestMetrics, RequestOutput, StepStats
+from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
-
-logger = logging.getLogger("pagoda")
 
 
 class LLMEngine:
-    def __init__(self, parts: EngineParts) -> None:
-        self.parts = parts
-        self.config = parts.config
-        self.tokenizer = parts.tokenizer
-        self.max_model_len = parts.max_model_len
-        self.scheduler = parts.scheduler
-        self.kv_cache = parts.kv_cache
-        self.runner = ModelRunner(parts.model, parts.attention, parts.platform, parts.kv_caches,
-                                  self.config.block_size, self.config.seed)
-        if self._use_graphs(parts):
-            self.runner.capture_decode_graphs(parts.max_model_len, self.config.max_num_seqs)
-        self.outputs = OutputProcessor(parts.tokenizer, parts.max_model_len, finish=self._finish)
-        self.eos_token_id = _eos_token_id(parts)
+    def __init__(self, client: EngineCoreClient, tokenizer) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.info = client.info
+        self.max_model_len = client.info.max_model_len
+        self.outputs = OutputProcessor(tokenizer)
         self.stats = StepStats()
         self._ids = itertools.count()
 
-    @staticmethod
-    def _use_graphs(parts: EngineParts) -> bool:
-        """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
-        if parts.config.enforce_eager or not parts.platform.supports_graphs():
-            return False
-        if not parts.attention.supports_graphs:
-            logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
-                        type(parts.attention).__name__)
-            return False
-        return True
-
     @classmethod
-    def from_config(cls, config: EngineConfig) -> "LLMEngine":
-        return cls(build_engine_parts(config))
+    def from_config(cls, config: EngineConfig, multiprocess: bool = False) -> "LLMEngine":
+        """An engine whose core runs in this process, or (``multiprocess``) in its own."""
+        if not multiprocess:
+            core = EngineCore.from_config(config)
+            return cls(InprocClient(core), core.parts.tokenizer)
+        from pagoda.loader import load_tokenizer, resolve_model
+
+        client = SyncMPClient.start(config)
+        tokenizer = None if config.skip_tokenizer_init else load_tokenizer(resolve_model(config.model), config.tokenizer)
+        return cls(client, tokenizer)
+
+    @property
+    def core(self) -> EngineCore:
+        """The in-process core (for inspection and tests); AttributeError in multiprocess mode."""
+        return self.client.core
 
     # -- requests --------------------------------------------------------------------------
     def next_request_id(self) -> str:
@@ -66,101 +61,42 @@ class LLMEngine:
         stream: bool = False,
         arrival_time: float | None = None,
     ) -> None:
-        """Queue a request (``n`` children for ``params.n > 1``). Raises RequestError for bad input."""
+        """Queue a request (``n`` sequences for ``params.n > 1``). Raises RequestError for bad input."""
         self.validate_prompt(prompt_token_ids)
         if request_id in self.outputs.states:
             raise RequestError(f"request id {request_id!r} is already in use")
         arrival = time.monotonic() if arrival_time is None else arrival_time
-        children = []
-        for i in range(params.n):
-            child_params = params.for_child(i) if params.n > 1 else params
-            child_id = request_id if params.n == 1 else f"{request_id}#{i}"
-            req = Request(child_id, list(prompt_token_ids), child_params, arrival_time=arrival,
-                          priority=priority, eos_token_id=self.eos_token_id)
-            children.append(ChildState(req, IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, child_params)))
-        state = RequestState(request_id, prompt, list(prompt_token_ids), children, RequestMetrics(arrival), stream=stream)
-        self.outputs.add(state)
-        for child in children:
-            self.scheduler.add_request(child.request)
+        sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=stream)
+        self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
+                                  for seq_id, seq_params in sequences])
 
     def validate_prompt(self, prompt_token_ids: list[int]) -> None:
-        if not prompt_token_ids:
-            raise RequestError("the prompt is empty; give at least one token")
-        if len(prompt_token_ids) >= self.max_model_len:
-            raise RequestError(
-                f"the prompt has {len(prompt_token_ids)} tokens, but max_model_len is {self.max_model_len} "
-                "(prompt plus at least one generated token); shorten the prompt or raise --max-model-len"
-            )
-        vocab = self.parts.hf_config.vocab_size
-        if max(prompt_token_ids) >= vocab or min(prompt_token_ids) < 0:
-            raise RequestError(f"prompt token ids must be in [0, {vocab}); got {min(prompt_token_ids)}..{max(prompt_token_ids)}")
+        validate_prompt(prompt_token_ids, self.max_model_len, self.info.vocab_size)
 
     def abort(self, request_ids: list[str] | str) -> None:
         """Stop requests (waiting or running) and free their KV blocks."""
+        sequences = []
         for request_id in [request_ids] if isinstance(request_ids, str) else request_ids:
-            state = self.outputs.abort(request_id)
-            if state is None:
-                continue
-            for child in state.children:
-                if not child.request.status.finished:
-                    self._finish(child.request.request_id, RequestStatus.FINISHED_ABORTED)
+            sequences += self.outputs.abort(request_id)
+        if sequences:
+            self.client.abort(sequences)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return bool(self.outputs.states)
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One iteration of continuous batching; returns outputs of finished (or streamed) requests."""
-        scheduled = self.scheduler.schedule()
-        if scheduled.is_empty():
-            return []
-        now = time.monotonic()
-        for req in scheduled.requests:
-            state = self.outputs.parent_of.get(req.request_id)
-            if state is not None and state.metrics.first_scheduled_time is None:
-                state.metrics.first_scheduled_time = now
-        block_tables = [self.kv_cache.block_ids(req.request_id) for req in scheduled.requests]
-        self.stats.prompt_tokens += _num_prompt_tokens(scheduled)
-        result = self.runner.execute(scheduled, block_tables)
-        self.scheduler.update_from_output(scheduled, result.sampled)
-        outputs = self.outputs.process(scheduled.requests, result)
-        self._update_stats(len(scheduled.preempted), len(result.sampled))
+        batch = self.client.get_outputs()
+        if batch.stats is not None:
+            self.stats = batch.stats
+        outputs, stopped = self.outputs.process(batch.outputs)
+        if stopped:  # stop strings ended these sequences: the core stops computing them
+            self.client.abort(stopped)
         return outputs
 
-    def _finish(self, request_id: str, status: RequestStatus) -> None:
-        self.scheduler.finish(request_id, status)
-        self.runner.release(request_id)
-
     def snapshot_stats(self) -> StepStats:
-        """Current gauges and counters, as a copy that is safe to hand to another thread."""
-        self._refresh_gauges()
-        return dataclasses.replace(self.stats)
+        return self.stats
 
-    def _update_stats(self, num_preempted: int, num_sampled: int) -> None:
-        self._refresh_gauges()
-        self.stats.num_preemptions += num_preempted
-        self.stats.generation_tokens += num_sampled
-
-    def _refresh_gauges(self) -> None:
-        s = self.stats
-        s.num_running = self.scheduler.num_running
-        s.num_waiting = self.scheduler.num_waiting
-        s.kv_cache_usage = self.kv_cache.usage
-        s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
-
-
-def _num_prompt_tokens(scheduled) -> int:
-    """Prompt tokens computed by this step (before the scheduler advances the requests)."""
-    return sum(
-        max(0, min(req.num_prompt_tokens, req.num_computed_tokens + n) - req.num_computed_tokens)
-        for req, n in zip(scheduled.requests, scheduled.num_tokens)
-    )
-
-
-def _eos_token_id(parts: EngineParts) -> int | None:
-    eos = getattr(parts.tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(parts.hf_config, "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    return eos
+    def shutdown(self) -> None:
+        self.client.shutdown()

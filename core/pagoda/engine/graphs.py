@@ -42,15 +42,18 @@ class DecodeGraphs:
         self.block_size, self.max_model_len = block_size, max_model_len
         self.sizes = [s for s in CAPTURE_SIZES if s <= max_num_seqs] or [1]
         self.width = -(-max_model_len // block_size)  # block-table columns, fixed for every replay
-        # One static device buffer and its host mirror (pinned where the platform can); a step
-        # padded to ``size`` is written into the mirror in decode_shapes(size, width) and copied
-        # over at once. Reusing the mirror is safe: every decode row samples, so each step ends
-        # with a device sync, after its copy has run.
+        # One static device buffer and two host mirrors (pinned where the platform can), used in
+        # turn: a step padded to ``size`` is written into a mirror in decode_shapes(size, width)
+        # and copied over at once. With overlapped steps the next step is staged before the
+        # previous one has run, but never before the engine read the tokens of the one before
+        # that: so the mirror written now was last read by a copy that has finished.
         _, nbytes = layout(decode_shapes(self.sizes[-1], self.width))
         self.buffer = torch.zeros(nbytes, dtype=torch.uint8, device=platform.device())
-        self.host = platform.host_buffer(nbytes)
-        self.host.zero_()
-        self._host: dict[int, dict[str, np.ndarray]] = {}  # size -> numpy views of the mirror
+        self.mirrors = [platform.host_buffer(nbytes) for _ in range(2)]
+        for mirror in self.mirrors:
+            mirror.zero_()
+        self._turn = 0
+        self._host: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # (mirror, size) -> numpy views
         self._nbytes: dict[int, int] = {}
         self._arange = np.arange(self.sizes[-1] + 1, dtype=np.int32)
         # size -> (replay, static hidden output, the captured ForwardContext). The context must
@@ -95,7 +98,8 @@ class DecodeGraphs:
         padding rows get block 0 at column 0, the one entry they read (without writing: slot -1).
         """
         b, bs = len(out.requests), self.block_size
-        h = self._host_views(size)
+        mirror, self._turn = self._turn, 1 - self._turn
+        h = self._host_views(mirror, size)
         pos = [req.num_computed_tokens for req in out.requests]
         h["input_ids"][:b] = [req.token_ids[-1] for req in out.requests]
         h["positions"][:b] = pos
@@ -103,18 +107,19 @@ class DecodeGraphs:
         h["seq_lens"][:b] = [p + 1 for p in pos]
         for i, blocks in enumerate(block_tables):
             h["block_tables"][i, : len(blocks)] = blocks
-        h["positions"][b:], h["slot_mapping"][b:], h["seq_lens"][b:], h["block_tables"][b:, 0] = 0, -1, 1, 0
+        h["input_ids"][b:], h["positions"][b:], h["slot_mapping"][b:], h["seq_lens"][b:] = 0, 0, -1, 1
+        h["block_tables"][b:, 0] = 0  # (real rows' input ids may be placeholders, -1, until filled on the device)
         h["query_start_loc"][:] = self._arange[: size + 1]
         nbytes = self._nbytes[size]
-        self.buffer[:nbytes].copy_(self.host[:nbytes], non_blocking=True)
+        self.buffer[:nbytes].copy_(self.mirrors[mirror][:nbytes], non_blocking=True)
         return step_inputs(self.inputs[size], 1, max(pos) + 1, size, list(range(b)), list(range(b + 1)), size)
 
-    def _host_views(self, size: int) -> dict[str, np.ndarray]:
-        if size not in self._host:
+    def _host_views(self, mirror: int, size: int) -> dict[str, np.ndarray]:
+        if (mirror, size) not in self._host:
             shapes = decode_shapes(size, self.width)
             offsets, self._nbytes[size] = layout(shapes)
-            self._host[size] = {k: v.numpy() for k, v in views(self.host, shapes, offsets).items()}
-        return self._host[size]
+            self._host[mirror, size] = {k: v.numpy() for k, v in views(self.mirrors[mirror], shapes, offsets).items()}
+        return self._host[mirror, size]
 
     def replay(self, size: int) -> torch.Tensor:
         """Hidden states ``[size, hidden]`` of the step staged at ``size``."""

@@ -160,17 +160,20 @@ class KVCacheManager:
     # -- internals -------------------------------------------------------------------------
 
     def _update_block_hashes(self, request: Request, num_tokens: int | None = None) -> None:
-        """Extend ``request.block_hashes`` to cover the full blocks of its first ``num_tokens``."""
+        """Extend ``request.block_hashes`` to cover the full blocks of its first ``num_tokens``
+        (never past its known tokens: a placeholder's block is hashed once the token is read)."""
         hashes = request.block_hashes
         bs = self.block_size
-        num_full = (request.num_tokens if num_tokens is None else num_tokens) // bs
+        known = request.num_known_tokens
+        num_full = (known if num_tokens is None else min(num_tokens, known)) // bs
         tokens = request.token_ids
         for i in range(len(hashes), num_full):
             hashes.append(hash_block(hashes[-1] if hashes else None, tokens[i * bs : (i + 1) * bs]))
 
     def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
-        """Offer to the prefix cache the blocks that are full once ``num_tokens`` are computed."""
-        num_full = num_tokens // self.block_size
+        """Offer to the prefix cache the blocks that are full once ``num_tokens`` are computed
+        (and whose tokens are all known)."""
+        num_full = min(num_tokens, request.num_known_tokens) // self.block_size
         start = self._num_registered[request.request_id]
         if num_full <= start:
             return

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
+import numpy as np
 import torch
 
 from pagoda.engine.batch import StepInputs, pack_host_inputs, stage
 from pagoda.engine.request import Request
-from pagoda.engine.sampler import Sampler, SamplerOutput, SamplingRow, prompt_logprobs
+from pagoda.engine.sampler import DeviceSample, Sampler, SamplerOutput, SamplingRow, prompt_logprobs
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
@@ -56,18 +58,45 @@ class ModelRunner:
         self.graphs.capture()
 
     def execute(self, out: SchedulerOutput, block_tables: list[list[int]]) -> RunnerOutput:
+        """Run one step and wait for its tokens."""
+        return self.launch(out, block_tables).result()
+
+    def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None = None) -> PendingStep:
+        """Queue one step on the device and return without waiting for its tokens.
+
+        Tokens that are still ``PLACEHOLDER``s on the host (sampled by ``prev``, the step before,
+        whose tokens are not read yet) are taken from ``prev``'s device tensor.
+        """
         inputs = self._inputs(out, block_tables)
         with self.platform.inference_context():
+            if prev is not None:
+                self._fill_placeholders(out, inputs, prev)
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
-            result = RunnerOutput()
-            self._prompt_logprobs(out, hidden, inputs.query_starts, result)
-            if not inputs.sample_rows:
-                return result
-            index = inputs.sample_token_index
-            logits = self.model.compute_logits(hidden[: len(inputs.sample_rows)] if index is None else hidden[index])
+            prompt_lps: dict = {}
+            self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
             requests = [out.requests[i] for i in inputs.sample_rows]
-            sampled = self.sampler(logits, [self._row(req) for req in requests])
-        return self._collect(requests, sampled, result)
+            if not requests:
+                return PendingStep([], None, lambda: [], prompt_lps)
+            index = inputs.sample_token_index
+            logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
+            sample = self.sampler.sample(logits, [self._row(req) for req in requests])
+        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
+
+    def _fill_placeholders(self, out: SchedulerOutput, inputs: StepInputs, prev: PendingStep) -> None:
+        """Write ``prev``'s sampled tokens over the placeholders among this step's input ids."""
+        dst, src = [], []
+        for i, req in enumerate(out.requests):
+            if req.num_pending_tokens:
+                offset = req.num_tokens - 1 - req.num_computed_tokens  # the placeholder among its tokens
+                assert req.num_pending_tokens == 1 and 0 <= offset < out.num_tokens[i], "placeholder not at the end"
+                dst.append(inputs.query_starts[i] + offset)
+                src.append(prev.rows[req.request_id])
+        if not dst:
+            return
+        host = self.platform.host_buffer(16 * len(dst))
+        host.numpy()[:] = np.asarray(dst + src, dtype=np.int64).view(np.uint8)
+        index = (host if self.device.type == "cpu" else host.to(self.device, non_blocking=True)).view(torch.int64)
+        inputs.input_ids.index_copy_(0, index[: len(dst)], prev.sample.token_ids.index_select(0, index[len(dst) :]))
 
     def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
         size = self.graphs.size_for(out) if self.graphs is not None else None
@@ -101,17 +130,7 @@ class ModelRunner:
             eos_token_id=req.eos_token_id,
         )
 
-    @staticmethod
-    def _collect(requests: list[Request], sampled: SamplerOutput, result: RunnerOutput) -> RunnerOutput:
-        for i, req in enumerate(requests):
-            result.sampled[req.request_id] = sampled.token_ids[i]
-            if sampled.logprobs:
-                result.logprobs[req.request_id] = sampled.logprobs[i]
-            if sampled.top_logprobs[i] is not None:
-                result.top_logprobs[req.request_id] = sampled.top_logprobs[i]
-        return result
-
-    def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor, starts: list[int], result: RunnerOutput) -> None:
+    def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor, starts: list[int], result: dict) -> None:
         """Logprobs of each prompt token given the ones before it, for requests that asked."""
         for i, req in enumerate(out.requests):
             k = req.sampling_params.prompt_logprobs
@@ -121,4 +140,30 @@ class ModelRunner:
                 continue
             logits = self.model.compute_logits(hidden[starts[i] : starts[i] + last - first])
             targets = torch.tensor(req.prompt_token_ids[first + 1 : last + 1], device=logits.device)
-            result.prompt_logprobs[req.request_id] = prompt_logprobs(logits, targets, k)
+            result[req.request_id] = prompt_logprobs(logits, targets, k)  # waits for the device
+
+
+class PendingStep:
+    """A launched step: its sampled tokens are on the device until :meth:`result` reads them."""
+
+    def __init__(self, requests: list[Request], sample: DeviceSample | None,
+                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict) -> None:
+        self.requests = requests  # the requests that sample, in row order
+        self.rows = {req.request_id: i for i, req in enumerate(requests)}
+        self.sample = sample
+        self._wait = wait
+        self._prompt_logprobs = prompt_logprobs
+
+    def result(self) -> RunnerOutput:
+        """Wait for the step's tokens (and logprobs) and return them per request id."""
+        result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
+        if self.sample is None:
+            return result
+        sampled: SamplerOutput = self.sample.to_output(self._wait())
+        for i, req in enumerate(self.requests):
+            result.sampled[req.request_id] = sampled.token_ids[i]
+            if sampled.logprobs:
+                result.logprobs[req.request_id] = sampled.logprobs[i]
+            if sampled.top_logprobs[i] is not None:
+                result.top_logprobs[req.request_id] = sampled.top_logprobs[i]
+        return result

@@ -1,26 +1,34 @@
-"""After each step: detokenize, check stop conditions, and assemble RequestOutputs."""
+"""The front end's half of a step: detokenize, match stop strings, assemble RequestOutputs.
+
+It consumes the engine core's :class:`EngineCoreOutput`s (token ids, finish reasons decided by
+tokens, logprobs) and owns everything text: incremental detokenization, stop strings (a match
+finishes the sequence here and asks the core to abort it), streaming deltas, and the ``n > 1``
+fan-in of child sequences into one RequestOutput.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
 from pagoda.engine.detokenizer import IncrementalDetokenizer
-from pagoda.engine.model_runner import RunnerOutput
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.engine_core.messages import EngineCoreOutput, TopLogprobs
 from pagoda.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from pagoda.sampling_params import SamplingParams
 
 
 @dataclass
 class ChildState:
     """One generated sequence of a (possibly n > 1) request."""
 
-    request: Request
+    request_id: str  # the core's id: the parent's, or ``parent#i`` for n > 1
+    params: SamplingParams
     detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
     cumulative_logprob: float = 0.0  # reported only when the request asked for logprobs (as in vLLM)
     logprobs: list[dict[int, Logprob]] | None = None
-    stop_reason: int | str | None = None
     num_emitted: int = 0  # output tokens already handed out (streaming deltas)
 
 
@@ -33,109 +41,113 @@ class RequestState:
     metrics: RequestMetrics
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     stream: bool = False  # emit a delta output every step the request advances
+    num_cached_tokens: int = 0
 
     @property
     def finished(self) -> bool:
-        return all(c.request.status.finished for c in self.children)
+        return all(c.finish_reason is not None for c in self.children)
 
 
 class OutputProcessor:
-    """Owns per-request output state; the engine asks it what finished after each step."""
+    """Owns per-request output state; turns core outputs into RequestOutputs."""
 
-    def __init__(self, tokenizer, max_model_len: int, finish: Callable[[str, RequestStatus], None]) -> None:
-        """``finish(request_id, status)`` is called for each child that meets a stop condition."""
+    def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
-        self.finish = finish
-        self.max_model_len = max_model_len
         self.states: dict[str, RequestState] = {}
-        self.parent_of: dict[str, RequestState] = {}  # child request id -> state
+        self.child_of: dict[str, tuple[RequestState, ChildState]] = {}  # core request id -> its state
 
-    def add(self, state: RequestState) -> None:
-        self.states[state.request_id] = state
-        for child in state.children:
-            self.parent_of[child.request.request_id] = state
-            if child.request.sampling_params.logprobs is not None:
-                child.logprobs = []
-        if state.children[0].request.sampling_params.prompt_logprobs is not None:
-            state.prompt_logprobs = [None]
+    def add(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams,
+            arrival_time: float, stream: bool = False) -> list[tuple[str, SamplingParams]]:
+        """Track a request; returns the ``(core request id, params)`` of each of its n sequences."""
+        ids = [request_id] if params.n == 1 else [f"{request_id}#{i}" for i in range(params.n)]
+        children = []
+        for i, child_id in enumerate(ids):
+            child_params = params if params.n == 1 else params.for_child(i)
+            child = ChildState(child_id, child_params, IncrementalDetokenizer(self.tokenizer, prompt_token_ids, child_params))
+            child.logprobs = [] if child_params.logprobs is not None else None
+            children.append(child)
+        state = RequestState(request_id, prompt, list(prompt_token_ids), children, RequestMetrics(arrival_time),
+                             prompt_logprobs=[None] if params.prompt_logprobs is not None else None, stream=stream)
+        self.states[request_id] = state
+        for child in children:
+            self.child_of[child.request_id] = (state, child)
+        return [(c.request_id, c.params) for c in children]
 
-    def process(self, requests: list[Request], result: RunnerOutput, now: float | None = None) -> list[RequestOutput]:
-        """Handle the requests of one step (their sampled tokens are already appended).
+    def abort(self, request_id: str) -> list[str]:
+        """Forget a request; returns the core ids of its sequences that had not finished."""
+        state = self.states.get(request_id)
+        if state is None:
+            return []
+        self._drop(state)
+        return [c.request_id for c in state.children if c.finish_reason is None]
 
-        Returns outputs of requests that finished, and of streamed requests that advanced.
-        """
-        now = time.monotonic() if now is None else now
-        outputs = []
-        touched: dict[str, RequestState] = {}
-        for req in requests:
-            state = self.parent_of.get(req.request_id)
-            if state is None:
-                continue
-            self._record_prompt_logprobs(state, result.prompt_logprobs.get(req.request_id))
-            if req.request_id in result.sampled:
-                self._on_token(state, req, result, now)
-                touched[state.request_id] = state
-        for state in touched.values():
-            if state.finished or state.stream:
-                outputs.append(self.snapshot(state))
-            if state.finished:
-                self._drop(state)
-        return outputs
-
-    def abort(self, request_id: str) -> RequestState | None:
-        """Forget a parent request; returns its state so the engine can abort the children."""
+    def fail(self, request_id: str) -> None:
+        """Forget a request the core refused (no abort needed)."""
         state = self.states.get(request_id)
         if state is not None:
             self._drop(state)
-        return state
 
-    def _on_token(self, state: RequestState, req: Request, result: RunnerOutput, now: float) -> None:
-        child = next(c for c in state.children if c.request is req)
-        token = result.sampled[req.request_id]
-        if child.logprobs is not None:
-            logprob = result.logprobs[req.request_id]
-            child.cumulative_logprob += logprob
-            child.logprobs.append(self._logprob_dict(token, logprob, result.top_logprobs.get(req.request_id, [])))
-        if state.metrics.first_token_time is None:
-            state.metrics.first_token_time = now
-        state.metrics.last_token_time = now
-        status = self._check_stop(child, token)
-        if status is not None:
-            self.finish(req.request_id, status)
+    def process(self, outputs: list[EngineCoreOutput], now: float | None = None) -> tuple[list[RequestOutput], list[str]]:
+        """Handle one batch of core outputs.
+
+        Returns the RequestOutputs of requests that finished (and of streamed requests that
+        advanced), and the core ids of sequences a stop string ended (to abort in the core).
+        """
+        now = time.monotonic() if now is None else now
+        touched: dict[str, RequestState] = {}
+        stopped: list[str] = []
+        for out in outputs:
+            found = self.child_of.get(out.request_id)
+            if found is None or found[1].finish_reason is not None:
+                continue  # aborted, or a stop string ended it while this output was on its way
+            state, child = found
+            if out.prompt_logprobs is not None and child is state.children[0]:  # the children share the prompt
+                self._record_prompt_logprobs(state, out.prompt_logprobs)
+            if out.new_token_ids:
+                state.num_cached_tokens = out.num_cached_tokens
+                if self._on_tokens(state, child, out, now):
+                    stopped.append(child.request_id)
+                touched[state.request_id] = state
+        results = []
+        for state in touched.values():
+            if state.finished or state.stream:
+                results.append(self.snapshot(state))
             if state.finished:
-                state.metrics.finished_time = now
+                self._drop(state)
+        return results, stopped
 
-    def _check_stop(self, child: ChildState, token: int) -> RequestStatus | None:
-        """EOS, stop token, stop string, then length. The stopping token's text is left out
-        unless ``include_stop_str_in_output`` (as in vLLM)."""
-        req, params = child.request, child.request.sampling_params
-        status = None
-        if req.num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and token == req.eos_token_id:
-                status = RequestStatus.FINISHED_STOPPED
-            elif token in params.stop_token_ids:
-                status, child.stop_reason = RequestStatus.FINISHED_STOPPED, token
-        if status is None or params.include_stop_str_in_output:
-            stop_str = child.detokenizer.update([token])
-            if status is None and stop_str is not None:
-                status, child.stop_reason = RequestStatus.FINISHED_STOPPED, stop_str
-        if status is None and (
-            (params.max_tokens is not None and req.num_output_tokens >= params.max_tokens)
-            or req.num_tokens >= self.max_model_len
-        ):
-            status = RequestStatus.FINISHED_LENGTH
-        if status is not None:
+    def _on_tokens(self, state: RequestState, child: ChildState, out: EngineCoreOutput, now: float) -> bool:
+        """Add a sequence's new tokens; True when a stop string ended it (the core must abort it)."""
+        child.token_ids += out.new_token_ids
+        if child.logprobs is not None and out.logprobs is not None:
+            for token, lp, top in zip(out.new_token_ids, out.logprobs, out.top_logprobs or [[]] * len(out.logprobs)):
+                child.cumulative_logprob += lp
+                child.logprobs.append(self._logprob_dict(token, lp, top))
+        m = state.metrics
+        if m.first_token_time is None:
+            m.first_token_time = now
+        m.last_token_time = now
+        finish, child.stop_reason = out.finish_reason, out.stop_reason
+        by_string = False
+        if finish != "stop" or child.params.include_stop_str_in_output:  # a stop token's text is left out
+            stop_str = child.detokenizer.update(out.new_token_ids)
+            if stop_str is not None and finish != "stop":
+                finish, child.stop_reason, by_string = "stop", stop_str, finish is None
+        if finish is not None:
             child.detokenizer.flush()
-        return status
+            child.finish_reason = finish
+            if state.finished:
+                m.finished_time = now
+        return by_string
 
-    def _logprob_dict(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict[int, Logprob]:
+    def _logprob_dict(self, token: int, logprob: float, top: TopLogprobs) -> dict[int, Logprob]:
         entries = {tid: Logprob(lp, rank=r + 1, decoded_token=self._piece(tid)) for r, (tid, lp) in enumerate(top)}
         if token not in entries:
             entries[token] = Logprob(logprob, rank=None, decoded_token=self._piece(token))
         return entries
 
-    def _record_prompt_logprobs(self, state: RequestState, chunk) -> None:
-        if chunk is None or state.prompt_logprobs is None:
+    def _record_prompt_logprobs(self, state: RequestState, chunk: list[tuple[float, TopLogprobs]]) -> None:
+        if state.prompt_logprobs is None:
             return
         start = len(state.prompt_logprobs)
         for offset, (lp, top) in enumerate(chunk):
@@ -148,12 +160,12 @@ class OutputProcessor:
     def _drop(self, state: RequestState) -> None:
         self.states.pop(state.request_id, None)
         for child in state.children:
-            self.parent_of.pop(child.request.request_id, None)
+            self.child_of.pop(child.request_id, None)
 
     def snapshot(self, state: RequestState) -> RequestOutput:
         """The whole output so far, or for streamed requests only what is new since the last one."""
         outputs = [self._completion(i, c, state.stream) for i, c in enumerate(state.children)]
-        state.metrics.num_cached_tokens = state.children[0].request.num_cached_tokens
+        state.metrics.num_cached_tokens = state.num_cached_tokens
         return RequestOutput(
             request_id=state.request_id,
             prompt=state.prompt,
@@ -162,14 +174,14 @@ class OutputProcessor:
             finished=state.finished,
             prompt_logprobs=state.prompt_logprobs,
             metrics=state.metrics,
-            num_cached_tokens=state.metrics.num_cached_tokens,
+            num_cached_tokens=state.num_cached_tokens,
         )
 
     @staticmethod
     def _completion(index: int, child: ChildState, delta: bool) -> CompletionOutput:
-        finish_reason = child.request.status.finish_reason
+        finish_reason = child.finish_reason
         start = child.num_emitted if delta else 0
-        tokens = child.request.output_token_ids[start:]
+        tokens = child.token_ids[start:]
         child.num_emitted += len(tokens)
         return CompletionOutput(
             index=index,

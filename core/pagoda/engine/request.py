@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from pagoda.sampling_params import SamplingParams
 
 
+PLACEHOLDER = -1  # a sampled token still on the device (overlapped steps)
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -48,6 +51,7 @@ class Request:
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
     block_hashes: list[int] = field(default_factory=list)  # of the full blocks of token_ids, chained
+    num_pending_tokens: int = 0  # trailing PLACEHOLDERs: sampled by a step whose tokens are not read yet
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -69,5 +73,18 @@ class Request:
     def num_output_tokens(self) -> int:
         return self.num_tokens - self.num_prompt_tokens
 
+    @property
+    def num_known_tokens(self) -> int:
+        """Tokens whose ids the host knows (all but the trailing placeholders)."""
+        return self.num_tokens - self.num_pending_tokens
+
     def append_token(self, token_id: int) -> None:
+        """Append a sampled token (``PLACEHOLDER`` while it is still on the device)."""
         self.token_ids.append(token_id)
+        if token_id == PLACEHOLDER:
+            self.num_pending_tokens += 1
+
+    def resolve_placeholder(self, index: int, token_id: int) -> None:
+        """Put the token sampled for position ``index`` in place of its placeholder."""
+        self.token_ids[index] = token_id
+        self.num_pending_tokens -= 1

@@ -72,17 +72,21 @@ class Sampler:
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
+        return self.sample(logits, rows).to_output()
+
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> "DeviceSample":
+        """Sample on the device without waiting for it (:meth:`DeviceSample.to_output` reads it)."""
         logits = logits.float()  # [N, V]
         if logits.shape[0] != len(rows):
             raise ValueError(f"got {logits.shape[0]} rows of logits for {len(rows)} sampling rows")
+        ks = [r.params.logprobs for r in rows]
         if not rows:
-            return SamplerOutput([], [], [])
+            return DeviceSample(torch.empty(0, dtype=torch.long), ks)
         plan = _plan(rows, logits.shape[1], logits.device)
         processed = self._process(logits, rows, plan)
         token_ids = self._pick(processed, rows, plan)  # [N]
-        ks = [r.params.logprobs for r in rows]
-        if all(k is None for k in ks):  # no row reports logprobs: skip them (one device sync)
-            return SamplerOutput(token_ids.tolist(), [], [None] * len(rows))
+        if all(k is None for k in ks):  # no row reports logprobs: skip them
+            return DeviceSample(token_ids, ks)
         return _with_logprobs(logits, token_ids, ks)
 
     def process(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
@@ -143,7 +147,7 @@ def prompt_logprobs(
     """For each prompt position: raw logprob of the actual next token and the top-k ``(id, logprob)``."""
     logits = logits.float()  # [P, V]
     ids = torch.as_tensor(next_token_ids, dtype=torch.long, device=logits.device)  # [P]
-    out = _with_logprobs(logits, ids, [k] * logits.shape[0])
+    out = _with_logprobs(logits, ids, [k] * logits.shape[0]).to_output()
     return [(lp, top or []) for lp, top in zip(out.logprobs, out.top_logprobs)]
 
 
@@ -215,6 +219,11 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
     x[picked] = sub
 
 
+def needs_output_history(p: SamplingParams) -> bool:
+    """Whether sampling for ``p`` reads the values of earlier output tokens (penalties do)."""
+    return _has_penalty(p)
+
+
 def _has_penalty(p: SamplingParams) -> bool:
     return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
 
@@ -253,14 +262,38 @@ def _apply_min_p(x: torch.Tensor, min_p: torch.Tensor) -> None:
     x.masked_fill_(probs < floor, NEG_INF)
 
 
-def _with_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int | None]) -> SamplerOutput:
+def _with_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, ks: list[int | None]) -> "DeviceSample":
     """Raw logprob of each chosen token, plus the top-k ``(id, logprob)`` of rows with k not None."""
     lse = torch.logsumexp(logits, dim=1)  # [N]
     chosen = logits.gather(1, token_ids[:, None])[:, 0] - lse  # [N]
-    top: list[list[tuple[int, float]] | None] = [None] * len(ks)
     max_k = max((k for k in ks if k is not None), default=None)
-    if max_k is not None:
-        values, ids = logits.topk(max_k, dim=1)  # [N, max_k], sorted desc
-        values, ids = (values - lse[:, None]).tolist(), ids.tolist()
-        top = [None if k is None else list(zip(ids[i][:k], values[i][:k])) for i, k in enumerate(ks)]
-    return SamplerOutput(token_ids.tolist(), chosen.tolist(), top)
+    if max_k is None:
+        return DeviceSample(token_ids, ks, chosen)
+    values, ids = logits.topk(max_k, dim=1)  # [N, max_k], sorted desc
+    return DeviceSample(token_ids, ks, chosen, values - lse[:, None], ids)
+
+
+@dataclass
+class DeviceSample:
+    """A step's sampled tokens (and logprobs) still on the device."""
+
+    token_ids: torch.Tensor  # [N] long
+    ks: list[int | None]  # top logprobs asked per row
+    logprobs: torch.Tensor | None = None  # [N] raw logprob of each sampled token
+    top_values: torch.Tensor | None = None  # [N, max_k] top logprobs, sorted desc
+    top_ids: torch.Tensor | None = None  # [N, max_k]
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The tensors to copy to the host, in the order :meth:`to_output` takes them."""
+        return [t for t in (self.token_ids, self.logprobs, self.top_values, self.top_ids) if t is not None]
+
+    def to_output(self, host: list[torch.Tensor] | None = None) -> SamplerOutput:
+        """Lists from ``host`` (copies of :meth:`tensors`), or from the device tensors (waits)."""
+        token_ids, logprobs, top_values, top_ids = [*(host or self.tensors()), None, None, None][:4]
+        if logprobs is None:
+            return SamplerOutput(token_ids.tolist(), [], [None] * len(self.ks))
+        top: list[list[tuple[int, float]] | None] = [None] * len(self.ks)
+        if top_values is not None:
+            values, ids = top_values.tolist(), top_ids.tolist()
+            top = [None if k is None else list(zip(ids[i][:k], values[i][:k])) for i, k in enumerate(self.ks)]
+        return SamplerOutput(token_ids.tolist(), logprobs.tolist(), top)

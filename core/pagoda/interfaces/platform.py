@@ -89,6 +89,15 @@ class Platform(Capability, ABC):
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op where execution is synchronous)."""
 
+    def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+        """Start copying ``tensors`` to host memory behind the work queued so far; return a
+        function that waits for the copies and returns the host tensors.
+
+        Lets the engine queue the next step before it reads this one's sampled tokens. The
+        default (synchronous devices) hands the tensors back as they are.
+        """
+        return lambda: tensors
+
     def inference_context(self) -> AbstractContextManager:
         """A context wrapped around each model step (``torch.inference_mode`` by default)."""
         return torch.inference_mode()

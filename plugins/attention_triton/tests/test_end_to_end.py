@@ -27,7 +27,7 @@ def _use_plugins(monkeypatch: pytest.MonkeyPatch, **modules: str) -> PluginManag
 
 def _greedy(path: str, backend: str, prompts: list[list[int]], max_tokens: int, **kwargs) -> list[list[int]]:
     llm = LLM(model=path, attention_backend=backend, block_size=16, max_num_batched_tokens=24, **kwargs)
-    assert type(llm.engine.runner.attention).__name__ == {"triton": "TritonAttentionBackend"}.get(backend, "TorchAttentionBackend")
+    assert type(llm.engine.core.runner.attention).__name__ == {"triton": "TritonAttentionBackend"}.get(backend, "TorchAttentionBackend")
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens), use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs]
 

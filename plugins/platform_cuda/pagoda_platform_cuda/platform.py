@@ -58,6 +58,19 @@ class CudaPlatform(Platform):
         # after the copy that read it has run
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
+    def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+        hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+        for host, tensor in zip(hosts, tensors):
+            host.copy_(tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+        def wait() -> list[torch.Tensor]:
+            done.synchronize()  # releases the GIL while it waits
+            return hosts
+
+        return wait
+
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device())
 

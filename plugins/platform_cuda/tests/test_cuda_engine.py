@@ -32,7 +32,7 @@ def test_float32_greedy_tokens_match_hf_on_cuda(tiny_llama):
     prompts = tiny_models.random_prompts(6, range(3, 41), seed=11)
     llm = LLM(model=path, platform="cuda", dtype="float32", block_size=16, max_num_batched_tokens=64,
               gpu_memory_utilization=0.3)
-    assert llm.engine.parts.platform.custom_ops().name == "cuda", "the CUDA kernels did not load"
+    assert llm.engine.core.parts.platform.custom_ops().name == "cuda", "the CUDA kernels did not load"
     outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
     for prompt, out in zip(prompts, outputs):
         hf_tokens, _ = tiny_models.hf_greedy(hf_model, prompt, 24)
@@ -44,7 +44,7 @@ def test_bf16_dummy_weights_run(tiny_llama):
 
     path, _, _ = tiny_llama
     llm = LLM(model=path, platform="cuda", load_format="dummy", gpu_memory_utilization=0.3)  # auto dtype: bf16
-    assert llm.engine.parts.dtype == torch.bfloat16
+    assert llm.engine.core.parts.dtype == torch.bfloat16
     outputs = llm.generate([[1, 2, 3, 4]] * 5, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True),
                            use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outputs] == [16] * 5

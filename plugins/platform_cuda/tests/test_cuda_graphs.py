@@ -29,6 +29,6 @@ def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
                   max_num_seqs=64, gpu_memory_utilization=0.3)
     eager = LLM(**common, enforce_eager=True).generate(prompts, params, use_tqdm=False)
     graphed_llm = LLM(**common)
-    assert graphed_llm.engine.runner.graphs is not None and 48 in graphed_llm.engine.runner.graphs.graphs
+    assert graphed_llm.engine.core.runner.graphs is not None and 48 in graphed_llm.engine.core.runner.graphs.graphs
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]

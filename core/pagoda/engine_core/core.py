@@ -1,0 +1,250 @@
+"""EngineCore: the engine loop without the front end's work (no tokenizer, no text).
+
+It owns the scheduler, the KV cache and the model runner. ``step()`` schedules, launches a step
+on the device and returns the new tokens of finished steps as :class:`EngineCoreOutput`s; it
+checks the stop conditions a token decides (EOS, stop tokens, ``max_tokens``, the context
+length). Stop strings, detokenization and ``n > 1`` fan-out belong to the front end.
+
+Overlapped steps (``EngineConfig.overlap_steps``): step N+1 is scheduled and launched while
+step N still runs on the device; N's sampled tokens stay on the device as placeholders in the
+requests (``Request.append_token(PLACEHOLDER)``) and step N+1 reads them there. Only then does
+the host wait for N's tokens, check them and hand them out, while the device runs N+1. A
+request that stops at N (EOS, say) was already launched in N+1: that row's token is dropped.
+Requests that reach ``max_tokens`` or the context length are finished when their last step is
+launched, so batches match the non-overlapped schedule exactly where no EOS intervenes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import msgspec
+
+from pagoda.config import EngineConfig
+from pagoda.engine.builder import EngineParts, build_engine_parts
+from pagoda.engine.model_runner import ModelRunner, PendingStep, RunnerOutput
+from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
+from pagoda.engine.sampler import needs_output_history
+from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, StepStats
+from pagoda.errors import RequestError
+from pagoda.interfaces.scheduler import SchedulerOutput
+
+logger = logging.getLogger("pagoda")
+
+
+@dataclass
+class InflightStep:
+    """A launched step whose tokens are not read yet."""
+
+    scheduled: SchedulerOutput
+    pending: PendingStep
+    positions: list[int]  # per sampling request (pending.requests order): its placeholder's index
+
+
+class EngineCore:
+    """Schedules and runs steps; see the module docstring."""
+
+    UTILITIES = frozenset({"snapshot_stats", "kv_cache_state", "reset_prefix_cache", "info"})
+
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+        self.config = parts.config
+        self.max_model_len = parts.max_model_len
+        self.scheduler = parts.scheduler
+        self.kv_cache = parts.kv_cache
+        self.runner = ModelRunner(parts.model, parts.attention, parts.platform, parts.kv_caches,
+                                  self.config.block_size, self.config.seed)
+        if _use_graphs(parts):
+            self.runner.capture_decode_graphs(parts.max_model_len, self.config.max_num_seqs)
+        self.overlap = self.config.overlap_steps
+        self.eos_token_id = _eos_token_id(parts)
+        self.requests: dict[str, Request] = {}  # added and not yet reported finished
+        self.stats = StepStats()
+        self._inflight: InflightStep | None = None
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "EngineCore":
+        return cls(build_engine_parts(config))
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(max_model_len=self.max_model_len, vocab_size=self.parts.hf_config.vocab_size,
+                          eos_token_id=self.eos_token_id, num_kv_blocks=self.kv_cache.num_blocks,
+                          block_size=self.config.block_size, description=self.parts.platform.describe())
+
+    # -- requests --------------------------------------------------------------------------
+    def add_request(self, add: AddRequest) -> None:
+        """Queue one sequence. Raises RequestError for a prompt the engine cannot take."""
+        validate_prompt(add.prompt_token_ids, self.max_model_len, self.parts.hf_config.vocab_size)
+        if add.request_id in self.requests:
+            raise RequestError(f"request id {add.request_id!r} is already in use")
+        req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
+                      priority=add.priority, eos_token_id=self.eos_token_id)
+        self.requests[add.request_id] = req
+        self.scheduler.add_request(req)
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Stop requests (waiting, running or in flight) and free their KV blocks."""
+        for request_id in request_ids:
+            req = self.requests.pop(request_id, None)
+            if req is None:
+                continue
+            if not req.status.finished:
+                self.scheduler.finish(request_id, RequestStatus.FINISHED_ABORTED)
+            self.runner.release(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests) or self._inflight is not None
+
+    # -- the loop ----------------------------------------------------------------------------
+    def step(self) -> list[EngineCoreOutput]:
+        """Schedule and launch one step; return the outputs of the step(s) whose tokens were read."""
+        scheduled = self.scheduler.schedule()
+        outputs: list[EngineCoreOutput] = []
+        if self._inflight is not None and _needs_tokens(scheduled):  # e.g. penalties count every output token
+            outputs += self._resolve(self._inflight)
+            self._inflight = None
+            scheduled = _without_finished(scheduled)
+        launched = self._launch(scheduled) if not scheduled.is_empty() else None
+        if self._inflight is not None:
+            outputs += self._resolve(self._inflight)
+        self._inflight = launched
+        if launched is not None and not self.overlap:
+            outputs += self._resolve(launched)
+            self._inflight = None
+        return outputs
+
+    def _launch(self, scheduled: SchedulerOutput) -> InflightStep:
+        block_tables = [self.kv_cache.block_ids(req.request_id) for req in scheduled.requests]
+        self.stats.prompt_tokens += _num_prompt_tokens(scheduled)
+        self.stats.num_preemptions += len(scheduled.preempted)
+        prev = self._inflight.pending if self._inflight is not None else None
+        pending = self.runner.launch(scheduled, block_tables, prev)
+        self.scheduler.update_from_output(scheduled, dict.fromkeys(pending.rows, PLACEHOLDER))
+        positions = [req.num_tokens - 1 for req in pending.requests]
+        for req in pending.requests:  # their last token is in flight: free their seats and blocks now
+            if req.status is RequestStatus.RUNNING and self._reaches_length(req, req.num_tokens - 1):
+                self.scheduler.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
+        return InflightStep(scheduled, pending, positions)
+
+    def _resolve(self, step: InflightStep) -> list[EngineCoreOutput]:
+        """Read a step's tokens, put them in place of the placeholders, check stops, make outputs."""
+        result = step.pending.result()
+        outputs = {}
+        for req, index in zip(step.pending.requests, step.positions):
+            token = result.sampled[req.request_id]
+            req.resolve_placeholder(index, token)
+            if req.request_id in self.requests:
+                outputs[req.request_id] = self._token_output(req, token, index, result)
+        for request_id, chunk in result.prompt_logprobs.items():
+            if request_id in self.requests:
+                out = outputs.setdefault(request_id, EngineCoreOutput(request_id, []))
+                out.prompt_logprobs = chunk
+        self.stats.generation_tokens += sum(len(o.new_token_ids) for o in outputs.values())
+        return list(outputs.values())
+
+    def _token_output(self, req: Request, token: int, index: int, result: RunnerOutput) -> EngineCoreOutput:
+        out = EngineCoreOutput(req.request_id, [token], num_cached_tokens=req.num_cached_tokens)
+        if req.request_id in result.logprobs:
+            out.logprobs = [result.logprobs[req.request_id]]
+            out.top_logprobs = [result.top_logprobs.get(req.request_id, [])]
+        status, out.stop_reason = self._check_stop(req, token, index)
+        if status is not None:
+            out.finish_reason = status.value
+            self._finish_reported(req, status)
+        return out
+
+    def _check_stop(self, req: Request, token: int, index: int) -> tuple[RequestStatus | None, int | None]:
+        """EOS, then a stop token (both once ``min_tokens`` are out), then length."""
+        params = req.sampling_params
+        if index + 1 - req.num_prompt_tokens >= params.min_tokens:
+            if not params.ignore_eos and token == req.eos_token_id:
+                return RequestStatus.FINISHED_STOPPED, None
+            if token in params.stop_token_ids:
+                return RequestStatus.FINISHED_STOPPED, token
+        if self._reaches_length(req, index):
+            return RequestStatus.FINISHED_LENGTH, None
+        return None, None
+
+    def _reaches_length(self, req: Request, index: int) -> bool:
+        """Whether the token at ``index`` is the last one ``max_tokens`` or the context allows."""
+        max_tokens = req.sampling_params.max_tokens
+        return (max_tokens is not None and index + 1 - req.num_prompt_tokens >= max_tokens) or index + 1 >= self.max_model_len
+
+    def _finish_reported(self, req: Request, status: RequestStatus) -> None:
+        del self.requests[req.request_id]
+        if req.status.finished:  # finished at launch (length): the token decided the reason
+            req.status = status
+        else:
+            self.scheduler.finish(req.request_id, status)
+        self.runner.release(req.request_id)
+
+    # -- utilities (front ends call these between steps) --------------------------------------
+    def snapshot_stats(self) -> StepStats:
+        """Current gauges and counters, as a copy."""
+        s = self.stats
+        s.num_running = self.scheduler.num_running
+        s.num_waiting = self.scheduler.num_waiting
+        s.kv_cache_usage = self.kv_cache.usage
+        s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
+        return msgspec.structs.replace(s)
+
+    def kv_cache_state(self) -> dict:
+        return {"num_blocks": self.kv_cache.num_blocks, "num_free_blocks": self.kv_cache.num_free_blocks,
+                "num_unfinished": len(self.requests)}
+
+    def reset_prefix_cache(self) -> None:
+        self.kv_cache.reset_prefix_cache()
+
+
+def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int) -> None:
+    """Raise RequestError naming what is wrong with a prompt and how to fix it."""
+    if not prompt_token_ids:
+        raise RequestError("the prompt is empty; give at least one token")
+    if len(prompt_token_ids) >= max_model_len:
+        raise RequestError(
+            f"the prompt has {len(prompt_token_ids)} tokens, but max_model_len is {max_model_len} "
+            "(prompt plus at least one generated token); shorten the prompt or raise --max-model-len"
+        )
+    if max(prompt_token_ids) >= vocab_size or min(prompt_token_ids) < 0:
+        raise RequestError(f"prompt token ids must be in [0, {vocab_size}); "
+                           f"got {min(prompt_token_ids)}..{max(prompt_token_ids)}")
+
+
+def _use_graphs(parts: EngineParts) -> bool:
+    """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
+    if parts.config.enforce_eager or not parts.platform.supports_graphs():
+        return False
+    if not parts.attention.supports_graphs:
+        logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
+                    type(parts.attention).__name__)
+        return False
+    return True
+
+
+def _needs_tokens(scheduled: SchedulerOutput) -> bool:
+    """Whether a request of this step must know its tokens before the step is launched."""
+    return any(req.num_pending_tokens and needs_output_history(req.sampling_params) for req in scheduled.requests)
+
+
+def _without_finished(scheduled: SchedulerOutput) -> SchedulerOutput:
+    kept = [(r, n) for r, n in zip(scheduled.requests, scheduled.num_tokens) if not r.status.finished]
+    return SchedulerOutput([r for r, _ in kept], [n for _, n in kept], scheduled.preempted)
+
+
+def _num_prompt_tokens(scheduled: SchedulerOutput) -> int:
+    """Prompt tokens computed by this step (before the scheduler advances the requests)."""
+    return sum(
+        max(0, min(req.num_prompt_tokens, req.num_computed_tokens + n) - req.num_computed_tokens)
+        for req, n in zip(scheduled.requests, scheduled.num_tokens)
+    )
+
+
+def _eos_token_id(parts: EngineParts) -> int | None:
+    eos = getattr(parts.tokenizer, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(parts.hf_config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return eos

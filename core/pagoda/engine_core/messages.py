@@ -1,0 +1,126 @@
+"""The typed messages between front ends (LLM, API servers) and the engine core (msgspec structs).
+
+Front end -> core: :class:`AddRequest`, :class:`AbortRequests`, :class:`UtilityCall`,
+:class:`Shutdown` (a :data:`ClientMessage`). Core -> front end: :class:`EngineCoreOutputs`
+(tokens of one step, plus the engine's gauges), :class:`UtilityResult`, :class:`CoreFailed`
+(a :data:`CoreMessage`). One message is one ZeroMQ frame, encoded with msgpack.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+from pagoda.sampling_params import SamplingParams
+
+TopLogprobs = list[tuple[int, float]]  # (token id, logprob), most likely first
+
+
+class EngineInfo(msgspec.Struct, frozen=True):
+    """What a front end needs to know about the engine it talks to (sent once, at start)."""
+
+    max_model_len: int
+    vocab_size: int
+    eos_token_id: int | None
+    num_kv_blocks: int
+    block_size: int
+    description: str
+
+
+class AddRequest(msgspec.Struct, tag=True):
+    """One sequence to generate (a request with n > 1 arrives as n of these: ``id#0``, ``id#1``...)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams  # n == 1 here
+    arrival_time: float  # time.monotonic() of the front end (one clock per host)
+    priority: int = 0
+
+
+class AbortRequests(msgspec.Struct, tag=True):
+    request_ids: list[str]
+
+
+class UtilityCall(msgspec.Struct, tag=True):
+    """Call one of ``EngineCore.UTILITIES`` between steps; the answer is a :class:`UtilityResult`."""
+
+    call_id: int
+    method: str
+    args: list[Any] = []
+
+
+class Shutdown(msgspec.Struct, tag=True):
+    """Stop the core: ``drain`` lets running requests finish first."""
+
+    drain: bool = True
+
+
+ClientMessage = Union[AddRequest, AbortRequests, UtilityCall, Shutdown]
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """New tokens of one sequence from one step; ``finish_reason`` set on its last output."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None  # "stop" (EOS or a stop token) | "length" | "abort"
+    stop_reason: int | None = None  # the stop token id that ended it (None for EOS)
+    logprobs: list[float] | None = None  # raw logprob of each new token, when asked for
+    top_logprobs: list[TopLogprobs] | None = None
+    prompt_logprobs: list[tuple[float, TopLogprobs]] | None = None  # this step's prompt positions
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+
+
+class StepStats(msgspec.Struct):
+    """Engine-wide gauges and counters for logs and /metrics."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_hit_rate: float = 0.0
+    num_preemptions: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+
+
+class EngineCoreOutputs(msgspec.Struct, tag=True):
+    outputs: list[EngineCoreOutput]
+    stats: StepStats | None = None
+    error: str | None = None  # why the request of an "abort" output was refused
+
+
+class UtilityResult(msgspec.Struct, tag=True):
+    call_id: int
+    result: Any = None
+    error: str | None = None
+
+
+class CoreFailed(msgspec.Struct, tag=True):
+    """The core stopped because of an error; every pending request fails with ``message``."""
+
+    message: str
+
+
+CoreMessage = Union[EngineCoreOutputs, UtilityResult, CoreFailed]
+
+_encoder = msgspec.msgpack.Encoder()
+_client_decoder = msgspec.msgpack.Decoder(ClientMessage)
+_core_decoder = msgspec.msgpack.Decoder(CoreMessage)
+_info_decoder = msgspec.msgpack.Decoder(EngineInfo)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_client_message(frame: bytes) -> ClientMessage:
+    return _client_decoder.decode(frame)
+
+
+def decode_core_message(frame: bytes) -> CoreMessage:
+    return _core_decoder.decode(frame)
+
+
+def decode_info(frame: bytes) -> EngineInfo:
+    return _info_decoder.decode(frame)
