@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from server_helpers import API_KEY, engine_config, make_chat_model, start_server
-from pagoda.engine.engine import LLMEngine
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +14,7 @@ def tiny_chat_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def server(tiny_chat_model):
-    running = start_server(LLMEngine.from_config(engine_config(tiny_chat_model)))
+    running = start_server(engine_config(tiny_chat_model))
     yield running
     running.stop()
 

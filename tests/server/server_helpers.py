@@ -1,4 +1,5 @@
-"""Helpers of the server tests: a tiny chat model, a uvicorn server in a thread, /metrics parsing."""
+"""Helpers of the server tests: a tiny chat model, an engine core process with a uvicorn server in a
+thread, /metrics parsing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from tiny_models import make_tiny_model  # noqa: E402
 
 from pagoda.config import EngineConfig  # noqa: E402
-from pagoda.engine.engine import LLMEngine  # noqa: E402
+from pagoda.engine_core.client import AsyncMPClient, CoreProcess, SyncMPClient  # noqa: E402
+from pagoda.engine_core.core import EngineCore  # noqa: E402
+from pagoda.loader import load_tokenizer, resolve_model  # noqa: E402
 from pagoda.server.app import build_app  # noqa: E402
 from pagoda.server.async_engine import AsyncEngine  # noqa: E402
 from pagoda.server.launcher import bind_socket, make_server  # noqa: E402
@@ -39,31 +42,59 @@ def engine_config(path: str, **overrides) -> EngineConfig:
     return EngineConfig(model=path, block_size=8, **overrides)
 
 
+class ControlledCore(EngineCore):
+    """An engine core that tests can slow down (to keep requests in flight) or make fail."""
+
+    UTILITIES = EngineCore.UTILITIES | {"set_step_delay", "fail_next_step"}
+    step_delay = 0.0
+    failure: str | None = None
+
+    def set_step_delay(self, seconds: float) -> None:
+        self.step_delay = seconds
+
+    def fail_next_step(self, message: str) -> None:
+        self.failure = message
+
+    def step(self):
+        if self.failure is not None:
+            raise RuntimeError(self.failure)
+        if self.step_delay:
+            time.sleep(self.step_delay)
+        return super().step()
+
+
+def build_test_core(config: EngineConfig) -> ControlledCore:
+    """The core factory (module level: it is pickled into the spawned core process)."""
+    return ControlledCore.from_config(config)
+
+
 @dataclass
 class RunningServer:
     url: str
     engine: AsyncEngine
     server: object
     thread: threading.Thread
-    step_delay: list  # [seconds]: tests slow the engine loop down to keep requests in flight
+    core: CoreProcess
+    control: SyncMPClient  # a second client of the core, for the tests' utility calls
+
+    def set_step_delay(self, seconds: float) -> None:
+        self.control.call_utility("set_step_delay", seconds)
+
+    def core_state(self) -> dict:
+        return self.control.call_utility("kv_cache_state")
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        self.control.shutdown()
+        self.core.shutdown()
 
 
-def start_server(engine: LLMEngine, api_key: str | None = API_KEY, name: str = MODEL_NAME) -> RunningServer:
-    """Serve ``engine`` from a background thread on a free loopback port; returns once it listens."""
-    step_delay = [0.0]
-    real_step = engine.step
-
-    def step():
-        if step_delay[0]:
-            time.sleep(step_delay[0])
-        return real_step()
-
-    engine.step = step
-    async_engine = AsyncEngine(engine, ServerMetrics(name), idle_poll_s=0.2)
+def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME) -> RunningServer:
+    """Start a core process and serve it from a background thread on a free loopback port."""
+    core = CoreProcess(config, core_factory=build_test_core, log_level="WARNING")
+    async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive),
+                               load_tokenizer(resolve_model(config.model)), ServerMetrics(name))
     app = build_app(async_engine, [name], api_key)
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -75,7 +106,8 @@ def start_server(engine: LLMEngine, api_key: str | None = API_KEY, name: str = M
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
-    return RunningServer(f"http://127.0.0.1:{port}", async_engine, server, thread, step_delay)
+    control = SyncMPClient(core.address, core.info, core.alive)
+    return RunningServer(f"http://127.0.0.1:{port}", async_engine, server, thread, core, control)
 
 
 def read_metrics(url: str) -> dict[str, float]:

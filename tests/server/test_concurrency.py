@@ -50,10 +50,8 @@ def test_64_concurrent_greedy_requests_match_offline_generate(server, tiny_chat_
 
 
 def _engine_holds_no_blocks(server) -> bool:
-    async def check():
-        return await server.engine.call(lambda e: (e.kv_cache.num_free_blocks == e.kv_cache.num_blocks
-                                                   and not e.has_unfinished_requests()))
-    return asyncio.run(check())
+    state = server.core_state()
+    return state["num_free_blocks"] == state["num_blocks"] and state["num_unfinished"] == 0
 
 
 def _wait_until_no_blocks_held(server) -> None:
@@ -79,7 +77,7 @@ def _aborted_since(server, before: dict) -> float:
 
 
 def test_client_disconnect_aborts_and_frees_kv_blocks(server):
-    server.step_delay[0] = 0.01  # keep the request in flight while the client walks away
+    server.set_step_delay(0.01)  # keep the request in flight while the client walks away
     before = read_metrics(server.url)
     body = {"model": MODEL_NAME, "prompt": "t60 t61", "max_tokens": 240, "temperature": 0, "stream": True}
     try:
@@ -95,7 +93,7 @@ def test_client_disconnect_aborts_and_frees_kv_blocks(server):
                        headers={"Authorization": f"Bearer {API_KEY}"})
         _wait_for_aborts(server, before, 2)
     finally:
-        server.step_delay[0] = 0.0
+        server.set_step_delay(0.0)
     after = read_metrics(server.url)
     assert metric(after, "pagoda:kv_cache_usage_perc") == 0 and metric(after, "pagoda:num_requests_running") == 0
     assert server.engine.num_pending == 0

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+import signal
 
 import httpx
 import openai
 import pytest
 
 from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
-from pagoda.engine.engine import LLMEngine
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -84,33 +84,38 @@ def test_api_key_required_except_health_and_metrics(server):
         openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0).models.list()
 
 
-def test_engine_crash_fails_pending_then_503(tiny_chat_model):
-    """A crashed engine loop fails in-flight requests (streaming and not) and refuses new ones."""
-    engine = LLMEngine.from_config(engine_config(tiny_chat_model))
-    running = start_server(engine, api_key=None, name="crashy")
-    crash, real_step = threading.Event(), engine.step
-    engine.step = lambda: (_ for _ in ()).throw(RuntimeError("boom")) if crash.is_set() else real_step()
-    running.step_delay[0] = 0.02
+@pytest.mark.parametrize("how", ["raises", "killed"])
+def test_engine_core_crash_fails_pending_then_503(tiny_chat_model, how):
+    """A core that fails (an error in its loop, or its process killed) fails in-flight requests,
+    streaming and not, with a clear 503; /health reports it; the server keeps answering."""
+    running = start_server(engine_config(tiny_chat_model), api_key=None, name="crashy")
+    running.set_step_delay(0.02)
+    crash = {"raises": lambda: running.control.call_utility("fail_next_step", "boom"),
+             "killed": lambda: os.kill(running.core.pid, signal.SIGKILL)}[how]
+    needle = {"raises": "boom", "killed": "exited unexpectedly"}[how]
     try:
-        asyncio.run(_crash_scenario(running.url, crash))
+        asyncio.run(_crash_scenario(running.url, crash, needle))
         error = error_of(post(running, "/v1/completions", {"prompt": "t1"}, headers={}), 503)
-        assert "boom" in error["message"] and error["type"] == "service_unavailable"
-        assert httpx.get(running.url + "/health").status_code == 503
+        assert needle in error["message"] and error["type"] == "service_unavailable"
+        health = httpx.get(running.url + "/health")
+        assert health.status_code == 503 and needle in health.json()["error"]["message"]
+        assert httpx.get(running.url + "/metrics").status_code == 200
     finally:
         running.stop()
 
 
-async def _crash_scenario(url: str, crash: threading.Event) -> None:
+async def _crash_scenario(url: str, crash, needle: str) -> None:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
     long = dict(model="crashy", prompt="t1 t2", max_tokens=200, temperature=0)
     whole = asyncio.create_task(client.completions.create(**long))
     stream = await client.completions.create(stream=True, **long)
     pieces = []
-    with pytest.raises(openai.APIError, match="boom"):
+    with pytest.raises(openai.APIError, match=needle):
         async for chunk in stream:
             pieces.append(chunk.choices[0].text)
-            crash.set()
+            if len(pieces) == 1:
+                crash()
     assert pieces and len(pieces) < 200
     with pytest.raises(openai.APIStatusError) as info:
         await whole
-    assert info.value.status_code == 503 and "boom" in info.value.message
+    assert info.value.status_code == 503 and needle in info.value.message

@@ -15,19 +15,18 @@ import httpx
 import pytest
 
 from pagoda.cli.main import main
-from pagoda.engine.engine import LLMEngine
+from pagoda.engine_core.client import CoreProcess
 
-# The server process slows each engine step down so that a request is surely in flight at SIGTERM.
-SLOW_SERVE = """
-import sys, time
-from pagoda.engine.engine import LLMEngine
-real_step = LLMEngine.step
+# Every process of the server (the engine core's too, which is spawned) imports this as
+# sitecustomize: each engine step is slowed down so that a request is surely in flight at SIGTERM.
+SLOW_STEPS = """
+import time
+from pagoda.engine_core import core
+real_step = core.EngineCore.step
 def slow_step(self):
     time.sleep(0.02)
     return real_step(self)
-LLMEngine.step = slow_step
-from pagoda.cli.main import main
-sys.exit(main(sys.argv[1:]))
+core.EngineCore.step = slow_step
 """
 
 
@@ -38,14 +37,14 @@ sys.exit(main(sys.argv[1:]))
     (["--shutdown-timeout", "-1"], "--shutdown-timeout must be >= 0"),
 ])
 def test_bad_flag_values_exit_before_loading(monkeypatch, capsys, tiny_chat_model, flags, needle):
-    monkeypatch.setattr(LLMEngine, "from_config", classmethod(lambda cls, c: pytest.fail("loaded the model")))
+    monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
     assert main(["serve", tiny_chat_model, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pagoda serve: ") and needle in err and len(err.splitlines()) == 1
 
 
 def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(LLMEngine, "from_config", classmethod(lambda cls, c: pytest.fail("loaded the model")))
+    monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
     with pytest.raises(SystemExit) as info:
         main(["serve", "--attention-backend", "nope"])
     assert info.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
@@ -53,11 +52,14 @@ def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_
     assert "is not a local file or folder" in capsys.readouterr().err
 
 
-def _start(model: str) -> tuple[subprocess.Popen, str, list[str]]:
+def _start(model: str, tmp_path, *flags: str) -> tuple[subprocess.Popen, str, list[str]]:
+    (tmp_path / "sitecustomize.py").write_text(SLOW_STEPS)
+    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_SERVE, "serve", model, "--port", "0", "--served-model-name", "tiny",
-         "--block-size", "8", "--shutdown-timeout", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [sys.executable, "-m", "pagoda.cli.main", "serve", model, "--port", "0", "--served-model-name", "tiny",
+         "--block-size", "8", "--shutdown-timeout", "20", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path},
     )
     log: list[str] = []
     deadline = time.monotonic() + 60
@@ -84,8 +86,9 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model):
-    proc, url, log = _start(tiny_chat_model)
+@pytest.mark.parametrize("api_servers", [1, 2])
+def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model, tmp_path, api_servers):
+    proc, url, log = _start(tiny_chat_model, tmp_path, "--api-server-count", str(api_servers))
     try:
         startup = "".join(log)
         assert re.search(r"Pagoda engine: platform \S+.*attention torch.*quantization none.*KV cache \d+ blocks x 8 = \d+ tokens",
@@ -109,7 +112,17 @@ def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_mode
         assert finish == "length" and len("".join(text).split()) == 120
         assert proc.wait(timeout=30) == 0, "".join(log)
         assert "draining 1 running request" in "".join(log)
+        core_pid = int(re.search(r"engine core pid (\d+)", "".join(log)).group(1))
+        assert not _process_exists(core_pid), "the engine core process outlived the server"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

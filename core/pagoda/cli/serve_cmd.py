@@ -31,6 +31,9 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="model name(s) clients use (default: MODEL as given, or the embedded model's name)")
     g.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests get to finish after SIGTERM before they are cancelled")
+    g.add_argument("--api-server-count", type=int, default=1, metavar="N",
+                   help="HTTP server processes sharing the port and feeding the one engine core process "
+                        "(raise it when tokenizing, detokenizing and streaming JSON is the bottleneck)")
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
 
@@ -43,6 +46,8 @@ def check_args(args: argparse.Namespace):
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.shutdown_timeout < 0:
         raise ValueError(f"--shutdown-timeout must be >= 0 seconds, got {args.shutdown_timeout}")
+    if args.api_server_count < 1:
+        raise ValueError(f"--api-server-count must be >= 1, got {args.api_server_count}")
     config = engine_config(args, args.model)
     manager = get_plugin_manager()
     _, platform_cls = manager.registry("platform").select(config.platform)
@@ -74,23 +79,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, config, sock) -> int:
-    from pagoda.engine.engine import LLMEngine
-    from pagoda.server.app import build_app
-    from pagoda.server.async_engine import AsyncEngine
-    from pagoda.server.launcher import make_server, url_of
-    from pagoda.server.metrics import ServerMetrics
+    from pagoda.engine_core.client import CoreProcess, EngineStartError
+    from pagoda.server.api_server import ApiServerSpec, serve_api
+    from pagoda.server.launcher import run_api_processes, url_of
 
     try:
-        engine = LLMEngine.from_config(config)  # logs "Pagoda engine: platform ... | KV cache ..."
-    except (ValueError, PagodaError) as exc:
+        core = CoreProcess(config, log_level=args.log_level)  # logs "Pagoda engine: platform ... | KV cache ..."
+    except EngineStartError as exc:
         print(f"pagoda serve: {exc}", file=sys.stderr)
         return 1
     names = served_names(args)
-    async_engine = AsyncEngine(engine, ServerMetrics(names[0]))
-    app = build_app(async_engine, names, args.api_key)
     port = sock.getsockname()[1]
-    server = make_server(app, async_engine, args.host, port, args.shutdown_timeout, args.log_level)
-    logger.info("Serving %s at %s/v1 (API key %s)", ", ".join(names), url_of(args.host, port),
-                "required" if args.api_key else "not required")
-    server.run(sockets=[sock])
-    return 0
+    spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
+                         config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info)
+    logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
+                url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count, core.pid)
+    try:
+        if args.api_server_count == 1:
+            return serve_api(sock, spec, core_alive=core.alive)
+        return run_api_processes(sock, spec, args.api_server_count)
+    finally:
+        core.shutdown(args.shutdown_timeout)

@@ -27,6 +27,7 @@ from pagoda.engine_core import messages as msg
 from pagoda.engine_core.core import EngineCore
 from pagoda.engine_core.proc import run_engine_core
 from pagoda.errors import PagodaError
+from pagoda.plugins import get_plugin_manager
 
 POLL_MS = 500  # how often a waiting client checks that the core is alive
 
@@ -91,8 +92,10 @@ class CoreProcess:
         self.address = f"ipc://{tempfile.gettempdir()}/pagoda-core-{uuid.uuid4().hex[:12]}.sock"
         context = multiprocessing.get_context("spawn")
         receiver, sender = context.Pipe(duplex=False)
+        manager = get_plugin_manager()  # the child loads the same plugins as this process
         self.process = context.Process(target=run_engine_core, name="pagoda-engine-core",
-                                       args=(config, self.address, sender, core_factory, log_level))
+                                       args=(config, self.address, sender, core_factory, log_level,
+                                             (manager.allow, manager.block)))
         self.process.start()
         sender.close()
         self.info = self._wait_until_ready(receiver)

@@ -24,6 +24,7 @@ from pagoda.config import EngineConfig
 from pagoda.engine_core import messages as msg
 from pagoda.engine_core.core import EngineCore
 from pagoda.errors import RequestError
+from pagoda.plugins import manager as plugin_manager
 
 logger = logging.getLogger("pagoda.core")
 IDLE_POLL_MS = 500  # how often an idle core checks that its parent is alive
@@ -31,11 +32,14 @@ STATS_INTERVAL_S = 0.5  # clients without outputs still get the gauges this ofte
 
 
 def run_engine_core(config: EngineConfig, address: str, status, core_factory: Callable = EngineCore.from_config,
-                    log_level: str = "INFO") -> None:
+                    log_level: str = "INFO", plugins: tuple = (None, None)) -> None:
     """Process entry point: build the core, report ``("ready", info)`` or ``("error", text)`` on
-    the ``status`` pipe, then serve clients on ``address`` until shut down."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    the ``status`` pipe, then serve clients on ``address`` until shut down. ``plugins`` is the
+    parent's (allow, block) lists."""
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    plugin_manager.configure(*plugins)
     try:
         core = core_factory(config)
     except BaseException as exc:  # noqa: BLE001 - the parent prints it and exits

@@ -52,7 +52,7 @@ async def _reply(send, status: int, message: str, code: str) -> None:
 
 
 def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None) -> FastAPI:
-    """The OpenAI-compatible app over ``engine``; its lifespan starts and stops the engine thread."""
+    """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core."""
     state = ServerState(engine, served_model_names, api_key)
 
     @contextlib.asynccontextmanager
@@ -62,7 +62,7 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
             yield
         finally:
             engine.draining = True
-            engine.stop()
+            await engine.stop()
 
     app = FastAPI(title="Pagoda", version=__version__, lifespan=lifespan)
     app.state.pagoda = state

@@ -1,103 +1,60 @@
-"""AsyncEngine: one background thread runs the engine loop for every request of the server.
+"""AsyncEngine: the API server's front end over an engine core process.
 
-Requests and aborts enter through a thread-safe command queue; each request gets an
-``asyncio.Queue`` that the engine thread fills with delta outputs via ``call_soon_threadsafe``.
-The thread blocks on the command queue when the engine is idle, so the event loop never waits on
-model execution. If the loop crashes, pending requests fail with :class:`EngineDeadError` and new
-ones are refused.
+Routes call :meth:`AsyncEngine.generate`, an async iterator of delta outputs. Requests go to the
+core over ZeroMQ (:class:`~pagoda.engine_core.client.AsyncMPClient`); one reader task takes each
+batch of core outputs, detokenizes it and matches stop strings here, in the server process,
+(:class:`~pagoda.engine.output_processor.OutputProcessor`) and puts each request's delta on its
+``asyncio.Queue``. A consumer that falls behind gets its queued deltas merged into one. If the
+core dies, every pending request fails with :class:`EngineDeadError` and new ones are refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
-from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+import secrets
+import time
+from typing import AsyncIterator
 
-from pagoda.engine.engine import LLMEngine
+from pagoda.engine.output_processor import OutputProcessor
+from pagoda.engine_core.client import AsyncMPClient, EngineDeadError
+from pagoda.engine_core.core import validate_prompt
+from pagoda.engine_core.messages import AddRequest, EngineCoreOutputs
+from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 from pagoda.server.metrics import ServerMetrics
 
 logger = logging.getLogger("pagoda.server")
 
-
-class EngineDeadError(RuntimeError):
-    """The engine loop stopped (crashed or shut down); the request cannot complete."""
-
-
-@dataclass
-class _Stream:
-    """Where the engine thread delivers one request's outputs."""
-
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
-    num_sequences: int
-
-    def put(self, item: RequestOutput | BaseException) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: nobody is listening any more
-            pass
-
-
-@dataclass
-class _Add:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    prompt: str | None
-    priority: int
-    stream: _Stream
-
-
-@dataclass
-class _Abort:
-    request_id: str
-
-
-@dataclass
-class _Call:
-    """Run ``fn(engine)`` on the engine thread (tests and debugging); the result goes to ``done``."""
-
-    fn: Callable[[LLMEngine], object]
-    done: "queue.Queue[object]"
+__all__ = ["AsyncEngine", "EngineDeadError"]
 
 
 class AsyncEngine:
-    """Serve an :class:`LLMEngine` to many asyncio tasks from one engine thread."""
+    """Serve many asyncio tasks from one engine core process."""
 
-    def __init__(self, engine: LLMEngine, metrics: ServerMetrics | None = None, idle_poll_s: float = 1.0) -> None:
-        self.engine = engine
+    def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.info = client.info
+        self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
-        self.idle_poll_s = idle_poll_s
-        self.error: BaseException | None = None
+        self.outputs = OutputProcessor(tokenizer)
+        self.error: str | None = None
         self.draining = False  # set on shutdown: new requests get 503
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, _Stream] = {}
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        self._ids = 0
-        self._ids_lock = threading.Lock()
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="pagoda-engine", daemon=True)
-            self._thread.start()
+        """Start reading the core's outputs (from the server's event loop)."""
+        if not self._started:
+            self.client.start(self._on_outputs, self._on_dead)
+            self._started = True
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop; requests still pending fail with EngineDeadError."""
-        self._stopping = True
-        self._commands.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def is_alive(self) -> bool:
-        return self.error is None and self._thread is not None and self._thread.is_alive()
+    async def stop(self) -> None:
+        await self.client.close()
+        self._fail_pending("the server is shutting down")
 
     @property
     def num_pending(self) -> int:
@@ -106,18 +63,18 @@ class AsyncEngine:
     def unavailable_reason(self) -> str | None:
         """Why new requests are refused now (None when they are accepted)."""
         if self.error is not None:
-            return f"the engine failed ({type(self.error).__name__}: {self.error}); restart the server"
-        if self.draining or self._stopping:
+            return self.error
+        if self.draining:
             return "the server is shutting down"
-        if not self.is_alive:
-            return "the engine is not running"
         return None
 
-    # -- the asyncio side -----------------------------------------------------------------------
-    def next_request_id(self, prefix: str) -> str:
-        with self._ids_lock:
-            self._ids += 1
-            return f"{prefix}-{self._ids}"
+    # -- requests -----------------------------------------------------------------------------
+    @staticmethod
+    def next_request_id(prefix: str) -> str:
+        return f"{prefix}-{secrets.token_hex(8)}"  # unique across the API server processes
+
+    def validate_prompt(self, token_ids: list[int]) -> None:
+        validate_prompt(token_ids, self.max_model_len, self.info.vocab_size)
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        prompt: str | None = None, priority: int = 0) -> AsyncIterator[RequestOutput]:
@@ -125,113 +82,93 @@ class AsyncEngine:
         reason = self.unavailable_reason()
         if reason is not None:
             raise EngineDeadError(reason)
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), params.n)
-        self._commands.put(_Add(request_id, list(prompt_token_ids), params, prompt, priority, stream))
+        arrival = time.monotonic()
+        queue: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = queue
+        sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=True)
+        self.metrics.on_added(len(prompt_token_ids))
         finished = False
         try:
+            await self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
+                                            for seq_id, seq_params in sequences])
             while not finished:
-                item = await self._next(stream)
+                item = await queue.get()
+                while isinstance(item, RequestOutput) and not item.finished and not queue.empty():
+                    following = queue.get_nowait()  # the consumer fell behind: one delta for all
+                    item = following if isinstance(following, BaseException) else merge_deltas(item, following)
                 if isinstance(item, BaseException):
                     raise item
                 finished = item.finished
                 yield item
         finally:
             if not finished:
-                self.abort(request_id)
+                await self._abort(request_id)
 
-    async def _next(self, stream: _Stream) -> RequestOutput | BaseException:
-        """The next item of ``stream``; an error if the engine thread is gone (never waits forever)."""
-        while True:
-            try:
-                return await asyncio.wait_for(stream.queue.get(), timeout=self.idle_poll_s)
-            except asyncio.TimeoutError:
-                if self._thread is None or not self._thread.is_alive():
-                    return EngineDeadError(self.unavailable_reason() or "the engine stopped")
+    async def abort(self, request_id: str) -> None:
+        await self._abort(request_id)
 
-    def abort(self, request_id: str) -> None:
-        self._commands.put(_Abort(request_id))
-
-    async def call(self, fn: Callable[[LLMEngine], object]) -> object:
-        """Run ``fn(engine)`` on the engine thread between steps and return its result."""
-        done: queue.Queue = queue.Queue()
-        self._commands.put(_Call(fn, done))
-        result = await asyncio.to_thread(done.get, True, 30.0)
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-    # -- the engine thread ----------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            while not self._stopping:
-                self._drain_commands(block=not self.engine.has_unfinished_requests())
-                if self._stopping:
-                    break
-                if self.engine.has_unfinished_requests():
-                    self._dispatch(self.engine.step())
-                self._publish_snapshot()
-        except BaseException as exc:  # noqa: BLE001 - report any crash to every waiting request
-            logger.exception("The engine loop crashed; failing pending requests")
-            self.error = exc
-        self._fail_pending(self.error)
-
-    def _drain_commands(self, block: bool) -> None:
-        try:
-            command = self._commands.get(timeout=self.idle_poll_s) if block else self._commands.get_nowait()
-        except queue.Empty:
+    async def _abort(self, request_id: str) -> None:
+        if self._streams.pop(request_id, None) is None:
             return
-        while command is not None:  # None: the stop sentinel
-            self._handle(command)
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
+        state = self.outputs.states.get(request_id)
+        sequences = self.outputs.abort(request_id)
+        if state is not None:
+            self.metrics.on_aborted(request_id, len(state.children))
+        if sequences and self.error is None:
+            await self.client.abort(sequences)
 
-    def _handle(self, command: _Add | _Abort | _Call) -> None:
-        if isinstance(command, _Add):
-            try:
-                self.engine.add_request(command.request_id, command.prompt_token_ids, command.params,
-                                        prompt=command.prompt, priority=command.priority, stream=True)
-            except Exception as exc:  # bad input: fail this request only
-                command.stream.put(exc)
-                return
-            self._streams[command.request_id] = command.stream
-            self.metrics.on_added(len(command.prompt_token_ids))
-        elif isinstance(command, _Abort):
-            stream = self._streams.pop(command.request_id, None)
-            if stream is not None:
-                self.engine.abort(command.request_id)
-                self.metrics.on_aborted(command.request_id, stream.num_sequences)
-        else:
-            try:
-                command.done.put(command.fn(self.engine))
-            except Exception as exc:
-                command.done.put(exc)
+    async def call_utility(self, method: str, *args):
+        """Call an engine core utility (``EngineCore.UTILITIES``) between its steps."""
+        return await self.client.call_utility(method, *args)
 
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:
-        self.metrics.observe_outputs(outputs)
-        for output in outputs:
-            stream = self._streams.get(output.request_id)
-            if stream is None:
+    # -- the reader task's callbacks ---------------------------------------------------------------
+    def _on_outputs(self, batch: EngineCoreOutputs) -> None:
+        if batch.stats is not None:
+            self.metrics.snapshot = batch.stats
+        if batch.error is not None:  # the core refused these requests
+            for out in batch.outputs:
+                self._fail(out.request_id.partition("#")[0], RequestError(batch.error))
+            return
+        results, stopped = self.outputs.process(batch.outputs)
+        if stopped:
+            asyncio.get_running_loop().create_task(self.client.abort(stopped))
+        self.metrics.observe_outputs(results)
+        for output in results:
+            queue = self._streams.get(output.request_id)
+            if queue is None:
                 continue
             if output.finished:
                 del self._streams[output.request_id]
-            stream.put(output)
+            queue.put_nowait(output)
 
-    def _publish_snapshot(self) -> None:
-        self.metrics.snapshot = self.engine.snapshot_stats()
+    def _on_dead(self, reason: str) -> None:
+        logger.error("Engine core: %s", reason)
+        self.error = reason
+        self._fail_pending(reason)
 
-    def _fail_pending(self, error: BaseException | None) -> None:
-        message = "the engine stopped" if error is None else f"the engine failed: {type(error).__name__}: {error}"
-        for stream in self._streams.values():
-            stream.put(EngineDeadError(message))
-        self._streams.clear()
-        while True:
-            try:
-                command = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(command, _Add):
-                command.stream.put(EngineDeadError(message))
-            elif isinstance(command, _Call):
-                command.done.put(EngineDeadError(message))
+    def _fail(self, request_id: str, error: BaseException) -> None:
+        queue = self._streams.pop(request_id, None)
+        self.outputs.fail(request_id)
+        if queue is not None:
+            queue.put_nowait(error)
+
+    def _fail_pending(self, reason: str) -> None:
+        for request_id in list(self._streams):
+            self._fail(request_id, EngineDeadError(reason))
+
+
+def merge_deltas(first: RequestOutput, second: RequestOutput) -> RequestOutput:
+    """One delta output covering two consecutive ones of the same request."""
+    by_index = {c.index: c for c in first.outputs}
+    for c in second.outputs:
+        a = by_index.get(c.index)
+        if a is None:
+            by_index[c.index] = c
+            continue
+        a.text += c.text
+        a.token_ids = a.token_ids + c.token_ids
+        if c.logprobs is not None:
+            a.logprobs = (a.logprobs or []) + c.logprobs
+        a.cumulative_logprob, a.finish_reason, a.stop_reason = c.cumulative_logprob, c.finish_reason, c.stop_reason
+    second.outputs = [by_index[i] for i in sorted(by_index)]
+    return second

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import signal
 import socket
 
@@ -58,3 +60,32 @@ def make_server(app, engine: AsyncEngine, host: str, port: int, shutdown_timeout
 def url_of(host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
+
+
+def run_api_processes(sock: socket.socket, spec, count: int) -> int:
+    """Run ``count`` API server processes on the shared socket; SIGTERM/SIGINT drains them all."""
+    from pagoda.server.api_server import api_server_process
+
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=api_server_process, args=(sock, spec, i), name=f"pagoda-api-{i}")
+                 for i in range(count)]
+    for process in processes:
+        process.start()
+
+    def forward(sig: int, frame) -> None:
+        logger.info("Received %s: draining %d API server processes", signal.Signals(sig).name, count)
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for process in processes:
+            process.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    failed = [p.name for p in processes if p.exitcode != 0]
+    if failed:
+        logger.error("API server process(es) %s exited with an error", ", ".join(failed))
+    return 1 if failed else 0

@@ -27,11 +27,11 @@ class ServerState:
 
     @property
     def tokenizer(self):
-        return self.engine.engine.tokenizer
+        return self.engine.tokenizer
 
     @property
     def max_model_len(self) -> int:
-        return self.engine.engine.max_model_len
+        return self.engine.max_model_len
 
     def check_model(self, requested: str | None) -> str:
         """The model name to answer with; 404 when the request names another model."""
@@ -47,7 +47,7 @@ class ServerState:
 
     def validate_prompt(self, token_ids: list[int]) -> None:
         try:
-            self.engine.engine.validate_prompt(token_ids)
+            self.engine.validate_prompt(token_ids)
         except RequestError as exc:
             raise APIError(400, str(exc), param="prompt" if "prompt" in str(exc) else None) from exc
 

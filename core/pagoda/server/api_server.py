@@ -1,0 +1,57 @@
+"""One API server: the FastAPI app, its front end (tokenizer, detokenizer) and a client of the
+engine core process, served by uvicorn on a listening socket that may be shared with other API
+server processes (``--api-server-count``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from pagoda.engine_core.messages import EngineInfo
+
+logger = logging.getLogger("pagoda.server")
+
+
+@dataclass
+class ApiServerSpec:
+    """Everything an API server process needs (picklable: it crosses to spawned processes)."""
+
+    host: str
+    port: int
+    served_model_names: list[str]
+    api_key: str | None
+    shutdown_timeout: float
+    log_level: str
+    model: str | None
+    tokenizer: str | None
+    skip_tokenizer_init: bool
+    core_address: str
+    core_pid: int
+    info: EngineInfo
+
+
+def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None) -> int:
+    """Serve HTTP on ``sock`` until SIGTERM/SIGINT (running requests drain first)."""
+    from pagoda.engine_core.client import AsyncMPClient, pid_alive
+    from pagoda.loader import load_tokenizer, resolve_model
+    from pagoda.server.app import build_app
+    from pagoda.server.async_engine import AsyncEngine
+    from pagoda.server.launcher import make_server
+    from pagoda.server.metrics import ServerMetrics
+
+    tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
+    alive = core_alive or (lambda: pid_alive(spec.core_pid))
+    engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
+                         ServerMetrics(spec.served_model_names[0]))
+    app = build_app(engine, spec.served_model_names, spec.api_key)
+    server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level)
+    server.run(sockets=[sock])
+    return 0
+
+
+def api_server_process(sock, spec: ApiServerSpec, index: int) -> None:
+    """Entry point of the spawned API server processes (``--api-server-count`` > 1)."""
+    logging.basicConfig(level=spec.log_level.upper(), format=f"%(levelname)s %(asctime)s api{index} %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    raise SystemExit(serve_api(sock, spec))
