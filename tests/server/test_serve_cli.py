@@ -61,8 +61,17 @@ def _start(model: str, tmp_path, *flags: str) -> tuple[subprocess.Popen, str, li
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path},
     )
+    try:
+        return _wait_until_serving(proc)
+    except BaseException:
+        proc.kill()  # never leave a server (and its engine core) behind
+        proc.wait()
+        raise
+
+
+def _wait_until_serving(proc: subprocess.Popen) -> tuple[subprocess.Popen, str, list[str]]:
     log: list[str] = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # two processes import torch; CI machines are small
     for line in proc.stdout:
         log.append(line)
         match = re.search(r"Serving tiny at (http://\S+)/v1", line)
@@ -126,3 +135,15 @@ def _process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_engine_core_exits_when_the_server_process_is_killed(tiny_chat_model, tmp_path):
+    """A server killed outright (no chance to shut the core down) leaves no engine core behind."""
+    proc, url, log = _start(tiny_chat_model, tmp_path)
+    core_pid = int(re.search(r"engine core pid (\d+)", "".join(log)).group(1))
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while _process_exists(core_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _process_exists(core_pid), "the engine core outlived its killed parent"

@@ -39,6 +39,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--enforce-eager", action="store_true",
                    help="never capture device graphs (by default decode steps are captured as CUDA graphs at "
                         "start-up when the platform and the attention backend support it)")
+    g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
+                   help="schedule and launch step N+1 while step N runs on the device, reading N's tokens "
+                        "afterwards (default on; --no-overlap-steps runs steps strictly in turn)")
     g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
                    help="request scheduling policy: fcfs, or priority (lower value first)")
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
@@ -64,4 +67,5 @@ def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         enforce_eager=args.enforce_eager,
         scheduler=args.scheduler,
         platform=args.platform,
+        overlap_steps=args.overlap_steps,
     )

@@ -39,6 +39,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()  # before the (long) build: a parent that dies meanwhile is noticed after it
     plugin_manager.configure(*plugins)
     try:
         core = core_factory(config)
@@ -51,7 +52,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
     socket.bind(address)
     status.send(("ready", msg.encode(core.info())))
     status.close()
-    loop = CoreLoop(core, socket)
+    loop = CoreLoop(core, socket, parent)
     signal.signal(signal.SIGTERM, lambda *_: loop.drain())
     try:
         loop.run()
@@ -63,14 +64,14 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
 class CoreLoop:
     """Moves messages between the socket and the EngineCore, one step at a time."""
 
-    def __init__(self, core: EngineCore, socket: zmq.Socket) -> None:
+    def __init__(self, core: EngineCore, socket: zmq.Socket, parent: int) -> None:
         self.core = core
         self.socket = socket
         self.owners: dict[str, bytes] = {}  # request id -> the identity of the client that added it
         self.clients: set[bytes] = set()
         self.draining = False
         self.stopping = False
-        self.parent = os.getppid()
+        self.parent = parent
         self._last_stats = 0.0
 
     def drain(self) -> None:
