@@ -49,6 +49,8 @@ serve_and_bench() {  # name, server flags...: start pagoda serve, run the served
     if [ $t -gt 240 ] || ! kill -0 $pid 2>/dev/null; then echo "$name: server did not start"; tail -20 "$WORK/server_$name.log"; return 1; fi
   done
   echo "$name: server up after ${t} s"
+  timeout 120 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 256 --input-len 256 --output-len 16 \
+    --ignore-eos --no-progress > "$WORK/${name}_warmup.log" 2>&1  # compiles the kernels first used by big batches
   timeout 200 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 1000 --input-len 256 --output-len 256 \
     --ignore-eos --no-progress --result-file "$WORK/${name}_rate_inf.json" > "$WORK/${name}_rate_inf.log" 2>&1
   echo "$name rate inf: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/${name}_rate_inf.json" 2>/dev/null)"

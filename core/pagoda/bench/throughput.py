@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     hf_model = _hf_model_with_same_weights(engine) if args.hf else None
     prompts = random_prompts(args.num_prompts, args.input_len, engine.core.parts.hf_config.vocab_size, args.seed)
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
-    llm.generate(prompts[: min(8, len(prompts))], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    # Warm-up with a full batch of full-length prompts: kernels compiled on first use (Triton's
+    # prefill tiles, decode splits) compile here, not inside the timed run.
+    warmup = prompts[: min(len(prompts), engine.core.config.max_num_seqs)]
+    llm.generate(warmup, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
     synchronize(device)
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
