@@ -46,12 +46,22 @@ def instrument(llm: LLM) -> None:
     core_module.EngineCore._resolve = timed("resolve", core_module.EngineCore._resolve)
     core.scheduler.update_from_output = timed("update_from_output", core.scheduler.update_from_output)
     llm.engine.outputs.process = timed("front_end_process", llm.engine.outputs.process)
-    real_forward = core.runner._forward
+    real_forward, real_schedule = core.runner._forward, core.scheduler.schedule
+    last = {"t": None, "kind": None}
+
+    def schedule():  # a step lasts from one schedule() to the next: charge it to its launch's kind
+        now = time.perf_counter()
+        if last["t"] is not None and last["kind"] is not None:
+            TIMES[f"step_{last['kind']}_total"] += now - last["t"]
+        last["t"], last["kind"] = now, None
+        return real_schedule()
 
     def forward(inputs):
-        COUNTS["graph_steps" if inputs.graph_size is not None else "eager_steps"] += 1
+        last["kind"] = "graph" if inputs.graph_size is not None else "eager"
+        COUNTS[f"{last['kind']}_steps"] += 1
         return real_forward(inputs)
 
+    core.scheduler.schedule = schedule
     core.runner._forward = forward
 
 
@@ -61,6 +71,7 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=512)
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--runs", type=int, default=4, help="runs, alternating overlap off and on")
     args = p.parse_args()
     llm = LLM(model=args.model, load_format="dummy", attention_backend="triton", max_model_len=2048,
               skip_tokenizer_init=True)
@@ -70,7 +81,7 @@ def main() -> None:
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
     llm.generate(prompts[:16], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
     report = {}
-    for overlap in (False, True, False, True):
+    for overlap in (False, True, False, True)[: args.runs]:
         llm.engine.core.overlap = overlap
         TIMES.clear()
         COUNTS.clear()
@@ -82,7 +93,9 @@ def main() -> None:
         steps = COUNTS["schedule"]
         row = {"wall_s": round(wall, 3), "steps": steps, "graph_steps": COUNTS["graph_steps"],
                "eager_steps": COUNTS["eager_steps"]}
-        row.update({f"{k}_ms_per_step": round(1e3 * v / max(steps, 1), 3) for k, v in sorted(TIMES.items())})
+        row.update({f"{k}_ms_per_step": round(1e3 * v / max(steps, 1), 3) for k, v in sorted(TIMES.items())
+                    if not k.endswith("_total")})
+        row.update({f"{k}_s": round(v, 3) for k, v in TIMES.items() if k.endswith("_total")})
         report[f"overlap={overlap}#{len(report)}"] = row
         print(json.dumps({f"overlap={overlap}": row}), flush=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
 import httpx
 
@@ -102,12 +102,24 @@ async def send_request(client: httpx.AsyncClient, settings: RequestSettings, ite
     return result
 
 
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an event stream, split at line feeds only (as the SSE format says: text may
+    hold U+2028 and the like, where str.splitlines and httpx's aiter_lines would split too)."""
+    pending = b""
+    async for data in response.aiter_bytes():
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8")
+
+
 async def _read_stream(response: httpx.Response, result: RequestResult, start: float) -> None:
     """Parse server-sent events: time each content chunk, take token counts from usage."""
     parts: list[str] = []
     last = start
     chunks = 0
-    async for line in response.aiter_lines():
+    async for line in sse_lines(response):
         if not line.startswith("data:"):
             continue
         data = line[len("data:"):].strip()

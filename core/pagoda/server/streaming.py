@@ -77,8 +77,13 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+# Characters that Python's str.splitlines (and clients built on it) takes for line breaks, though
+# JSON leaves them raw: escaped, so no client splits an event in two.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(payload, ensure_ascii=False).translate(_LINE_BREAKS)}\n\n"
 
 
 SSE_DONE = "data: [DONE]\n\n"

@@ -24,7 +24,9 @@ def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
     return dict(BLOCK_N=64, num_warps=4, num_stages=3)
 
 
-@triton.jit
+# Values that change from step to step are not specialized on (Triton would compile a variant for
+# 1 and for multiples of 16 the first time a batch shows them: seconds of stall in a server).
+@triton.jit(do_not_specialize=["stride_bt"])
 def _decode_kernel(
     q_ptr, o_ptr, part_o_ptr, part_lse_ptr, cache_ptr, bt_ptr, seq_lens_ptr,
     stride_qt, stride_qh, stride_ot, stride_oh,

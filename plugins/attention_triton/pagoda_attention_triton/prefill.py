@@ -31,7 +31,9 @@ def _find_query_block(qsl_ptr, pid, seq_lo, seq_hi, BLOCK_Q: tl.constexpr):
     return lo, pid - first
 
 
-@triton.jit
+# Values that change from step to step are not specialized on (Triton would compile a variant for
+# 1 and for multiples of 16 the first time a batch shows them: seconds of stall in a server).
+@triton.jit(do_not_specialize=["seq_lo", "seq_hi", "stride_bt"])
 def _prefill_kernel(
     q_ptr, o_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr,
     seq_lo, seq_hi,
