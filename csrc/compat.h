@@ -6,7 +6,7 @@
 #ifdef USE_ROCM
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
-#if __has_include(<hip/hip_bf16.h>)  // ROCm >= 5.7: the CUDA-like __hip_bfloat16
+#if __has_include(<hip/hip_bf16.h>)  // newer ROCm: the CUDA-like __hip_bfloat16
 #include <hip/hip_bf16.h>
 #define PAGODA_HIP_BF16 1
 #else  // older ROCm (e.g. Debian's 5.2): the struct hip_bfloat16, which rounds to nearest even
@@ -51,7 +51,7 @@ PAGODA_INLINE T from_float(float x) {
 }
 template <>
 PAGODA_INLINE half_t from_float<half_t>(float x) {
-  return __float2half_rn(x);
+  return __float2half(x);  // round to nearest even (CUDA and HIP)
 }
 #if defined(USE_ROCM) && !defined(PAGODA_HIP_BF16)
 template <>
@@ -61,7 +61,7 @@ PAGODA_INLINE bf16_t from_float<bf16_t>(float x) {
 #else
 template <>
 PAGODA_INLINE bf16_t from_float<bf16_t>(float x) {
-  return __float2bfloat16_rn(x);
+  return __float2bfloat16(x);  // round to nearest even (CUDA and HIP)
 }
 #endif
 
