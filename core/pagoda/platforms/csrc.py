@@ -88,6 +88,24 @@ def load_compiled(aot_module: str, switch: str, label: str, jit: Callable[[Impor
         return jit(error)
 
 
+def jit_sources(runtime: str | None, runtime_name: str, compiler_home: str | None, compiler: str,
+                csrc: Path | None, distribution: str, aot_error: ImportError) -> Path:
+    """``csrc`` once a first-use build has what it needs (a torch built for ``runtime_name``, the
+    ``compiler``, ninja, the sources); otherwise ExtensionUnavailable naming what is missing."""
+    import torch
+    from torch.utils import cpp_extension
+
+    if runtime is None:
+        raise ExtensionUnavailable(f"torch {torch.__version__} has no {runtime_name}")
+    if compiler_home is None:
+        raise ExtensionUnavailable(f"no {compiler} (its toolkit was not found; the prebuilt module is missing: {aot_error})")
+    if not cpp_extension.is_ninja_available():
+        raise ExtensionUnavailable("no ninja to compile the kernels at first use (pip install ninja)")
+    if csrc is None:
+        raise ExtensionUnavailable(f"the csrc sources are not installed with {distribution}")
+    return csrc
+
+
 def first_line(error: BaseException) -> str:
     """A compiler failure's first line (they arrive as long RuntimeError / CalledProcessError texts)."""
     text = str(error).strip()

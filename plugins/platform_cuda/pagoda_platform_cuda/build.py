@@ -19,7 +19,14 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from pagoda.platforms.csrc import ExtensionUnavailable, find_csrc, first_line, load_compiled, read_manifest
+from pagoda.platforms.csrc import (
+    ExtensionUnavailable,
+    find_csrc,
+    first_line,
+    jit_sources,
+    load_compiled,
+    read_manifest,
+)
 
 __all__ = ["ExtensionUnavailable", "load_extension", "source_dir"]
 
@@ -43,15 +50,8 @@ def _jit_build(aot_error: ImportError) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
-    if torch.version.cuda is None:
-        raise ExtensionUnavailable(f"torch {torch.__version__} has no CUDA")
-    if cpp_extension.CUDA_HOME is None:
-        raise ExtensionUnavailable(f"no nvcc (CUDA_HOME not found; the prebuilt module is missing: {aot_error})")
-    if not cpp_extension.is_ninja_available():
-        raise ExtensionUnavailable("no ninja to compile the kernels at first use (pip install ninja)")
-    sources = source_dir()
-    if sources is None:
-        raise ExtensionUnavailable("the csrc sources are not installed with pagoda-platform-cuda")
+    sources = jit_sources(torch.version.cuda, "CUDA", cpp_extension.CUDA_HOME, "nvcc", source_dir(),
+                          "pagoda-platform-cuda", aot_error)
     try:
         return cpp_extension.load(
             name=JIT_NAME,

@@ -19,7 +19,14 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from pagoda.platforms.csrc import ExtensionUnavailable, find_csrc, first_line, load_compiled, read_manifest
+from pagoda.platforms.csrc import (
+    ExtensionUnavailable,
+    find_csrc,
+    first_line,
+    jit_sources,
+    load_compiled,
+    read_manifest,
+)
 
 __all__ = ["ExtensionUnavailable", "excluded_reason", "load_extension", "source_dir"]
 
@@ -55,15 +62,8 @@ def _jit_build(arch: str, aot_error: ImportError) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
-    if torch.version.hip is None:
-        raise ExtensionUnavailable(f"torch {torch.__version__} has no HIP")
-    if cpp_extension.ROCM_HOME is None:
-        raise ExtensionUnavailable(f"no hipcc (ROCM_HOME not found; the prebuilt module is missing: {aot_error})")
-    if not cpp_extension.is_ninja_available():
-        raise ExtensionUnavailable("no ninja to compile the kernels at first use (pip install ninja)")
-    csrc = source_dir()
-    if csrc is None:
-        raise ExtensionUnavailable("the csrc sources are not installed with pagoda-platform-rocm")
+    csrc = jit_sources(torch.version.hip, "HIP", cpp_extension.ROCM_HOME, "hipcc", source_dir(),
+                       "pagoda-platform-rocm", aot_error)
     from pagoda_platform_rocm.hipify import hipify_csrc
 
     out = Path(os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions")) / "pagoda_rocm_hipified"
