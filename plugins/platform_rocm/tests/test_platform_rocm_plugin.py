@@ -83,10 +83,12 @@ def test_kv_cache_bytes_from_free_memory(monkeypatch: pytest.MonkeyPatch, fake_r
         p.kv_cache_bytes(None, 0.1, 4 * GiB)
 
 
-def test_csrc_kernel_reason_and_torch_op_fallback(monkeypatch: pytest.MonkeyPatch, caplog, fake_rocm) -> None:
+def test_csrc_kernel_reason_and_torch_op_fallback(monkeypatch: pytest.MonkeyPatch, caplog, fake_rocm, tmp_path) -> None:
     from pagoda_platform_rocm import build
     from pagoda_platform_rocm.platform import RocmPlatform
 
+    (tmp_path / "manifest.txt").write_text("kernels/layernorm.cu\n")
+    monkeypatch.setattr(build, "source_dir", lambda: tmp_path)  # installed copies may come without csrc
     fake_rocm(gcnArchName="gfx1100")  # RDNA 3: 32-wide wavefronts
     p = RocmPlatform()
     assert "64-wide wavefronts" in p.csrc_kernel_reason("layernorm")
@@ -94,8 +96,9 @@ def test_csrc_kernel_reason_and_torch_op_fallback(monkeypatch: pytest.MonkeyPatc
         assert type(p.custom_ops()) is CustomOps
     assert "gfx1100 runs 32-wide); using the torch ops" in caplog.text
     fake_rocm()  # gfx942
-    if build.source_dir() is not None:
-        assert RocmPlatform().csrc_kernel_reason("layernorm") is None
+    assert RocmPlatform().csrc_kernel_reason("layernorm") is None
+    monkeypatch.setattr(build, "source_dir", lambda: None)
+    assert RocmPlatform().csrc_kernel_reason("layernorm") == "the csrc sources are not installed with pagoda-platform-rocm"
     monkeypatch.setenv("PAGODA_ROCM_KERNELS", "0")
     build.load_extension.cache_clear()
     caplog.clear()
