@@ -8,8 +8,10 @@ into the package either way, so that first-use build finds them after installati
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -37,6 +39,16 @@ def _stage_sources() -> str:
     return staged.as_posix()
 
 
+def _csrc_tools():
+    """core/pagoda/platforms/csrc.py (stdlib only), loaded from the checkout by path: pip may build
+    this plugin before the pagoda it installs in the same command is importable."""
+    spec = importlib.util.spec_from_file_location("_pagoda_csrc_tools", HERE.parents[1] / "core/pagoda/platforms/csrc.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def cuda_extensions() -> tuple[list, dict]:
     """The extension and its build command, or nothing where it cannot be built here."""
     if os.environ.get("PAGODA_CUDA_BUILD", "auto") == "0" or not CSRC.is_dir():
@@ -44,21 +56,19 @@ def cuda_extensions() -> tuple[list, dict]:
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
-
-        from pagoda.platforms.csrc import deferring_build_ext, read_manifest
-    except ImportError:  # an isolated build without torch or pagoda: compile at first use instead
+    except ImportError:  # an isolated build without torch: compile at first use instead
         return [], {}
     forced = os.environ.get("PAGODA_CUDA_BUILD") == "1"
     if torch.version.cuda is None or CUDA_HOME is None or not (torch.cuda.is_available() or forced):
         return [], {}
-    staged = _stage_sources()
+    staged, tools = _stage_sources(), _csrc_tools()
     ext = CUDAExtension(
         name="pagoda_platform_cuda._C",
-        sources=[f"{staged}/{s.path}" for s in read_manifest(CSRC)],
+        sources=[f"{staged}/{s.path}" for s in tools.read_manifest(CSRC)],
         include_dirs=[str(HERE / staged)],
         extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
     )
-    return [ext], {"build_ext": deferring_build_ext(BuildExtension, "pagoda-platform-cuda")}
+    return [ext], {"build_ext": tools.deferring_build_ext(BuildExtension, "pagoda-platform-cuda")}
 
 
 extensions, commands = cuda_extensions()

@@ -31,9 +31,6 @@ from pagoda.platforms.csrc import (
 __all__ = ["ExtensionUnavailable", "excluded_reason", "load_extension", "source_dir"]
 
 JIT_NAME = "pagoda_rocm_C"
-ROCM_DEFINES = ["-DUSE_ROCM=1"]  # compat.h picks the HIP side with it
-HIPCC_FLAGS = ["-O3", *ROCM_DEFINES]
-CXX_FLAGS = ["-O3", *ROCM_DEFINES]
 
 
 def source_dir() -> Path | None:
@@ -64,12 +61,12 @@ def _jit_build(arch: str, aot_error: ImportError) -> ModuleType:
 
     csrc = jit_sources(torch.version.hip, "HIP", cpp_extension.ROCM_HOME, "hipcc", source_dir(),
                        "pagoda-platform-rocm", aot_error)
-    from pagoda_platform_rocm.hipify import hipify_csrc
+    from pagoda_platform_rocm.hipify import CXX_FLAGS, HIPCC_FLAGS, hipify_csrc, rocm_sources
 
     out = Path(os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache" / "torch_extensions")) / "pagoda_rocm_hipified"
     arch_flags = [] if os.environ.get("PYTORCH_ROCM_ARCH") else [f"--offload-arch={arch}"]
     try:
-        sources = hipify_csrc(csrc, out)
+        sources = hipify_csrc(csrc, out, rocm_sources(read_manifest(csrc)))
         return cpp_extension.load(
             name=JIT_NAME,
             sources=[str(path) for path in sources],

@@ -12,20 +12,24 @@ import contextlib
 import io
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
-from pagoda.platforms.csrc import CsrcSource, read_manifest
+if TYPE_CHECKING:  # no pagoda import at run time: setup.py runs this before pagoda is importable
+    from pagoda.platforms.csrc import CsrcSource
 
 HEADER_SUFFIXES = (".h", ".cuh", ".hpp")
+ROCM_DEFINES = ["-DUSE_ROCM=1"]  # compat.h picks the HIP side with it
+HIPCC_FLAGS = ["-O3", *ROCM_DEFINES]
+CXX_FLAGS = ["-O3", *ROCM_DEFINES]
 
 
-def rocm_sources(csrc: Path) -> list[CsrcSource]:
+def rocm_sources(manifest: Sequence[CsrcSource]) -> list[CsrcSource]:
     """The manifest's sources that the ROCm build compiles (everything not ``nvidia_only``)."""
-    return [s for s in read_manifest(csrc) if s.nvidia_only is None]
+    return [s for s in manifest if s.nvidia_only is None]
 
 
-def hipify_csrc(csrc: Path, out: Path) -> list[Path]:
-    """Hipified copies of :func:`rocm_sources` (in manifest order) under ``out``, which is replaced."""
-    sources = rocm_sources(csrc)
+def hipify_csrc(csrc: Path, out: Path, sources: Sequence[CsrcSource]) -> list[Path]:
+    """Hipified copies of ``sources`` (paths under ``csrc``, in order) under ``out``, which is replaced."""
     keep = {s.path for s in sources}
     shutil.rmtree(out, ignore_errors=True)
     for path in sorted(csrc.rglob("*")):

@@ -18,8 +18,7 @@ import pytest
 pytest.importorskip("pagoda_platform_rocm", reason="pagoda-platform-rocm is not installed")
 
 from pagoda.platforms.csrc import read_manifest  # noqa: E402
-from pagoda_platform_rocm.build import HIPCC_FLAGS  # noqa: E402
-from pagoda_platform_rocm.hipify import hipify_csrc, rocm_sources  # noqa: E402
+from pagoda_platform_rocm.hipify import HIPCC_FLAGS, hipify_csrc, rocm_sources  # noqa: E402
 
 CSRC = Path(__file__).resolve().parents[3] / "csrc"
 ARCH = "gfx90a"
@@ -42,8 +41,8 @@ def hipcc() -> str:
 def hipified(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Manifest path -> its hipified file, for the sources the ROCm build compiles."""
     out = tmp_path_factory.mktemp("hip") / "csrc"
-    paths = hipify_csrc(CSRC, out)
-    return {s.path: p for s, p in zip(rocm_sources(CSRC), paths)}
+    sources = rocm_sources(read_manifest(CSRC))
+    return {s.path: p for s, p in zip(sources, hipify_csrc(CSRC, out, sources))}
 
 
 def test_hipify_translates_every_source_the_rocm_build_needs(hipified: dict[str, Path]) -> None:
@@ -63,7 +62,7 @@ def test_nvidia_only_sources_are_left_out(tmp_path: Path) -> None:
     (src / "kernels" / "plain.cu").write_text("__global__ void plain(float* x) { x[threadIdx.x] = 0.f; }\n")
     (src / "kernels" / "tensor_core.cu").write_text('__global__ void tc() { asm volatile("wgmma.fence.sync.aligned;"); }\n')
     (src / "manifest.txt").write_text("kernels/plain.cu\nkernels/tensor_core.cu  nvidia_only: wgmma (sm_90a)\n")
-    paths = hipify_csrc(src, tmp_path / "out")
+    paths = hipify_csrc(src, tmp_path / "out", rocm_sources(read_manifest(src)))
     assert [p.relative_to(tmp_path / "out").as_posix() for p in paths] == ["kernels/plain.hip"]
     assert not (tmp_path / "out" / "kernels" / "tensor_core.cu").exists()
 
