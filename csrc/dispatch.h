@@ -1,4 +1,4 @@
-// Host-side helpers shared by the kernel files: dtype dispatch, launch checks, alignment.
+// Host-side helpers of the torch layer: tensor checks and the ATen dtype -> kernel DType mapping.
 #pragma once
 
 #include <ATen/Dispatch.h>
@@ -9,13 +9,13 @@
 
 #include <cstdint>
 
+#include "kernels/common.h"
+
 // fp32, fp16 and bf16: the dtypes every kernel here supports.
 #define PAGODA_DISPATCH_FLOATING(TYPE, NAME, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, TYPE, NAME, __VA_ARGS__)
 
 namespace pagoda {
-
-inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
 inline void check_cuda(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
@@ -23,6 +23,17 @@ inline void check_cuda(const at::Tensor& t, const char* name) {
 
 inline void check_last_dim_contiguous(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.stride(-1) == 1, name, " must be contiguous in its last dimension");
+}
+
+// The kernel layer's DType for a tensor of float32, float16 or bfloat16 (anything else is an error).
+inline DType kernel_dtype(const at::Tensor& t, const char* op) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kHalf: return DType::kFloat16;
+    case at::kBFloat16: return DType::kBFloat16;
+    default: TORCH_CHECK(false, op, ": dtype ", t.scalar_type(), " is not float32, float16 or bfloat16");
+  }
+  return DType::kFloat32;
 }
 
 }  // namespace pagoda

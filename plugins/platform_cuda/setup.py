@@ -8,8 +8,10 @@ into the package either way, so that first-use build finds them after installati
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -17,31 +19,34 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE.parents[1] / "csrc"
-SOURCES = ("bindings.cpp", "layernorm_kernels.cu", "rotary_kernels.cu", "activation_kernels.cu", "cache_kernels.cu")
+CSRC_FILES = shutil.ignore_patterns("*.md", "__pycache__")  # sources, headers and manifest.txt, with subfolders
 
 
 class BuildPyWithSources(build_py):
-    """Also copy ../../csrc/*.{cu,cuh,h,cpp} into pagoda_platform_cuda/csrc/ of the build."""
+    """Also copy ../../csrc (sources, headers, manifest.txt) into pagoda_platform_cuda/csrc/ of the build."""
 
     def run(self) -> None:
         super().run()
-        if not CSRC.is_dir():
-            return
-        dest = Path(self.build_lib) / "pagoda_platform_cuda" / "csrc"
-        dest.mkdir(parents=True, exist_ok=True)
-        for path in CSRC.iterdir():
-            if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-                shutil.copy2(path, dest / path.name)
+        if CSRC.is_dir():
+            shutil.copytree(CSRC, Path(self.build_lib) / "pagoda_platform_cuda" / "csrc", ignore=CSRC_FILES,
+                            dirs_exist_ok=True)
 
 
 def _stage_sources() -> str:
     """Copy csrc under build/ (setuptools takes only paths relative to setup.py); returns that path."""
     staged = Path("build") / "csrc"
-    (HERE / staged).mkdir(parents=True, exist_ok=True)
-    for path in CSRC.iterdir():
-        if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            shutil.copy2(path, HERE / staged / path.name)
+    shutil.copytree(CSRC, HERE / staged, ignore=CSRC_FILES, dirs_exist_ok=True)
     return staged.as_posix()
+
+
+def _csrc_tools():
+    """core/pagoda/platforms/csrc.py (stdlib only), loaded from the checkout by path: pip may build
+    this plugin before the pagoda it installs in the same command is importable."""
+    spec = importlib.util.spec_from_file_location("_pagoda_csrc_tools", HERE.parents[1] / "core/pagoda/platforms/csrc.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def cuda_extensions() -> tuple[list, dict]:
@@ -56,24 +61,14 @@ def cuda_extensions() -> tuple[list, dict]:
     forced = os.environ.get("PAGODA_CUDA_BUILD") == "1"
     if torch.version.cuda is None or CUDA_HOME is None or not (torch.cuda.is_available() or forced):
         return [], {}
-    staged = _stage_sources()
+    staged, tools = _stage_sources(), _csrc_tools()
     ext = CUDAExtension(
         name="pagoda_platform_cuda._C",
-        sources=[f"{staged}/{name}" for name in SOURCES],
+        sources=[f"{staged}/{s.path}" for s in tools.read_manifest(CSRC)],
         include_dirs=[str(HERE / staged)],
         extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
     )
-
-    class BuildOrDefer(BuildExtension):
-        """A failed compile must not fail the install: the kernels then build at first use."""
-
-        def run(self) -> None:
-            try:
-                super().run()
-            except Exception as error:  # noqa: BLE001 - any compiler failure
-                print(f"pagoda-platform-cuda: ahead-of-time kernel build failed ({error}); deferring to first use")
-
-    return [ext], {"build_ext": BuildOrDefer}
+    return [ext], {"build_ext": tools.deferring_build_ext(BuildExtension, "pagoda-platform-cuda")}
 
 
 extensions, commands = cuda_extensions()

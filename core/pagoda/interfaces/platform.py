@@ -68,6 +68,22 @@ class Platform(Capability, ABC):
         """``None`` if model weights may use ``dtype`` here, else the reason."""
         return None
 
+    def fp8_dtype(self) -> torch.dtype | None:
+        """The FP8 e4m3 dtype this device computes in, or ``None`` if it has no FP8 arithmetic.
+
+        ``float8_e4m3fn`` on NVIDIA sm_89+ and AMD gfx950; ``float8_e4m3fnuz`` on AMD gfx942
+        (other exponent bias, no infinities): FP8 code asks here rather than assuming one.
+        """
+        return None
+
+    def csrc_kernel_reason(self, name: str) -> str | None:
+        """``None`` if the csrc kernels ``name`` are built for this platform, else why not.
+
+        ``name`` is a path, file stem or folder of ``csrc/manifest.txt`` (e.g. ``"attention"``);
+        a backend or quantization method that needs csrc kernels returns this from its ``check``.
+        """
+        return f"the {self.device_type} platform builds no csrc kernels"
+
     def custom_ops(self) -> "CustomOps":
         """The fused non-attention kernels (RMSNorm, rotary, SiLU-and-mul, KV write)."""
         from pagoda.layers.ops import CustomOps

@@ -7,79 +7,59 @@ Two ways, tried in order by :func:`load_extension`:
 2. just in time: ``torch.utils.cpp_extension.load`` compiles the sources on first use and caches
    the result under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``).
 
-Anything that prevents both raises :class:`ExtensionUnavailable` with a one-line reason; the
-platform then falls back to the torch ops (see ``CudaPlatform.custom_ops``).
+The sources are those of ``csrc/manifest.txt`` (pagoda.platforms.csrc). Anything that prevents
+both raises :class:`ExtensionUnavailable` with a one-line reason; the platform then falls back to
+the torch ops (see ``CudaPlatform.custom_ops``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 from pathlib import Path
 from types import ModuleType
 
-JIT_NAME = "pagoda_cuda_C"
-SOURCE_FILES = (
-    "bindings.cpp",
-    "layernorm_kernels.cu",
-    "rotary_kernels.cu",
-    "activation_kernels.cu",
-    "cache_kernels.cu",
+from pagoda.platforms.csrc import (
+    ExtensionUnavailable,
+    find_csrc,
+    first_line,
+    jit_sources,
+    load_compiled,
+    read_manifest,
 )
+
+__all__ = ["ExtensionUnavailable", "load_extension", "source_dir"]
+
+JIT_NAME = "pagoda_cuda_C"
 NVCC_FLAGS = ["-O3", "--expt-relaxed-constexpr"]
 CXX_FLAGS = ["-O3"]
 
 
-class ExtensionUnavailable(RuntimeError):
-    """The kernels can be neither imported nor compiled here; the message says why."""
-
-
 def source_dir() -> Path | None:
     """The csrc folder: packaged next to this module on install, or the repository's own."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "csrc", here.parents[2] / "csrc"):
-        if all((candidate / name).is_file() for name in SOURCE_FILES):
-            return candidate
-    return None
+    return find_csrc(Path(__file__).resolve().parent)
 
 
 @functools.cache
 def load_extension() -> ModuleType:
     """The compiled kernels module (cached for the process); raises ExtensionUnavailable."""
-    if os.environ.get("PAGODA_CUDA_KERNELS", "1") == "0":
-        raise ExtensionUnavailable("PAGODA_CUDA_KERNELS=0 switches the CUDA kernels off")
-    import torch  # noqa: F401 - loads libc10/libtorch, which the compiled module links against
-
-    try:
-        return importlib.import_module("pagoda_platform_cuda._C")
-    except ImportError as error:
-        aot_error = error
-    return _jit_build(aot_error)
+    return load_compiled("pagoda_platform_cuda._C", "PAGODA_CUDA_KERNELS", "CUDA", _jit_build)
 
 
 def _jit_build(aot_error: ImportError) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
-    if torch.version.cuda is None:
-        raise ExtensionUnavailable(f"torch {torch.__version__} has no CUDA")
-    if cpp_extension.CUDA_HOME is None:
-        raise ExtensionUnavailable(f"no nvcc (CUDA_HOME not found; the prebuilt module is missing: {aot_error})")
-    if not cpp_extension.is_ninja_available():
-        raise ExtensionUnavailable("no ninja to compile the kernels at first use (pip install ninja)")
-    sources = source_dir()
-    if sources is None:
-        raise ExtensionUnavailable("the csrc sources are not installed with pagoda-platform-cuda")
+    sources = jit_sources(torch.version.cuda, "CUDA", cpp_extension.CUDA_HOME, "nvcc", source_dir(),
+                          "pagoda-platform-cuda", aot_error)
     try:
         return cpp_extension.load(
             name=JIT_NAME,
-            sources=[str(sources / name) for name in SOURCE_FILES],
+            sources=[str(sources / s.path) for s in read_manifest(sources)],
             extra_cflags=CXX_FLAGS,
             extra_cuda_cflags=NVCC_FLAGS,
             extra_include_paths=[str(sources)],
             verbose=os.environ.get("PAGODA_CUDA_BUILD_VERBOSE") == "1",
         )
     except Exception as error:  # compiler errors arrive as RuntimeError / CalledProcessError
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ExtensionUnavailable(f"build error: {first}") from error
+        raise ExtensionUnavailable(f"build error: {first_line(error)}") from error

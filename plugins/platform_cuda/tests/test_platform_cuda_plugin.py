@@ -94,3 +94,13 @@ def test_default_dtype_prefers_bf16_for_float32_checkpoints(monkeypatch: pytest.
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     assert [p.default_dtype(d) for d in (None, torch.float32, torch.float16, torch.bfloat16)] == [
         torch.float16, torch.float16, torch.float16, torch.float16]
+
+
+def test_fp8_dtype_from_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pagoda_platform_cuda.platform import CudaPlatform
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for capability, fp8 in [((8, 0), None), ((8, 9), torch.float8_e4m3fn), ((9, 0), torch.float8_e4m3fn)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert CudaPlatform().fp8_dtype() == fp8
+    assert CudaPlatform().csrc_kernel_reason("layernorm") is None

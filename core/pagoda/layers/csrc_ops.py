@@ -1,0 +1,92 @@
+"""CsrcOps: the CustomOps contract on the compiled csrc kernels (CUDA, or hipified for ROCm).
+
+The GPU platform plugins wrap their compiled module in it (``CudaOps``, ``RocmOps``): torch
+reaches both vendors' devices as device type ``cuda``, so the checks below hold for both.
+
+Same signatures and results as :class:`pagoda.layers.ops.CustomOps` (the torch reference), up
+to floating-point rounding. ``fused_add_rms_norm`` works in place: ``x`` receives the
+normalised output and ``residual`` the sum, and both are returned; callers use the returned
+tensors. Inputs the kernels do not take (another dtype, a layout they do not cover) go to the
+torch reference, so every call is answered.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+
+from pagoda.layers.ops import CustomOps
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class CsrcOps(CustomOps):
+    name = "csrc"
+
+    def __init__(self, kernels: ModuleType) -> None:
+        self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """``x``: [..., hidden] (last dim contiguous) -> a new contiguous tensor."""
+        if not _same_kernel_dtype(x, weight) or x.stride(-1) != 1:
+            return super().rms_norm(x, weight, eps)
+        rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # [num_tokens, hidden]
+        out = torch.empty(rows.shape, dtype=x.dtype, device=x.device)
+        self.kernels.rms_norm(out, rows, weight, eps)
+        return out.view(x.shape)
+
+    def fused_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """In place: returns ``(x <- rms_norm(x + residual), residual <- x + residual)``."""
+        if not (_same_kernel_dtype(x, residual, weight) and x.dim() == 2 and x.is_contiguous()
+                and residual.is_contiguous() and x.shape == residual.shape):
+            return super().fused_add_rms_norm(x, residual, weight, eps)
+        self.kernels.fused_add_rms_norm(x, residual, weight, eps)
+        return x, residual
+
+    def rotary_embedding(
+        self,
+        positions: torch.Tensor,  # [num_tokens]
+        query: torch.Tensor,  # [num_tokens, num_heads * head_size]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads * head_size]
+        head_size: int,
+        cos_sin_cache: torch.Tensor,  # [max_position, rotary_dim]
+        is_neox: bool,
+    ) -> None:
+        cache_ok = cos_sin_cache.dtype in (torch.float32, query.dtype) and cos_sin_cache.is_contiguous()
+        if not (_same_kernel_dtype(query, key) and cache_ok and query.dim() == 2 and key.dim() == 2
+                and query.stride(-1) == 1 and key.stride(-1) == 1):
+            return super().rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+        self.kernels.rotary_embedding(positions.long().contiguous(), query, key, head_size, cos_sin_cache, is_neox)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: [num_tokens, 2 * d] -> silu(x[:, :d]) * x[:, d:]."""
+        if not _same_kernel_dtype(x) or x.dim() != 2 or x.stride(-1) != 1:
+            return super().silu_and_mul(x)
+        out = torch.empty(x.shape[0], x.shape[1] // 2, dtype=x.dtype, device=x.device)
+        self.kernels.silu_and_mul(out, x)
+        return out
+
+    def reshape_and_cache(
+        self,
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
+        slot_mapping: torch.Tensor,  # [num_tokens]; negative slots are skipped
+    ) -> None:
+        if not (_same_kernel_dtype(key, value, kv_cache) and kv_cache.is_contiguous()
+                and key.stride(-1) == 1 and value.stride(-1) == 1):
+            return super().reshape_and_cache(key, value, kv_cache, slot_mapping)
+        self.kernels.reshape_and_cache(key, value, kv_cache, slot_mapping.long().contiguous())
+
+
+def _same_kernel_dtype(*tensors: torch.Tensor) -> bool:
+    """All on one GPU (torch device type ``cuda``, NVIDIA or AMD), in one dtype the kernels are built for."""
+    first = tensors[0]
+    return (
+        first.device.type == "cuda"
+        and first.dtype in KERNEL_DTYPES
+        and all(t.dtype == first.dtype and t.device == first.device for t in tensors)
+    )

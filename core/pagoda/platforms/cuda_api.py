@@ -1,0 +1,118 @@
+"""CudaApiPlatform: what every platform reached through ``torch.cuda`` shares.
+
+torch drives NVIDIA GPUs (CUDA builds) and AMD GPUs (ROCm/HIP builds) through the same
+``torch.cuda`` API and device type ``cuda``: memory statistics, pinned host memory, streams
+and graphs (``torch.cuda.CUDAGraph`` records a HIP graph on ROCm). pagoda-platform-cuda and
+pagoda-platform-rocm subclass this and add what differs: ``check``, ``describe``, dtypes,
+and their compiled kernels.
+"""
+
+from __future__ import annotations
+
+from abc import ABC
+from contextlib import AbstractContextManager, contextmanager
+from typing import Callable, Iterator, TypeVar
+
+import torch
+
+from pagoda.interfaces.platform import Platform
+
+GiB = 1 << 30
+T = TypeVar("T")
+
+
+class CudaApiPlatform(Platform, ABC):
+    device_type = "cuda"  # torch's device type on both CUDA and ROCm builds
+
+    def device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def default_dtype(self, checkpoint_dtype: torch.dtype | None) -> torch.dtype:
+        """bf16 for float32 (or unnamed) checkpoints where supported, else the checkpoint's half type."""
+        bf16 = torch.cuda.is_bf16_supported()
+        if checkpoint_dtype in (None, torch.float32):
+            return torch.bfloat16 if bf16 else torch.float16
+        if checkpoint_dtype == torch.bfloat16 and not bf16:
+            return torch.float16
+        return checkpoint_dtype
+
+    def host_buffer(self, nbytes: int) -> torch.Tensor:
+        # pinned: the copy is asynchronous; torch's caching host allocator reuses a buffer only
+        # after the copy that read it has run
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+        hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+        for host, tensor in zip(hosts, tensors):
+            host.copy_(tensor, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+        def wait() -> list[torch.Tensor]:
+            done.synchronize()  # releases the GIL while it waits
+            return hosts
+
+        return wait
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device())
+
+    def peak_memory_during(self, fn: Callable[[], object]) -> int:
+        """Run ``fn`` and return its peak allocation above what was allocated before it."""
+        self.synchronize()
+        baseline = torch.cuda.memory_allocated(self.device())
+        torch.cuda.reset_peak_memory_stats(self.device())
+        fn()
+        self.synchronize()
+        peak = torch.cuda.max_memory_allocated(self.device())
+        torch.cuda.empty_cache()  # hand the profile's blocks back, so mem_get_info sees them free
+        return max(0, peak - baseline)
+
+    def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float, activation_bytes: int) -> int:
+        """``util * total - weights (allocated now) - activations - other processes' memory``."""
+        if requested_bytes is not None:
+            return requested_bytes
+        device = self.device()
+        free, total = torch.cuda.mem_get_info(device)
+        allocated = torch.cuda.memory_allocated(device)
+        others = max(0, total - free - torch.cuda.memory_reserved(device))  # other processes, driver context
+        budget = int(memory_utilization * total) - others - allocated - activation_bytes
+        if budget <= 0:
+            raise ValueError(
+                f"no GPU memory left for the KV cache: --gpu-memory-utilization {memory_utilization} of "
+                f"{total / GiB:.1f} GiB leaves {budget / GiB:.2f} GiB after weights ({allocated / GiB:.2f} GiB), "
+                f"activations ({activation_bytes / GiB:.2f} GiB) and other processes ({others / GiB:.2f} GiB); "
+                "raise --gpu-memory-utilization, or lower --max-num-batched-tokens / --max-num-seqs"
+            )
+        return budget
+
+    def compute_units(self) -> int:
+        """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
+        return torch.cuda.get_device_properties(self.device()).multi_processor_count
+
+    def supports_graphs(self) -> bool:
+        return True
+
+    def capture_graph(self, fn: Callable[[], T]) -> tuple[Callable[[], None], T]:
+        """A CUDA (or HIP) graph of ``fn``; all graphs of this platform share one memory pool."""
+        if getattr(self, "_graph_pool", None) is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool):
+            outputs = fn()
+        return graph.replay, outputs
+
+    def graph_capture_context(self) -> AbstractContextManager:
+        """Synchronised side stream for ``torch.cuda.graph`` capture (which must not use the default stream)."""
+        return _side_stream(self.device())
+
+
+@contextmanager
+def _side_stream(device: torch.device) -> Iterator[torch.cuda.Stream]:
+    torch.cuda.synchronize(device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        yield stream
+    torch.cuda.current_stream(device).wait_stream(stream)
+    torch.cuda.synchronize(device)
