@@ -17,7 +17,8 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 CSRC = HERE.parents[1] / "csrc"
-SOURCES = ("bindings.cpp", "layernorm_kernels.cu", "rotary_kernels.cu", "activation_kernels.cu", "cache_kernels.cu")
+SOURCES = ("bindings.cpp", "layernorm_kernels.cu", "rotary_kernels.cu", "activation_kernels.cu", "cache_kernels.cu",
+           "awq_gemv_kernels.cu")
 
 
 class BuildPyWithSources(build_py):

@@ -26,6 +26,7 @@ SOURCE_FILES = (
     "rotary_kernels.cu",
     "activation_kernels.cu",
     "cache_kernels.cu",
+    "awq_gemv_kernels.cu",
 )
 NVCC_FLAGS = ["-O3", "--expt-relaxed-constexpr"]
 CXX_FLAGS = ["-O3"]
