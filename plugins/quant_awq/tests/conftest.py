@@ -49,3 +49,41 @@ else:
 def _triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     if INTERPRET:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def checkpoints_on_gpu(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module):
+    """(awq folder, dequantized dense folder) of a tiny Llama, with the CUDA platform and this plugin
+    registered process-wide (skips where pagoda-platform-cuda is missing)."""
+    import transformers
+
+    import pagoda.plugins.manager as manager
+    from pagoda.plugins.manager import PluginManager
+
+    sys.path.insert(0, str(HERE.parents[2] / "tests" / "engine"))
+    from awq_quantizer import write_awq_checkpoint
+    from tiny_models import CONFIGS, save_word_tokenizer
+
+    try:
+        modules = {name: importlib.import_module(mod) for name, mod in
+                   (("quant-awq", "pagoda_quant_awq.plugin"), ("platform-cuda", "pagoda_platform_cuda.plugin"))}
+    except ImportError:
+        pytest.skip("pagoda-platform-cuda is not available")
+    monkeypatch_module.setattr(manager, "_MANAGER", PluginManager(modules=modules, entry_points=False))
+    torch.manual_seed(1234)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS["llama"](), dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.08)
+    root = tmp_path_factory.mktemp("awq-gpu")
+    write_awq_checkpoint(model, root / "awq", 32, dense_folder=root / "dense")
+    for folder in ("awq", "dense"):
+        save_word_tokenizer(root / folder)
+    return root / "awq", root / "dense"
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
