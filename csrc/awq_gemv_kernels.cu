@@ -239,11 +239,11 @@ at::Tensor awq_gemv(const at::Tensor& x, const at::Tensor& qweight, const at::Te
   const int64_t m = x.size(0), K = x.size(1), N = scales.size(1);
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  // Split K over blocks only as far as it takes to give every SM about two blocks.
+  // Split K over blocks only as far as it takes to give every SM about three blocks.
   const int col_blocks = static_cast<int>((N + kAwqBlockCols - 1) / kAwqBlockCols);
   const int chunks = static_cast<int>((K + kAwqChunk - 1) / kAwqChunk);
   const int sms = sm_count(x.get_device());
-  const int wanted = std::max(1, std::min(chunks, (2 * sms + col_blocks - 1) / col_blocks));
+  const int wanted = std::max(1, std::min(chunks, (3 * sms + col_blocks - 1) / col_blocks));
   const int chunks_per_block = (chunks + wanted - 1) / wanted;
   const int splits = (chunks + chunks_per_block - 1) / chunks_per_block;
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));

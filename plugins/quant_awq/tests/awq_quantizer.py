@@ -87,3 +87,23 @@ def write_awq_checkpoint(hf_model, folder: Path, group: int, dense_folder: Path 
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     if dense_folder is not None:
         hf_model.save_pretrained(dense_folder)
+
+
+def write_tiny_awq_llama(root: Path, group: int):
+    """A tiny random Llama (tests/engine/tiny_models.py's config, with a word tokenizer) saved AWQ-quantized
+    to ``root/awq`` and with its dequantized fp32 weights to ``root/dense``; returns (awq, dense, the
+    HF model holding the dequantized weights)."""
+    import transformers
+    from tiny_models import CONFIGS, save_word_tokenizer
+
+    torch.manual_seed(1234)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS["llama"](), dtype=torch.float32).eval()
+    with torch.no_grad():  # larger than the default init: greedy decoding is less flat
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.08)
+    awq, dense = root / "awq", root / "dense"
+    write_awq_checkpoint(model, awq, group, dense_folder=dense)
+    for folder in (awq, dense):
+        save_word_tokenizer(folder)
+    return awq, dense, model

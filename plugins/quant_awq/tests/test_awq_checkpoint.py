@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from awq_quantizer import write_awq_checkpoint
+from awq_quantizer import write_tiny_awq_llama
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "engine"))
-from tiny_models import CONFIGS, hf_greedy, random_prompts, save_word_tokenizer  # noqa: E402
+from tiny_models import CONFIGS, hf_greedy, random_prompts  # noqa: E402  (conftest puts tests/engine on the path)
 
 import pagoda.plugins.manager as manager  # noqa: E402
 from pagoda import LLM, SamplingParams  # noqa: E402
@@ -36,20 +34,7 @@ def _awq_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory):
     """(awq folder, dequantized dense folder, HF model holding the dequantized weights)."""
-    import transformers
-
-    root = tmp_path_factory.mktemp("awq-llama")
-    torch.manual_seed(1234)
-    model = transformers.AutoModelForCausalLM.from_config(CONFIGS["llama"](), dtype=torch.float32).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.08)
-    awq, dense = root / "awq", root / "dense"
-    write_awq_checkpoint(model, awq, GROUP, dense_folder=dense)
-    for folder in (awq, dense):
-        save_word_tokenizer(folder)
-    return awq, dense, model
+    return write_tiny_awq_llama(tmp_path_factory.mktemp("awq-llama"), GROUP)
 
 
 def _greedy(llm: LLM, prompts: list[list[int]], n: int) -> list[list[int]]:
