@@ -1,4 +1,4 @@
-"""Choosing the quantization method: the flag, else config.json's quant_method, checked for agreement."""
+"""Choosing the quantization method: the flag, else config.json's quant_method; none never loads quantized tensors."""
 
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ def test_checkpoint_method_is_read_from_the_config() -> None:
 def test_without_the_flag_the_checkpoint_decides() -> None:
     assert resolve_quantization(None, AWQ) == "awq"
     assert resolve_quantization(None, DENSE) == "none"
+
+
+def test_an_explicit_method_is_kept() -> None:
     assert resolve_quantization("awq", AWQ) == "awq"
     assert resolve_quantization("none", DENSE) == "none"
+    assert resolve_quantization("awq", DENSE) == "awq"  # dummy weights, or online quantization by the method
+    assert resolve_quantization("fp8", AWQ) == "fp8"  # the method itself rejects a config it cannot read
 
 
-def test_flag_and_checkpoint_must_agree() -> None:
-    with pytest.raises(IncompatibleChoiceError, match="--quantization fp8 does not match .* quantized with 'awq'"):
-        resolve_quantization("fp8", AWQ)
-    with pytest.raises(IncompatibleChoiceError, match="--quantization awq needs a checkpoint quantized with 'awq'"):
-        resolve_quantization("awq", DENSE)
-    assert resolve_quantization("awq", DENSE, load_format="dummy") == "awq"  # random weights in any layout
+def test_none_refuses_a_quantized_checkpoint() -> None:
+    with pytest.raises(IncompatibleChoiceError, match="--quantization none cannot load this checkpoint: it is quantized with 'awq'"):
+        resolve_quantization("none", AWQ)

@@ -83,7 +83,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
     attention = backend_cls(spec, platform)
     quant_name, quant_cls = plugins.registry("quantization").select(
-        resolve_quantization(config.quantization, hf_config, config.load_format), platform=platform)
+        resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
     model_cls = _model_class(hf_config)
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)

@@ -1,8 +1,10 @@
 """Which quantization method a model uses: ``--quantization``, else the checkpoint's own.
 
 A quantized HF checkpoint names its method in config.json (``quantization_config.quant_method``,
-e.g. ``"awq"``, ``"fp8"``). Without ``--quantization`` that method is used; with it, the two must
-agree (``none`` cannot read quantized tensors, and ``awq`` cannot read a dense checkpoint).
+e.g. ``"awq"``). Without ``--quantization`` that method is used, else ``none``. An explicit method
+may differ from the checkpoint's (online quantization, dummy weights); each method checks the
+``quantization_config`` it is given. Only ``none`` on a quantized checkpoint is refused here: dense
+layers cannot hold quantized tensors.
 """
 
 from __future__ import annotations
@@ -24,20 +26,14 @@ def checkpoint_quant_method(hf_config: Any) -> str | None:
     return str(method).lower() if method else None
 
 
-def resolve_quantization(requested: str | None, hf_config: Any, load_format: str = "auto") -> str:
-    """The method name to select: ``requested`` if given (checked against the checkpoint), else the
-    checkpoint's, else ``none``. Dummy weights follow the flag (the config may be a plain one)."""
+def resolve_quantization(requested: str | None, hf_config: Any) -> str:
+    """The method name to select: ``requested`` if given, else the checkpoint's, else ``none``."""
     found = checkpoint_quant_method(hf_config)
     if requested is None:
         return found or UNQUANTIZED
-    if found is not None and requested != found:
+    if requested == UNQUANTIZED and found is not None:
         raise IncompatibleChoiceError(
-            f"--quantization {requested} does not match the checkpoint, which is quantized with '{found}' "
-            f"(config.json quantization_config.quant_method); drop the flag or pass --quantization {found}."
-        )
-    if found is None and requested != UNQUANTIZED and load_format != "dummy":
-        raise IncompatibleChoiceError(
-            f"--quantization {requested} needs a checkpoint quantized with '{requested}', but config.json has no "
-            "quantization_config; use a quantized checkpoint, or drop the flag for this dense one."
+            f"--quantization none cannot load this checkpoint: it is quantized with '{found}' (config.json "
+            f"quantization_config.quant_method); drop the flag or pass --quantization {found}."
         )
     return requested

@@ -33,9 +33,13 @@ class AwqConfig:
 
     @classmethod
     def from_dict(cls, qc: dict[str, Any] | None) -> "AwqConfig":
-        """Validate config.json's ``quantization_config`` (empty: the defaults, for dummy weights)."""
+        """Validate config.json's ``quantization_config`` (AWQ never quantizes dense weights itself)."""
         if not qc:
-            return cls()
+            raise ModelLoadError(
+                "--quantization awq needs an AWQ checkpoint, but config.json has no quantization_config (AWQ does "
+                "not quantize dense weights at load). For random weights (--load-format dummy) use a config that "
+                "has one, e.g. benchmarks/configs/llama-3.1-8b-awq."
+            )
         _check(str(qc.get("quant_method", "awq")).lower() == "awq",
                f"quant_method '{qc.get('quant_method')}' is not 'awq'; pass --quantization {qc.get('quant_method')}")
         bits = int(qc.get("bits", qc.get("w_bit", 4)))

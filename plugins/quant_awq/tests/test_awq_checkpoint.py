@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from awq_quantizer import write_tiny_awq_llama
+from awq_quantizer import awq_quantization_config, write_tiny_awq_llama
 
 from tiny_models import CONFIGS, hf_greedy, random_prompts  # noqa: E402  (conftest puts tests/engine on the path)
 
@@ -73,9 +73,9 @@ def test_fused_layers_load_packed_shards(checkpoints) -> None:
 
 def test_mismatched_flag_and_checkpoint_fail_clearly(checkpoints) -> None:
     awq, dense, _ = checkpoints
-    with pytest.raises(IncompatibleChoiceError, match="--quantization none does not match the checkpoint, which is quantized with 'awq'"):
+    with pytest.raises(IncompatibleChoiceError, match="--quantization none cannot load this checkpoint: it is quantized with 'awq'"):
         LLM(model=str(awq), quantization="none", **CPU)
-    with pytest.raises(IncompatibleChoiceError, match="config.json has no quantization_config"):
+    with pytest.raises(ModelLoadError, match="--quantization awq needs an AWQ checkpoint, but config.json has no quantization_config"):
         LLM(model=str(dense), quantization="awq", **CPU)
 
 
@@ -92,12 +92,13 @@ def test_unsupported_checkpoint_settings_fail_clearly(checkpoints, tmp_path: Pat
         LLM(model=str(copy), **CPU)
 
 
-def test_dummy_weights_follow_the_flag(tmp_path: Path) -> None:
+def test_dummy_weights_from_an_awq_config(tmp_path: Path) -> None:
     config = CONFIGS["llama"]()
-    config.hidden_size, config.intermediate_size, config.head_dim = 128, 256, 32  # group 128 divides every input
-    config.save_pretrained(tmp_path)  # a plain config: the flag alone selects AWQ for dummy weights
-    llm = LLM(model=str(tmp_path), quantization="awq", load_format="dummy", skip_tokenizer_init=True, **CPU)
+    config.quantization_config = awq_quantization_config(64)  # a config alone: random packed weights
+    config.save_pretrained(tmp_path)
+    llm = LLM(model=str(tmp_path), load_format="dummy", skip_tokenizer_init=True, **CPU)
     layer = _layer(llm, "model.layers.0.mlp.down_proj")
-    assert layer.qweight.shape == (256, 128 // 8) and layer.scales.shape == (2, 128)
+    assert isinstance(layer.quant_method, AwqMethod)
+    assert layer.qweight.shape == (128, 64 // 8) and layer.scales.shape == (2, 64)
     out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 3

@@ -51,11 +51,14 @@ def test_config_accepts_autoawq_gemm() -> None:
     cfg = AwqConfig.from_dict({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": True,
                                "version": "GEMM", "modules_to_not_convert": None})
     assert (cfg.group_size, cfg.bits, cfg.zero_point, cfg.pack_factor) == (64, 4, True, 8)
-    assert AwqConfig.from_dict({}) == AwqConfig(group_size=128)  # dummy weights on a dense config
+    for dense in (None, {}):
+        with pytest.raises(ModelLoadError, match="--quantization awq needs an AWQ checkpoint.*llama-3.1-8b-awq"):
+            AwqConfig.from_dict(dense)
 
 
 @pytest.mark.parametrize("change, message", [
     ({"bits": 8}, "bits=8: only 4-bit"),
+    ({"quant_method": "fp8"}, "quant_method 'fp8' is not 'awq'; pass --quantization fp8"),
     ({"group_size": 256}, "group_size=256: supported group sizes are 32, 64, 128"),
     ({"group_size": -1}, "group_size=-1"),
     ({"zero_point": False}, "zero_point=false"),
