@@ -64,7 +64,7 @@ def _cuda(x, qweight, qzeros, scales, group_size):
     ext = cuda_extension()
     if ext is None:
         raise RuntimeError("the AWQ CUDA kernel is unavailable: install pagoda-platform-cuda with its kernels built")
-    return ext.awq_gemv(x, qweight, qzeros, scales, group_size)
+    return ext.awq_gemv(x if x.stride(-1) == 1 else x.contiguous(), qweight, qzeros, scales, group_size)
 
 
 def _triton(x, qweight, qzeros, scales, group_size):
