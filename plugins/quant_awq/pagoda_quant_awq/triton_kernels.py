@@ -117,7 +117,7 @@ def awq_gemm_triton(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split)
     _awq_gemm_kernel[grid](x, qweight, qzeros, scales, out, m, n, k, x.stride(0), out.stride(0),
                            GROUP=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-                           DOT_PREC=prec, UPCAST=upcast)
+                           DOT_PREC=prec, UPCAST=upcast, num_warps=4 if block_m * block_n <= 2048 else 8)
     return out if split == 1 else out.to(x.dtype)
 
 
