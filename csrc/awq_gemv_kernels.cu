@@ -65,6 +65,40 @@ PAGODA_INLINE void load_group(const uint32_t* qzeros, const __half* scales, int6
   }
 }
 
+// Sums the 32 row lanes of each column (the 4 of a warp by shuffles, then the 8 warps through shared
+// memory) and stores the block's [m, 64] result, or adds it atomically to out_acc when K is split.
+template <typename T, int M>
+PAGODA_INLINE void reduce_and_store(float (&acc)[M][8], float (&partial)[kAwqWarps][M][kAwqBlockCols], int lane,
+                                    int warp, int c, int m, int N, float* out_acc, T* out) {
+#pragma unroll
+  for (int row = 0; row < M; ++row)
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+      acc[row][t] += PAGODA_SHFL_XOR(acc[row][t], 8);
+      acc[row][t] += PAGODA_SHFL_XOR(acc[row][t], 16);
+    }
+  if (lane < 8) {
+#pragma unroll
+    for (int row = 0; row < M; ++row)
+#pragma unroll
+      for (int t = 0; t < 8; ++t) partial[warp][row][c * 8 + t] = acc[row][t];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < M * kAwqBlockCols; idx += kAwqThreads) {
+    const int row = idx / kAwqBlockCols, col = idx % kAwqBlockCols;
+    const int n = blockIdx.x * kAwqBlockCols + col;
+    if (row >= m || n >= N) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAwqWarps; ++w) sum += partial[w][row][col];
+    if (out_acc != nullptr) {
+      atomicAdd(out_acc + static_cast<int64_t>(row) * N + n, sum);
+    } else {
+      out[static_cast<int64_t>(row) * N + n] = from_float<T>(sum);
+    }
+  }
+}
+
 template <typename T, int M, int G>
 __global__ void __launch_bounds__(kAwqThreads) awq_gemv_kernel(
     const T* __restrict__ x, int64_t x_stride,    // [m, K], rows x_stride apart
@@ -130,34 +164,7 @@ __global__ void __launch_bounds__(kAwqThreads) awq_gemv_kernel(
       }
     }
   }
-  // Reduce the 32 row lanes: the 4 of a warp by shuffles, then the 8 warps through shared memory.
-#pragma unroll
-  for (int row = 0; row < M; ++row)
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      acc[row][t] += PAGODA_SHFL_XOR(acc[row][t], 8);
-      acc[row][t] += PAGODA_SHFL_XOR(acc[row][t], 16);
-    }
-  if (lane < 8) {
-#pragma unroll
-    for (int row = 0; row < M; ++row)
-#pragma unroll
-      for (int t = 0; t < 8; ++t) partial[warp][row][c * 8 + t] = acc[row][t];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < M * kAwqBlockCols; idx += kAwqThreads) {
-    const int row = idx / kAwqBlockCols, col = idx % kAwqBlockCols;
-    const int n = blockIdx.x * kAwqBlockCols + col;
-    if (row >= m || n >= N) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kAwqWarps; ++w) sum += partial[w][row][col];
-    if (out_acc != nullptr) {
-      atomicAdd(out_acc + static_cast<int64_t>(row) * N + n, sum);
-    } else {
-      out[static_cast<int64_t>(row) * N + n] = from_float<T>(sum);
-    }
-  }
+  reduce_and_store<T, M>(acc, partial, lane, warp, c, m, N, out_acc, out);
 }
 
 template <typename T, int M>
