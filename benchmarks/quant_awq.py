@@ -32,7 +32,7 @@ STREAM_BYTES = 512 << 20  # weights touched per timed call: well past the 50 MB 
 
 def graphed_ms(fns) -> float:
     """Median ms of one call, replaying a CUDA graph that runs every fn of ``fns`` once."""
-    total = triton.testing.do_bench_cudagraph(lambda: [fn() for fn in fns], rep=50, return_mode="median")
+    total = triton.testing.do_bench_cudagraph(lambda: [fn() for fn in fns], rep=20, return_mode="median")
     return total / len(fns)
 
 
