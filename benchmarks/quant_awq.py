@@ -92,15 +92,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
-    rows = [row for name, (k, n) in SHAPES.items() for row in bench_shape(name, k, n)]
+    rows: list[dict] = []
+    for name, (k, n) in SHAPES.items():
+        rows += bench_shape(name, k, n)
+        write(args.out, {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows})  # partial
     layer = per_token_count(rows)
     result = {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows, "decoder_layer": layer}
     print("\nM     bf16 layer us   best kernel   speedup")
     for r in layer:
         print(f"{r['m']:<5d} {r['bf16_us']:13.1f}   {r['best']:11s}   x{r['speedup_best']:.2f}")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write(args.out, result)
+
+
+def write(path: str | None, result: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

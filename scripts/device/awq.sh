@@ -49,7 +49,8 @@ if bench:
         cell = lambda k: f"{r[k]:8.1f}" if k in r else f"{'-':>8s}"
         print(f"{r['layer']:8s} {r['m']:4d} {cell('bf16_us')} {cell('cuda_us')} {cell('triton_us')} {cell('dense_us')}"
               f"  {r['best']:7s} x{r['speedup']:.2f}")
-    print("decoder layer (4 projections): " + ", ".join(f"M={r['m']} x{r['speedup_best']:.2f} ({r['best']})"
+    if "decoder_layer" in bench:
+        print("decoder layer (4 projections): " + ", ".join(f"M={r['m']} x{r['speedup_best']:.2f} ({r['best']})"
                                                          for r in bench["decoder_layer"]))
 lat = {k: load(f"latency_{k}.json") for k in ("awq", "bf16")}
 if all(lat.values()):
