@@ -3,7 +3,8 @@
 Kernels: ``cuda`` (the GEMV of pagoda-platform-cuda's csrc, CUDA cores, few tokens), ``triton``
 (dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the dense matmul) and
 ``reference`` (torch, CPU). :data:`TABLE` maps the token count to the kernel, measured on an H100
-by ``benchmarks/quant_awq.py`` (see docs/quant_awq.md); ``PAGODA_AWQ_KERNEL`` forces one kernel.
+by ``benchmarks/quant_awq.py`` (see docs/quant_awq.md); ``PAGODA_AWQ_KERNEL`` forces one kernel
+(``cuda`` only where it applies: 1..8 fp16/bf16 tokens).
 """
 
 from __future__ import annotations
@@ -40,16 +41,21 @@ def cuda_extension():
 def choose_kernel(m: int, device: torch.device, dtype: torch.dtype) -> str:
     """The kernel for ``m`` tokens on ``device``: the forced one, else the table's, else a fallback."""
     forced = os.environ.get(ENV_FORCE)
-    if forced:
-        if forced not in KERNELS:
-            raise ValueError(f"{ENV_FORCE}={forced!r}: choose one of {', '.join(KERNELS)}")
+    if forced and forced not in KERNELS:
+        raise ValueError(f"{ENV_FORCE}={forced!r}: choose one of {', '.join(KERNELS)}")
+    if forced and (forced != "cuda" or _gemv_applies(m, dtype)):
         return forced
     if device.type != "cuda":
         return "reference"
     kernel = next(name for limit, name in TABLE if m <= limit)
-    if kernel == "cuda" and (m > CUDA_MAX_TOKENS or dtype == torch.float32 or cuda_extension() is None):
+    if kernel == "cuda" and not _gemv_applies(m, dtype):
         kernel = "triton"
     return kernel
+
+
+def _gemv_applies(m: int, dtype: torch.dtype) -> bool:
+    """The CUDA GEMV takes 1..8 fp16/bf16 tokens (forcing it leaves larger calls to the table)."""
+    return m <= CUDA_MAX_TOKENS and dtype in (torch.float16, torch.bfloat16) and cuda_extension() is not None
 
 
 def awq_linear(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,

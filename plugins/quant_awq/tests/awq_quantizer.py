@@ -107,3 +107,18 @@ def write_tiny_awq_llama(root: Path, group: int):
     for folder in (awq, dense):
         save_word_tokenizer(folder)
     return awq, dense, model
+
+
+def logprob_gap(awq: Path, dense: Path, prompt: list[int], new_tokens: int, **llm_kwargs) -> float:
+    """Greedy-decode ``new_tokens`` with the AWQ checkpoint (logprob of each token), score the same
+    tokens teacher-forced with the dense one (prompt logprobs); the largest absolute difference."""
+    from pagoda import LLM, SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, logprobs=0)
+    out = LLM(model=str(awq), **llm_kwargs).generate([prompt], params, use_tqdm=False)[0].outputs[0]
+    tokens = out.token_ids
+    quantized = [step[token].logprob for step, token in zip(out.logprobs, tokens)]
+    forced = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
+    ref = LLM(model=str(dense), **llm_kwargs).generate([prompt + tokens[:-1]], forced, use_tqdm=False)[0]
+    scored = [ref.prompt_logprobs[len(prompt) + i][token].logprob for i, token in enumerate(tokens[:-1])]
+    return max(abs(a - b) for a, b in zip(quantized, scored))

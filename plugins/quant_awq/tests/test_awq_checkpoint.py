@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from awq_quantizer import awq_quantization_config, write_tiny_awq_llama
+from awq_quantizer import awq_quantization_config, logprob_gap, write_tiny_awq_llama
 
 from tiny_models import CONFIGS, hf_greedy, random_prompts  # noqa: E402  (conftest puts tests/engine on the path)
 
@@ -55,6 +55,11 @@ def test_awq_checkpoint_generates_like_its_dequantized_weights(checkpoints) -> N
     assert got == _greedy(LLM(model=str(dense), **CPU), prompts, 8)
     assert got == [hf_greedy(hf_model, p, 8)[0] for p in prompts]
     assert len({t for seq in got for t in seq}) > 3, "the test needs varied tokens to mean anything"
+
+
+def test_logprobs_match_the_dequantized_weights(checkpoints) -> None:
+    awq, dense, _ = checkpoints
+    assert logprob_gap(awq, dense, [5, 17, 99, 3, 42, 7], 8, **CPU) < 1e-4
 
 
 def test_fused_layers_load_packed_shards(checkpoints) -> None:

@@ -76,3 +76,18 @@ def test_tiny_awq_llama_on_cuda(checkpoints_on_gpu) -> None:
         return [o.outputs[0].token_ids for o in LLM(model=str(path), **kwargs).generate(prompts, params, use_tqdm=False)]
 
     assert greedy(awq) == greedy(dense)
+
+
+@pytest.mark.parametrize("dtype, kernel", [("float16", "cuda"), ("bfloat16", "cuda"), ("bfloat16", "triton")])
+def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest.MonkeyPatch, dtype: str,
+                                         kernel: str) -> None:
+    """Decode steps (CUDA graphs) through one kernel: the tokens' logprobs match the dense model's."""
+    from awq_quantizer import logprob_gap
+
+    if kernel == "cuda" and cuda_extension() is None:
+        pytest.skip("pagoda-platform-cuda's kernels (with awq_gemv) are not built here")
+    monkeypatch.setenv("PAGODA_AWQ_KERNEL", kernel)
+    awq, dense = checkpoints_on_gpu
+    gap = logprob_gap(awq, dense, [5, 17, 99, 3, 42, 7], 8, dtype=dtype, platform="cuda", block_size=16,
+                      max_num_seqs=4, max_num_batched_tokens=64)
+    assert gap < 0.1, f"logprob gap {gap:.3f}"

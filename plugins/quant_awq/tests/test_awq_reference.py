@@ -30,3 +30,20 @@ def test_cpu_dispatch_uses_the_reference() -> None:
     x = torch.randn(3, 64, generator=g)
     got = awq_linear(x, quant.qweight, quant.qzeros, quant.scales, 32)
     torch.testing.assert_close(got.double(), x.double() @ quant.dequantized(32), rtol=1e-5, atol=1e-5)
+
+
+def test_forced_kernel(monkeypatch) -> None:
+    from pagoda_quant_awq import dispatch
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv(dispatch.ENV_FORCE, "triton")
+    assert dispatch.choose_kernel(300, cpu, torch.float32) == "triton"
+    monkeypatch.setattr(dispatch, "cuda_extension", lambda: object())
+    monkeypatch.setenv(dispatch.ENV_FORCE, "cuda")
+    assert dispatch.choose_kernel(8, cpu, torch.bfloat16) == "cuda"
+    assert dispatch.choose_kernel(9, cpu, torch.bfloat16) == "reference"  # beyond the GEMV: the table's choice
+    assert dispatch.choose_kernel(9, torch.device("cuda"), torch.bfloat16) == "triton"
+    assert dispatch.choose_kernel(4, torch.device("cuda"), torch.float32) == "triton"  # the GEMV takes no fp32
+    monkeypatch.setenv(dispatch.ENV_FORCE, "fast")
+    with pytest.raises(ValueError, match="PAGODA_AWQ_KERNEL='fast': choose one of cuda, triton, dense, reference"):
+        dispatch.choose_kernel(1, cpu, torch.float32)
