@@ -18,18 +18,18 @@ fi
   timeout 120 python3 -c "from pagoda_quant_awq.dispatch import cuda_extension as c; print('awq_gemv kernel:', c() is not None)"
 } 2>&1 | tee "$OUT/device.txt"
 
-timeout 120 python3 -m pytest -q -p no:cacheprovider -rs plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
+timeout 140 python3 -m pytest -q -p no:cacheprovider -rs plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
 echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 
-timeout 90 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
+timeout 80 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
 
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 1024 --max-num-seqs 8 --batch-sizes 1
         --input-len 128 --output-len 32 --repeats 2 --log-level warning)
 # the -awq config is the same model with an AWQ quantization_config (group 128): detected, no flag
-timeout 75 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]}" --result-file "$OUT/latency_awq.json" > /dev/null 2> "$OUT/latency.log"
+timeout 70 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]}" --result-file "$OUT/latency_awq.json" > /dev/null 2> "$OUT/latency.log"
 echo "latency awq: exit $?"
-timeout 75 pagoda bench latency benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --result-file "$OUT/latency_bf16.json" > /dev/null 2>> "$OUT/latency.log"
+timeout 70 pagoda bench latency benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --result-file "$OUT/latency_bf16.json" > /dev/null 2>> "$OUT/latency.log"
 echo "latency bf16: exit $?"
 
 python3 - "$OUT" <<'PY'
