@@ -21,3 +21,8 @@ void silu_and_mul(at::Tensor& out, const at::Tensor& input);
 // head_size] (token and head strides free); slot_mapping [num_tokens] int64, negative slots skipped.
 void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& kv_cache,
                        const at::Tensor& slot_mapping);
+
+// AWQ int4 GEMV for 1..8 tokens: x [m, K] fp16/bf16 (row stride free) @ dequant(W) -> [m, N] in x's dtype;
+// qweight int32 [K, N/8], qzeros int32 [K/group, N/8] (AutoAWQ nibble order), scales fp16 [K/group, N].
+at::Tensor awq_gemv(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qzeros,
+                    const at::Tensor& scales, int64_t group_size);

@@ -6,7 +6,9 @@ CUDA device, so plugin test suites need no conftest of their own for it.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata as md
+import os
 
 from pagoda.plugins.manager import PluginInfo, PluginManager
 
@@ -27,6 +29,28 @@ def load_installed_plugin(distribution: str, entry_point: str) -> PluginInfo:
     assert info.status == "loaded", info.errors
     assert (info.distribution, info.version) == (distribution, version)
     return info
+
+
+def import_triton_kernels(*modules: str) -> bool:
+    """Import Triton kernel modules; without CUDA under ``TRITON_INTERPRET=1`` (the kernels are
+    decorated at import, so the interpreter must be on then), restoring the variable afterwards so
+    that other tests of the session (which start subprocesses) do not inherit it. Returns whether
+    the interpreter is in use: the caller sets the variable again around each kernel test."""
+    import torch
+
+    interpret = not torch.cuda.is_available()
+    previous = os.environ.get("TRITON_INTERPRET")
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        if interpret and previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        elif interpret:
+            os.environ["TRITON_INTERPRET"] = previous
+    return interpret
 
 
 def pytest_configure(config) -> None:

@@ -9,39 +9,19 @@ CUDA through the pagoda pytest plugin (pagoda.testing).
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-INTERPRET = not torch.cuda.is_available()
+from pagoda.testing import import_triton_kernels
+
 KERNEL_MODULES = ("kv_write", "tile", "prefill", "decode", "backend")
-
-
-def _import_kernels() -> None:
-    try:  # the tests also run from a checkout where the plugin is not pip-installed
-        import pagoda_attention_triton  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    for name in KERNEL_MODULES:
-        importlib.import_module(f"pagoda_attention_triton.{name}")
-
-
-if INTERPRET:
-    _previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        _import_kernels()
-    finally:
-        if _previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _previous
-else:
-    _import_kernels()
+try:  # the tests also run from a checkout where the plugin is not pip-installed
+    import pagoda_attention_triton  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+INTERPRET = import_triton_kernels(*(f"pagoda_attention_triton.{name}" for name in KERNEL_MODULES))
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,18 @@
 """Pagoda plugin 'quant-awq' (distribution pagoda-quant-awq).
 
-It will register the quantization method ``awq``: linear layers with 4-bit AWQ weights
-(``qweight``, ``qzeros``, ``scales`` in groups), dequantized or computed by fused kernels on
-GPUs, through the ``register_quantization_methods`` hook; ``check()`` will say why it cannot run
-(no supported GPU, an unsupported group size).
-
-It registers nothing yet: the capability lands in a later release, and until then this module
-implements no hook, so ``pagoda plugins`` lists it as loaded with nothing registered, and
-selecting 'awq' fails with "installed but does not register 'awq' (yet)".
+Registers the quantization method ``awq``: AutoAWQ GEMM-format checkpoints (4-bit weights,
+group size 32/64/128, zero points), selected automatically from config.json's
+``quantization_config`` or with ``--quantization awq``. GPUs run a CUDA GEMV (built by
+pagoda-platform-cuda) for few-token batches and Triton kernels otherwise; CPUs the torch reference.
 """
+
+from __future__ import annotations
+
+from pagoda.hookspecs import Register, hookimpl
+
+
+@hookimpl
+def register_quantization_methods(register: Register) -> None:
+    from pagoda_quant_awq.method import AwqMethod
+
+    register("awq", AwqMethod)

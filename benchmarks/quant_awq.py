@@ -1,0 +1,114 @@
+"""Benchmark AWQ int4 linear layers against the bf16 dense matmul at Llama-3.1-8B shapes (GPU).
+
+For each projection (fused qkv, o, fused gate/up, down) and token count M = 1, 4, 16, 64, 256, the
+time of ``x @ W`` with bf16 weights (``F.linear``, cuBLAS) and with AWQ weights (group 128) by each
+kernel: ``cuda`` (csrc GEMV, M <= 8), ``triton`` (fused dequant + tl.dot), ``dense`` (dequantize W,
+then cuBLAS). Timed as CUDA-graph replays (as the engine runs decode steps) over enough copies of
+the weights that they stream from memory rather than L2. Writes JSON (``--out``) with the speedup
+of the best kernel over bf16 per shape and the best kernel per M (the dispatch table).
+
+    python benchmarks/quant_awq.py --out $OUT/quant_awq.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "quant_awq"))
+from pagoda_quant_awq.dispatch import CUDA_MAX_TOKENS, awq_linear, cuda_extension  # noqa: E402
+
+SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
+TOKENS = (1, 4, 16, 64, 256)
+GROUP = 128
+STREAM_BYTES = 512 << 20  # weights touched per timed call: well past the 50 MB L2
+
+
+def graphed_ms(fns) -> float:
+    """Median ms of one call, replaying a CUDA graph that runs every fn of ``fns`` once."""
+    total = triton.testing.do_bench_cudagraph(lambda: [fn() for fn in fns], rep=20, return_mode="median")
+    return total / len(fns)
+
+
+def copies_for(bytes_each: int) -> int:
+    return max(2, -(-STREAM_BYTES // bytes_each))
+
+
+def awq_weights(k: int, n: int, count: int):
+    out = []
+    for _ in range(count):
+        qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32, device="cuda")
+        qzeros = torch.randint(-(2**31), 2**31 - 1, (k // GROUP, n // 8), dtype=torch.int32, device="cuda")
+        scales = (torch.rand(k // GROUP, n, device="cuda") * 0.02).half()
+        out.append((qweight, qzeros, scales))
+    return out
+
+
+def bench_shape(name: str, k: int, n: int) -> list[dict]:
+    dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies_for(n * k * 2))]
+    quant = awq_weights(k, n, copies_for(n * k // 2))
+    kernels = ["triton", "dense"] + (["cuda"] if cuda_extension() is not None else [])
+    rows = []
+    for m in TOKENS:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        row = {"layer": name, "k": k, "n": n, "m": m, "bf16_us": 1e3 * graphed_ms([lambda w=w: F.linear(x, w) for w in dense])}
+        for kernel in kernels:
+            if kernel == "cuda" and m > CUDA_MAX_TOKENS:
+                continue
+            fns = [lambda q=q: awq_linear(x, *q, GROUP, kernel=kernel) for q in quant]
+            row[f"{kernel}_us"] = 1e3 * graphed_ms(fns)
+        best = min((key for key in row if key.endswith("_us") and key != "bf16_us"), key=row.get)
+        row["best"], row["speedup"] = best[:-3], row["bf16_us"] / row[best]
+        rows.append(row)
+        print(f"{name:8s} M={m:4d} bf16 {row['bf16_us']:8.1f} us | " + " | ".join(
+            f"{kn} {row[kn + '_us']:8.1f}" for kn in kernels if kn + "_us" in row) + f" | best {row['best']} x{row['speedup']:.2f}",
+            flush=True)
+    del dense, quant
+    torch.cuda.empty_cache()
+    return rows
+
+
+def per_token_count(rows: list[dict]) -> list[dict]:
+    """A whole decoder layer (the four projections) per M: bf16 time / best AWQ time, and the table."""
+    out = []
+    for m in TOKENS:
+        sel = [r for r in rows if r["m"] == m]
+        kernels = [k[:-3] for k in sel[0] if k.endswith("_us") and k != "bf16_us"]
+        totals = {kn: sum(r[kn + "_us"] for r in sel) for kn in kernels}
+        best = min(totals, key=totals.get)
+        bf16 = sum(r["bf16_us"] for r in sel)
+        out.append({"m": m, "bf16_us": bf16, **{f"{k}_us": v for k, v in totals.items()}, "best": best,
+                    "speedup_best": bf16 / totals[best]})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    rows: list[dict] = []
+    for name, (k, n) in SHAPES.items():
+        rows += bench_shape(name, k, n)
+        write(args.out, {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows})  # partial
+    layer = per_token_count(rows)
+    result = {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows, "decoder_layer": layer}
+    print("\nM     bf16 layer us   best kernel   speedup")
+    for r in layer:
+        print(f"{r['m']:<5d} {r['bf16_us']:13.1f}   {r['best']:11s}   x{r['speedup_best']:.2f}")
+    write(args.out, result)
+
+
+def write(path: str | None, result: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
