@@ -68,6 +68,10 @@ class Platform(Capability, ABC):
         """``None`` if model weights may use ``dtype`` here, else the reason."""
         return None
 
+    def compute_capability(self) -> tuple[int, int] | None:
+        """The GPU's CUDA compute capability ``(major, minor)``; ``None`` off NVIDIA GPUs (e.g. CPU)."""
+        return None
+
     def custom_ops(self) -> "CustomOps":
         """The fused non-attention kernels (RMSNorm, rotary, SiLU-and-mul, KV write)."""
         from pagoda.layers.ops import CustomOps

@@ -53,6 +53,9 @@ class CudaPlatform(Platform):
             return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{major}{minor}); use float16"
         return None
 
+    def compute_capability(self) -> tuple[int, int] | None:
+        return tuple(torch.cuda.get_device_capability(self.device()))
+
     def host_buffer(self, nbytes: int) -> torch.Tensor:
         # pinned: the copy is asynchronous; torch's caching host allocator reuses a buffer only
         # after the copy that read it has run
