@@ -110,14 +110,14 @@ def _ct_group(group: dict[str, Any]) -> Fp8Scheme:
         raise _unsupported(src, "input_activations", None, "W8A8 (8-bit float activations); weight-only FP8 is not")
     _check_float8(acts, "input_activations")
     act_strategy, dynamic = acts.get("strategy", "tensor"), bool(acts.get("dynamic"))
+    if strategy == "block":  # activations per group of columns: computed per token here (one scale per row)
+        block = weights.get("block_structure")
+        if not block or len(block) != 2 or not dynamic:
+            raise _unsupported(src, "weights.block_structure", (block, acts), "[rows, cols] with dynamic activations")
+        return Fp8Scheme(src, "block", "token", (int(block[0]), int(block[1])))
     if act_strategy not in ("tensor", "token") or (not dynamic and act_strategy != "tensor"):
         raise _unsupported(src, "input_activations", acts, "dynamic per-token/per-tensor or static per-tensor scales")
     activation: ActivationScheme = act_strategy if dynamic else "static"
-    if strategy == "block":
-        block = weights.get("block_structure")
-        if not block or len(block) != 2 or not dynamic:
-            raise _unsupported(src, "weights.block_structure", block, "[rows, cols] with dynamic activations")
-        return Fp8Scheme(src, "block", "token", (int(block[0]), int(block[1])))
     return Fp8Scheme(src, strategy, activation)
 
 
