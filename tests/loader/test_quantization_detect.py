@@ -1,0 +1,31 @@
+"""The quantization method follows config.json's quantization_config; --kv-cache-dtype needs a backend that stores it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pagoda.errors import IncompatibleChoiceError
+from pagoda.quantization.detect import detect_quantization
+
+
+@pytest.mark.parametrize("quant_config,expected", [
+    (None, None),
+    ({}, None),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
+    ({"quant_method": "gptq", "bits": 4}, "gptq"),  # unknown here: the registry names what exists
+])
+def test_detect_quantization(quant_config, expected) -> None:
+    assert detect_quantization(SimpleNamespace(quantization_config=quant_config)) == expected
+    assert detect_quantization(SimpleNamespace()) is None
+
+
+def test_fp8_kv_cache_needs_a_backend_that_stores_it() -> None:
+    from pagoda import LLM
+
+    with pytest.raises(IncompatibleChoiceError, match="the attention backend torch does not support an fp8 KV cache"):
+        LLM(kv_cache_dtype="fp8", attention_backend="torch", skip_tokenizer_init=True)
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8"):
+        LLM(kv_cache_dtype="int8")
