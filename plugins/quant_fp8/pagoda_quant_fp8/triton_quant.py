@@ -10,12 +10,14 @@ batches those launches cost more than the data they touch. This kernel reads the
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Callable
 
 import torch
 
-from pagoda_quant_fp8.fp8_math import FP8_DTYPE, FP8_MAX, MIN_SCALE
+from pagoda_quant_fp8.fp8_math import FP8_DTYPE, FP8_MAX, MIN_SCALE, quantize_per_row
 
+logger = logging.getLogger("pagoda")
 BLOCK = 1024
 
 
@@ -34,13 +36,15 @@ def _kernel():
             mask = start + offs < K
             v = tl.load(x_ptr + row * stride_x + start + offs, mask=mask, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(v))
-        scale = tl.maximum(tl.max(amax, axis=0) / FMAX, SMIN)
+        row_max = tl.max(amax, axis=0)
+        scale = tl.maximum(tl.math.div_rn(row_max, row_max * 0 + FMAX), SMIN)  # IEEE division, as torch's
         tl.store(s_ptr + row, scale)
         for start in range(0, K, BLOCK):
             mask = start + offs < K
             v = tl.load(x_ptr + row * stride_x + start + offs, mask=mask, other=0.0).to(tl.float32)
-            q = tl.minimum(tl.maximum(v / scale, -FMAX), FMAX)
-            tl.store(q_ptr + row * stride_q + start + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
+            q = tl.minimum(tl.maximum(tl.math.div_rn(v, v * 0 + scale), -FMAX), FMAX)
+            q = q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+            tl.store(q_ptr + row * stride_q + start + offs, q, mask=mask)
 
     return per_token_quant
 
@@ -59,10 +63,17 @@ def quantize_per_token_triton(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def fused_per_token_quantizer() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
-    """The Triton quantizer, or ``None`` where Triton cannot be imported (torch ops are used then)."""
+    """The Triton quantizer if it builds and agrees with torch on a CUDA device here, else ``None``
+    (the caller then uses the torch ops; a warning says why)."""
     try:
-        _kernel()
-    except Exception:  # no Triton, or one that cannot build kernels here
+        x = torch.linspace(-300.0, 300.0, 2 * 4096, device="cuda").view(2, 4096).to(torch.bfloat16)
+        q, scale = quantize_per_token_triton(x)
+        q_ref, scale_ref = quantize_per_row(x)
+        if not (torch.equal(q.float(), q_ref.float()) and torch.equal(scale, scale_ref)):
+            raise RuntimeError("its FP8 values differ from torch's on a probe row")
+    except Exception as exc:  # no Triton or no CUDA device, a Triton that cannot build it, or wrong results
+        logger.warning("pagoda-quant-fp8: the fused Triton per-token quantizer is unavailable (%s); "
+                       "using torch ops", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return None
     return quantize_per_token_triton
 
