@@ -163,7 +163,8 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
         assert info["status"] == "loaded", info
         assert (info["distribution"], info["version"]) == ("pagoda-" + folder.replace("_", "-"), "0.1.0")
         assert info["module"] == f"pagoda_{folder}.plugin"
-        registers = {"attention_triton": {"attention": ["triton"]}, "platform_cuda": {"platform": ["cuda"]}}.get(folder, {})
+        registers = {"attention_triton": {"attention": ["triton"]}, "platform_cuda": {"platform": ["cuda"]},
+                     "quant_fp8": {"quantization": ["fp8"]}}.get(folder, {})
         assert info["registers"] == registers, "first-party plugins register nothing until their capability lands"
     proc = first_party.run(
         first_party.bin / "python",
