@@ -5,6 +5,7 @@ overhead does not hide small kernels) and reports TFLOP/s (2*M*N*K / time):
 
 - ``bf16``: ``F.linear`` on bf16 weights (the unquantized method)
 - ``fp8_mm_tensor`` / ``fp8_mm_row``: ``torch._scaled_mm`` alone, tensor-wise / row-wise scales
+  (``fp8_mm_row_fast``: with ``use_fast_accum=True``, which the engine does not use)
 - ``fp8_linear``: the whole FP8 layer (per-token activation quantization + row-wise matmul), as the engine
   runs it (the Triton quantizer when it is available)
 - ``quant_us`` / ``quant_torch_us``: the activation quantization alone, Triton / torch ops
@@ -52,6 +53,15 @@ def graph_us(fn, reps: int = 20) -> float:
     return best
 
 
+def graph_us_or_nan(fn) -> float:
+    """:func:`graph_us`, or NaN where this torch/GPU refuses the variant (e.g. fast accumulation)."""
+    try:
+        return graph_us(fn)
+    except RuntimeError as exc:
+        print(f"  (variant unavailable: {str(exc).splitlines()[0]})")
+        return float("nan")
+
+
 def fp8_layer(k: int, n: int, w: torch.Tensor):
     from pagoda.layers.linear import Linear
     from pagoda_quant_fp8.method import Fp8Method
@@ -84,6 +94,8 @@ def measure(name: str, k: int, n: int, m_values: tuple[int, ...]) -> list[dict]:
                                                                out_dtype=torch.bfloat16)),
             "fp8_mm_row": graph_us(lambda: torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws,
                                                             out_dtype=torch.bfloat16)),
+            "fp8_mm_row_fast": graph_us_or_nan(lambda: torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws,
+                                                                 out_dtype=torch.bfloat16, use_fast_accum=True)),
             "fp8_linear": graph_us(lambda: layer(x)),
         }
         row = {"layer": name, "M": m, "K": k, "N": n, **{f"{key}_us": round(t, 2) for key, t in times.items()}}
