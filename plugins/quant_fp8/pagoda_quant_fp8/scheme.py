@@ -66,7 +66,16 @@ def _unsupported(source: str, field: str, value: Any, supported: str) -> ModelLo
     )
 
 
+def _only_lm_head(source: str, field: str, names: Any) -> None:
+    """Every linear layer must be FP8: a list of unquantized modules may name only the LM head."""
+    extra = [name for name in names or [] if "lm_head" not in name]
+    if extra:
+        raise _unsupported(source, field, extra, "leaving only lm_head unquantized (every linear layer in FP8)")
+
+
 def _hf_fp8(cfg: dict[str, Any]) -> Fp8Scheme:
+    for field in ("ignored_layers", "modules_to_not_convert"):
+        _only_lm_head("fp8", field, cfg.get(field))
     fmt = cfg.get("fmt", "e4m3")
     if fmt != "e4m3":
         raise _unsupported("fp8", "fmt", fmt, "'e4m3' weights")
@@ -89,9 +98,10 @@ def _compressed_tensors(cfg: dict[str, Any]) -> Fp8Scheme:
         raise _unsupported(src, "format", fmt, "'float-quantized' (8-bit float weights and activations)")
     if cfg.get("kv_cache_scheme"):
         raise _unsupported(src, "kv_cache_scheme", cfg["kv_cache_scheme"], "none (no FP8 KV cache scales)")
-    extra = [name for name in cfg.get("ignore") or [] if "lm_head" not in name]
-    if extra:
-        raise _unsupported(src, "ignore", extra, "leaving only lm_head unquantized (every linear layer in FP8)")
+    _only_lm_head(src, "ignore", cfg.get("ignore"))
+    sparsity = (cfg.get("sparsity_config") or {}).get("format", "dense")
+    if sparsity != "dense":
+        raise _unsupported(src, "sparsity_config.format", sparsity, "dense weights")
     groups = list((cfg.get("config_groups") or {}).values())
     schemes = {_ct_group(group) for group in groups}
     if len(schemes) != 1:

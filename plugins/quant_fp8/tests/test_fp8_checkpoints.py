@@ -171,6 +171,8 @@ def _ct_with(**group) -> dict:
     ({**CT, "format": "pack-quantized"}, "format = 'pack-quantized'"),
     ({**CT, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}, "kv_cache_scheme"),
     ({**CT, "ignore": ["lm_head", "re:.*down_proj"]}, "only lm_head unquantized"),
+    ({"quant_method": "fp8", "ignored_layers": ["model.layers.0.mlp.down_proj"]}, "ignored_layers.*only lm_head"),
+    ({**CT, "sparsity_config": {"format": "sparse-24-bitmask"}}, "sparsity_config.format"),
     (_ct_with(weights={"num_bits": 4, "type": "int", "strategy": "group"}), "8-bit float"),
     (_ct_with(input_activations=None), "weight-only FP8 is not"),
     (_ct_with(input_activations={"num_bits": 8, "type": "float", "strategy": "token", "dynamic": False}),
