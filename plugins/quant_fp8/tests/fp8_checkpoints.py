@@ -1,6 +1,6 @@
 """Write tiny FP8 checkpoints in the layouts serving users have, from a float HF model.
 
-``write_fp8(hf_model, folder, layout)`` saves the FP8 checkpoint (config.json with its
+``write_fp8(hf_model, folder, layout, calibration)`` saves the FP8 checkpoint (config.json with its
 ``quantization_config`` + model.safetensors) and returns the float32 state dict whose linear
 weights are the dequantized FP8 ones (the "same model with dequantized weights").
 """
@@ -139,10 +139,3 @@ def fake_quant_hooks(hf_model, layout: str, checkpoint: Path | None = None) -> l
 
     return [module.register_forward_pre_hook(lambda m, a, n=name: hook(m, a, n))
             for name, module in hf_model.named_modules() if name.rpartition(".")[2] in LINEARS]
-
-
-def write_float(hf_model, folder: Path, state: dict[str, torch.Tensor]) -> None:
-    """Save ``state`` as a float checkpoint with ``hf_model``'s config."""
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({n: t.contiguous() for n, t in state.items()}, str(folder / "model.safetensors"))
-    hf_model.config.save_pretrained(folder)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fp8_checkpoints import LAYOUTS, fake_quant_hooks, write_fp8
-from hf_tiny import BLOCK_SIZE, hf_config, hf_model, load_pagoda, run_prefill
+from hf_tiny import BLOCK_SIZE, hf_config, hf_model, run_prefill
 from pagoda.attention.torch_ref import TorchAttentionBackend
 from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import BuildContext

@@ -3,6 +3,7 @@ the Triton per-token quantizer against torch's, and a dummy Llama-3.1-8B in FP8 
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,6 @@ import torch.nn.functional as F
 from pagoda.layers.linear import Linear
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, quantize_per_row
 from pagoda_quant_fp8.method import Fp8Method
-from pagoda_quant_fp8.scheme import Fp8Scheme
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[3]
@@ -110,6 +110,7 @@ def _dummy_llama_8b(method):
     from hf_tiny import BLOCK_SIZE
     from pagoda.attention.torch_ref import TorchAttentionBackend
     from pagoda.interfaces import BuildContext
+    from pagoda.layers.ops import CustomOps
     from pagoda.loader import ModelSource, load_hf_config, load_model
     from pagoda.models import model_class
     from pagoda.models.spec import attention_spec
@@ -118,8 +119,6 @@ def _dummy_llama_8b(method):
     source = ModelSource(LLAMA_8B, None, "llama-3.1-8b")
     config = load_hf_config(source)
     attention = TorchAttentionBackend(attention_spec(config, BLOCK_SIZE, torch.bfloat16), CpuPlatform())
-    from pagoda.layers.ops import CustomOps
-
     ctx = BuildContext(torch.bfloat16, quant_method=method, ops=CustomOps(), attention=attention)
     return load_model(source, config, ctx, model_class("LlamaForCausalLM"), "dummy", "cuda", progress=False), attention
 
@@ -157,6 +156,9 @@ def test_dummy_llama_8b_fp8_generates_with_cuda_graphs() -> None:
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outputs] == [24] * len(prompts)
+    del llm, outputs  # hand the 8B model and its KV cache back before the next test sizes its cache
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def test_tiny_fp8_greedy_equal_with_and_without_graphs(tmp_path: Path) -> None:

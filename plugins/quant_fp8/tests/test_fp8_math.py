@@ -45,10 +45,13 @@ def test_round_trip_within_e4m3_bounds(granularity: str) -> None:
 
 def test_per_row_is_far_more_accurate_on_rows_of_different_ranges() -> None:
     x = _data(64, 96)
-    rel = lambda q_s: float(((dequantize(*q_s, torch.float64) - x).norm() / x.norm()))  # noqa: E731
-    per_row = float(((dequantize(*quantize_per_row(x), torch.float64) - x).abs() / x.abs().clamp(min=1e-30))[5:].max())
-    assert per_row <= HALF_ULP * (1 + 1e-6)  # every element of a normal row within half an ulp
-    assert rel(quantize_per_row(x)) < rel(quantize_per_tensor(x))
+
+    def small_rows_error(q: torch.Tensor, scale: torch.Tensor) -> float:
+        """Median relative error over the rows of smallest range (subnormal or zero per tensor)."""
+        rel = (dequantize(q, scale, torch.float64) - x).abs() / x.abs().clamp(min=1e-30)
+        return float(rel[1:16].median())
+
+    assert small_rows_error(*quantize_per_row(x)) < HALF_ULP < small_rows_error(*quantize_per_tensor(x))
 
 
 def test_static_scale_saturates_and_zero_rows_are_safe() -> None:
