@@ -144,13 +144,18 @@ def test_dummy_llama_8b_fp8_logits_close_to_bf16() -> None:
     assert float(kl.mean()) < 0.02 and torch.isfinite(kl).all()
 
 
+def _runner(llm):
+    """The engine's model runner (behind ``engine.core`` once the engine core is its own part)."""
+    return getattr(llm.engine, "core", llm.engine).runner
+
+
 def test_dummy_llama_8b_fp8_generates_with_cuda_graphs() -> None:
     pytest.importorskip("pagoda_attention_triton", reason="graphs need a graph-safe backend: pagoda-attention-triton")
     from pagoda import LLM, SamplingParams
 
     llm = LLM(model=str(LLAMA_8B), load_format="dummy", quantization="fp8", attention_backend="triton",
               max_model_len=1024, max_num_seqs=64, gpu_memory_utilization=0.5, skip_tokenizer_init=True)
-    assert llm.engine.runner.graphs is not None
+    assert _runner(llm).graphs is not None
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 128000, (n,), generator=g).tolist() for n in range(20, 60, 4)]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -177,6 +182,6 @@ def test_tiny_fp8_greedy_equal_with_and_without_graphs(tmp_path: Path) -> None:
                   quantization="fp8", max_num_seqs=64, gpu_memory_utilization=0.3)
     eager = LLM(**common, enforce_eager=True).generate(prompts, params, use_tqdm=False)
     graphed_llm = LLM(**common)
-    assert graphed_llm.engine.runner.graphs is not None
+    assert _runner(graphed_llm).graphs is not None
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
