@@ -68,8 +68,12 @@ class Platform(Capability, ABC):
         """``None`` if model weights may use ``dtype`` here, else the reason."""
         return None
 
-    def compute_capability(self) -> tuple[int, int] | None:
-        """The GPU's CUDA compute capability ``(major, minor)``; ``None`` off NVIDIA GPUs (e.g. CPU)."""
+    def fp8_dtype(self) -> torch.dtype | None:
+        """The FP8 e4m3 dtype this device computes in, or ``None`` if it has no FP8 arithmetic.
+
+        ``float8_e4m3fn`` on NVIDIA sm_89+ and AMD gfx950; ``float8_e4m3fnuz`` on AMD gfx942
+        (other exponent bias, no infinities): FP8 code asks here rather than assuming one.
+        """
         return None
 
     def custom_ops(self) -> "CustomOps":

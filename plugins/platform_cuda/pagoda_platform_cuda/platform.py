@@ -53,8 +53,9 @@ class CudaPlatform(Platform):
             return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{major}{minor}); use float16"
         return None
 
-    def compute_capability(self) -> tuple[int, int] | None:
-        return tuple(torch.cuda.get_device_capability(self.device()))
+    def fp8_dtype(self) -> torch.dtype | None:
+        """float8_e4m3fn from compute capability 8.9 (Ada, Hopper) on."""
+        return torch.float8_e4m3fn if torch.cuda.get_device_capability(self.device()) >= (8, 9) else None
 
     def host_buffer(self, nbytes: int) -> torch.Tensor:
         # pinned: the copy is asynchronous; torch's caching host allocator reuses a buffer only

@@ -27,7 +27,6 @@ from pagoda_quant_fp8 import kernels
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, dequantize_blocks, quantize_per_row
 from pagoda_quant_fp8.scheme import Fp8Scheme, parse_scheme
 
-MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have FP8 tensor cores
 Backend = Literal["cuda", "torch", "reference"]
 
 
@@ -61,12 +60,12 @@ class Fp8Method(QuantizationMethod):
 
     @classmethod
     def check(cls, platform: Platform) -> str | None:
-        capability = platform.compute_capability() if platform is not None else None
-        if capability is None:
-            where = platform.describe() if platform is not None else "this platform"
-            return f"fp8 needs an NVIDIA GPU of compute capability >= 8.9 ({where} has no FP8 matmul)"
-        if tuple(capability) < MIN_CAPABILITY:
-            return f"fp8 needs compute capability >= 8.9 (this GPU is sm_{capability[0]}{capability[1]})"
+        device_fp8 = platform.fp8_dtype() if platform is not None else None
+        where = platform.describe() if platform is not None else "this platform"
+        if device_fp8 is None:
+            return f"fp8 needs compute capability >= 8.9, i.e. FP8 tensor cores ({where} has none)"
+        if device_fp8 != FP8_DTYPE:
+            return f"fp8 computes in {FP8_DTYPE} but {where} computes FP8 as {device_fp8}"
         return None
 
     def create_weights(self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype) -> None:

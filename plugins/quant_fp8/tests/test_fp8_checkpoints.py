@@ -152,7 +152,7 @@ def test_cpu_engine_detects_fp8_and_refuses_it(llama, tmp_path: Path) -> None:
     from pagoda import LLM
 
     write_fp8(llama, tmp_path, "ct-channel-token", PROMPTS)
-    with pytest.raises(IncompatibleChoiceError, match="fp8 needs an NVIDIA GPU of compute capability >= 8.9"):
+    with pytest.raises(IncompatibleChoiceError, match="fp8 needs compute capability >= 8.9"):
         LLM(model=str(tmp_path), skip_tokenizer_init=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pagoda.errors import IncompatibleChoiceError
 from pagoda.platforms.cpu import CpuPlatform
@@ -17,19 +18,23 @@ def test_installed_plugin_registers_fp8() -> None:
 
 
 class _FakeGpu(CpuPlatform):
-    def __init__(self, capability: tuple[int, int]) -> None:
-        self.capability = capability
+    def __init__(self, fp8: torch.dtype | None, name: str) -> None:
+        self.fp8, self.name = fp8, name
 
-    def compute_capability(self) -> tuple[int, int]:
-        return self.capability
+    def fp8_dtype(self) -> torch.dtype | None:
+        return self.fp8
+
+    def describe(self) -> str:
+        return self.name
 
 
 def test_check_names_the_missing_capability() -> None:
     pytest.importorskip("pagoda_quant_fp8")
     registry = PluginManager().registry("quantization")
-    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs an NVIDIA GPU of compute capability >= 8.9"):
+    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs compute capability >= 8.9.*\(CPU .*has none\)"):
         registry.select("fp8", platform=CpuPlatform())
-    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs compute capability >= 8.9 \(this GPU is sm_80\)"):
-        registry.select("fp8", platform=_FakeGpu((8, 0)))
-    for capability in ((8, 9), (9, 0), (10, 0)):
-        assert registry.select("fp8", platform=_FakeGpu(capability))[0] == "fp8"
+    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs compute capability >= 8.9.*NVIDIA A100 \(sm_80"):
+        registry.select("fp8", platform=_FakeGpu(None, "NVIDIA A100 (sm_80, 79.1 GiB)"))
+    with pytest.raises(IncompatibleChoiceError, match=r"computes FP8 as torch.float8_e4m3fnuz"):
+        registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fnuz, "AMD MI300X (gfx942)"))
+    assert registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fn, "NVIDIA H100 (sm_90)"))[0] == "fp8"
