@@ -7,19 +7,18 @@ from types import SimpleNamespace
 import pytest
 
 from pagoda.errors import IncompatibleChoiceError
-from pagoda.quantization.detect import detect_quantization
+from pagoda.quantization.select import resolve_quantization
 
 
 @pytest.mark.parametrize("quant_config,expected", [
-    (None, None),
-    ({}, None),
+    (None, "none"),
     ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
-    ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),  # renamed by the table
     ({"quant_method": "gptq", "bits": 4}, "gptq"),  # unknown here: the registry names what exists
 ])
-def test_detect_quantization(quant_config, expected) -> None:
-    assert detect_quantization(SimpleNamespace(quantization_config=quant_config)) == expected
-    assert detect_quantization(SimpleNamespace()) is None
+def test_checkpoint_formats_select_their_method(quant_config, expected) -> None:
+    assert resolve_quantization(None, SimpleNamespace(quantization_config=quant_config)) == expected
+    assert resolve_quantization("fp8", SimpleNamespace(quantization_config=quant_config)) == "fp8"
 
 
 def test_fp8_kv_cache_needs_a_backend_that_stores_it() -> None:

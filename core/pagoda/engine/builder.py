@@ -16,7 +16,7 @@ from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
 from pagoda.models.spec import attention_spec, num_kv_cache_layers
 from pagoda.plugins import get_plugin_manager
-from pagoda.quantization.detect import detect_quantization
+from pagoda.quantization.select import resolve_quantization
 
 logger = logging.getLogger("pagoda")
 
@@ -83,8 +83,8 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
     _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
     attention = backend_cls(spec, platform)
-    quant_choice = config.quantization or detect_quantization(hf_config) or "none"
-    quant_name, quant_cls = plugins.registry("quantization").select(quant_choice, platform=platform)
+    quant_name, quant_cls = plugins.registry("quantization").select(
+        resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
     model_cls = _model_class(hf_config)
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)

@@ -18,7 +18,7 @@ from pagoda.loader import ModelSource, load_hf_config, load_model
 from pagoda.models import model_class
 from pagoda.models.spec import attention_spec
 from pagoda.platforms.cpu import CpuPlatform
-from pagoda.quantization.detect import detect_quantization
+from pagoda.quantization.select import resolve_quantization
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, dequantize
 from pagoda_quant_fp8.method import Fp8Method
 from pagoda_quant_fp8.scheme import parse_scheme
@@ -93,7 +93,7 @@ def test_fp8_checkpoint_generates_like_its_dequantized_weights(layout: str, llam
                                                                tmp_path: Path) -> None:
     """Pagoda's FP8 model == HF transformers with the dequantized weights and FP8-rounded linear inputs."""
     dequantized = write_fp8(llama, tmp_path, layout, PROMPTS)
-    assert detect_quantization(load_hf_config(ModelSource(tmp_path, None, "t"))) == "fp8"
+    assert resolve_quantization(None, load_hf_config(ModelSource(tmp_path, None, "t"))) == "fp8"
     model, ctx = load_fp8(tmp_path)
     attn = model.model.layers[1].self_attn
     assert attn.qkv_proj.weight.dtype == FP8_DTYPE
