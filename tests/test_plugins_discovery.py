@@ -165,7 +165,7 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
         assert info["module"] == f"pagoda_{folder}.plugin"
         registers = {"attention_triton": {"attention": ["triton"]}, "platform_cuda": {"platform": ["cuda"]},
                      "platform_rocm": {"platform": ["rocm"]},
-                     "quant_awq": {"quantization": ["awq"]}}.get(folder, {})
+                     "quant_awq": {"quantization": ["awq"]}, "quant_fp8": {"quantization": ["fp8"]}}.get(folder, {})
         assert info["registers"] == registers, "first-party plugins register nothing until their capability lands"
     proc = first_party.run(
         first_party.bin / "python",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dtype
 
 
 @dataclass
@@ -25,6 +26,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     attention_backend: str = "auto"
     quantization: str | None = None
+    kv_cache_dtype: str = "auto"  # "auto" (the model dtype) or an FP8 type the attention backend must support
     load_format: str = "auto"
     kv_cache_memory: int | None = None  # bytes for the KV cache; overrides gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
@@ -39,6 +41,8 @@ class EngineConfig:
     def validate(self) -> None:
         """Raise ValueError naming the field, the value and what is allowed."""
         _require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _require(self.kv_cache_dtype in KV_CACHE_DTYPES, "kv_cache_dtype", self.kv_cache_dtype,
+                 f"one of {', '.join(KV_CACHE_DTYPES)}")
         _require(self.load_format in LOAD_FORMATS, "load_format", self.load_format, f"one of {', '.join(LOAD_FORMATS)}")
         _require(_is_pow2(self.block_size) and 1 <= self.block_size <= 256, "block_size", self.block_size, "a power of two in [1, 256]")
         _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pagoda.config import DTYPES, LOAD_FORMATS, EngineConfig
+from pagoda.config import DTYPES, KV_CACHE_DTYPES, LOAD_FORMATS, EngineConfig
 from pagoda.plugins.manager import PluginManager
 
 DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
@@ -20,6 +20,8 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                         "(install pagoda-attention-triton / -flash for GPU kernels)")
     g.add_argument("--quantization", default=None, choices=names["quantization"],
                    help="how linear layers store weights (default: the checkpoint's, else 'none')")
+    g.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV cache element type: auto (the model dtype) or fp8 (if the attention backend supports it)")
     g.add_argument("--platform", default="auto", choices=["auto", *names["platform"]],
                    help="device family; 'auto' picks the best available (e.g. cuda over cpu)")
     g.add_argument("--dtype", default="auto", choices=DTYPES,
@@ -61,6 +63,7 @@ def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,
         quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
         load_format=args.load_format,
         kv_cache_memory=args.kv_cache_memory,
         gpu_memory_utilization=args.gpu_memory_utilization,

@@ -11,7 +11,7 @@ import torch
 from pagoda.config import EngineConfig
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.profiling import profile_activation_bytes
-from pagoda.errors import ModelLoadError
+from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
 from pagoda.models.spec import attention_spec, num_kv_cache_layers
@@ -81,6 +81,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     max_model_len = resolve_max_model_len(config, hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype)
     attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
+    _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
     attention = backend_cls(spec, platform)
     quant_name, quant_cls = plugins.registry("quantization").select(
         resolve_quantization(config.quantization, hf_config), platform=platform)
@@ -103,6 +104,14 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     scheduler = scheduler_cls(_scheduler_config(config, max_model_len), kv_cache)
     return EngineParts(config, platform, source, hf_config, tokenizer, dtype, max_model_len, attention, model,
                        kv_caches, kv_cache, scheduler)
+
+
+def _check_kv_cache_dtype(kv_cache_dtype: str, name: str, backend_cls: type[AttentionBackend]) -> None:
+    if kv_cache_dtype not in backend_cls.kv_cache_dtypes:
+        raise IncompatibleChoiceError(
+            f"the attention backend {name} does not support an {kv_cache_dtype} KV cache (it stores: "
+            f"{', '.join(backend_cls.kv_cache_dtypes)}); leave --kv-cache-dtype at auto"
+        )
 
 
 def _model_class(hf_config) -> type[CausalLM]:

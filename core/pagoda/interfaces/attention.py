@@ -58,6 +58,7 @@ class AttentionBackend(Capability, ABC):
     """
 
     supports_graphs: ClassVar[bool] = False
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)  # --kv-cache-dtype values it stores (auto: model dtype)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         self.spec = spec

@@ -1,7 +1,8 @@
 """Which quantization method a model uses: ``--quantization``, else the checkpoint's own.
 
 A quantized HF checkpoint names its method in config.json (``quantization_config.quant_method``,
-e.g. ``"awq"``). Without ``--quantization`` that method is used, else ``none``. An explicit method
+e.g. ``"awq"``). Without ``--quantization`` that method is used (renamed through
+``METHOD_OF_QUANT_METHOD`` where a Pagoda method reads another format's name), else ``none``. An explicit method
 may differ from the checkpoint's (online quantization, dummy weights); each method checks the
 ``quantization_config`` it is given. Only ``none`` on a quantized checkpoint is refused here: dense
 layers cannot hold quantized tensors.
@@ -14,6 +15,11 @@ from typing import Any
 from pagoda.errors import IncompatibleChoiceError
 
 UNQUANTIZED = "none"
+
+# quant_method in config.json -> the registered method that reads it (others keep their name)
+METHOD_OF_QUANT_METHOD: dict[str, str] = {
+    "compressed-tensors": "fp8",  # float-quantized W8A8; pagoda-quant-fp8 names the schemes it refuses
+}
 
 
 def checkpoint_quant_method(hf_config: Any) -> str | None:
@@ -30,7 +36,7 @@ def resolve_quantization(requested: str | None, hf_config: Any) -> str:
     """The method name to select: ``requested`` if given, else the checkpoint's, else ``none``."""
     found = checkpoint_quant_method(hf_config)
     if requested is None:
-        return found or UNQUANTIZED
+        return METHOD_OF_QUANT_METHOD.get(found, found) if found else UNQUANTIZED
     if requested == UNQUANTIZED and found is not None:
         raise IncompatibleChoiceError(
             f"--quantization none cannot load this checkpoint: it is quantized with '{found}' (config.json "

@@ -1,11 +1,20 @@
 """Pagoda plugin 'quant-fp8' (distribution pagoda-quant-fp8).
 
-It will register the quantization method ``fp8``: linear layers with FP8 (e4m3) weights and
-per-tensor or per-channel scales, read from FP8 checkpoints or quantized at load time, through
-the ``register_quantization_methods`` hook; ``check()`` will say why it cannot run ("fp8 needs
-compute capability >= 8.9").
-
-It registers nothing yet: the capability lands in a later release, and until then this module
-implements no hook, so ``pagoda plugins`` lists it as loaded with nothing registered, and
-selecting 'fp8' fails with "installed but does not register 'fp8' (yet)".
+Registers the quantization method ``fp8``: linear layers with FP8 (e4m3) weights and dynamically
+(or statically) scaled FP8 activations, multiplied by ``torch._scaled_mm`` on GPUs of compute
+capability >= 8.9, through the ``register_quantization_methods`` hook. It reads FP8 checkpoints
+(``quant_method`` ``fp8`` and float-quantized ``compressed-tensors``) and quantizes float
+checkpoints at load. ``check()`` says why it cannot run ("fp8 needs compute capability >= 8.9").
 """
+
+from __future__ import annotations
+
+from pagoda.hookspecs import hookimpl
+
+
+@hookimpl
+def register_quantization_methods(register) -> None:
+    """``fp8``: imported here, not at module top, so ``pagoda plugins`` stays light."""
+    from pagoda_quant_fp8.method import Fp8Method
+
+    register("fp8", Fp8Method)

@@ -1,14 +1,40 @@
-"""pagoda-quant-fp8: the plugin loads through entry-point discovery and registers nothing yet."""
+"""pagoda-quant-fp8 loads through entry-point discovery, registers ``fp8`` and refuses CPUs/old GPUs."""
 
 from __future__ import annotations
 
-import importlib
+import pytest
+import torch
 
+from pagoda.errors import IncompatibleChoiceError
+from pagoda.platforms.cpu import CpuPlatform
+from pagoda.plugins import PluginManager
 from pagoda.testing import load_installed_plugin
 
 
-def test_installed_plugin_is_listed() -> None:
+def test_installed_plugin_registers_fp8() -> None:
     info = load_installed_plugin("pagoda-quant-fp8", "quant-fp8")
     assert info.module == "pagoda_quant_fp8.plugin"
-    assert "registers nothing yet" in importlib.import_module(info.module).__doc__
-    assert info.registers == {}  # no hook pretends to register what a later issue brings
+    assert info.registers == {"quantization": ["fp8"]}
+
+
+class _FakeGpu(CpuPlatform):
+    def __init__(self, fp8: torch.dtype | None, name: str) -> None:
+        self.fp8, self.name = fp8, name
+
+    def fp8_dtype(self) -> torch.dtype | None:
+        return self.fp8
+
+    def describe(self) -> str:
+        return self.name
+
+
+def test_check_names_the_missing_capability() -> None:
+    pytest.importorskip("pagoda_quant_fp8")
+    registry = PluginManager().registry("quantization")
+    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs compute capability >= 8.9.*\(CPU .*has none\)"):
+        registry.select("fp8", platform=CpuPlatform())
+    with pytest.raises(IncompatibleChoiceError, match=r"fp8 needs compute capability >= 8.9.*NVIDIA A100 \(sm_80"):
+        registry.select("fp8", platform=_FakeGpu(None, "NVIDIA A100 (sm_80, 79.1 GiB)"))
+    with pytest.raises(IncompatibleChoiceError, match=r"computes FP8 as torch.float8_e4m3fnuz"):
+        registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fnuz, "AMD MI300X (gfx942)"))
+    assert registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fn, "NVIDIA H100 (sm_90)"))[0] == "fp8"
