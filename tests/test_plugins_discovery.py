@@ -163,7 +163,11 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
         assert info["status"] == "loaded", info
         assert (info["distribution"], info["version"]) == ("pagoda-" + folder.replace("_", "-"), "0.1.0")
         assert info["module"] == f"pagoda_{folder}.plugin"
-        registers = {"attention_triton": {"attention": ["triton"]}, "platform_cuda": {"platform": ["cuda"]}}.get(folder, {})
+        registers = {
+            "attention_triton": {"attention": ["triton"]},
+            "attention_flash": {"attention": ["flash"]},
+            "platform_cuda": {"platform": ["cuda"]},
+        }.get(folder, {})
         assert info["registers"] == registers, "first-party plugins register nothing until their capability lands"
     proc = first_party.run(
         first_party.bin / "python",
@@ -191,7 +195,7 @@ def error(fn):
 
 pm = PluginManager()
 print(json.dumps({
-    "registers_nothing": error(lambda: pm.registry("attention").get("flash")),
+    "registers_nothing": error(lambda: pm.registry("quantization").get("awq")),
     "disabled": error(lambda: PluginManager(block="attention-triton").registry("attention").get("triton")),
     "incompatible": error(lambda: pm.registry("platform").select("fake-platform")),
     "auto": pm.registry("attention").select("auto", platform=CpuPlatform())[0],
@@ -201,7 +205,7 @@ print(json.dumps({
 
 def test_selection_errors_with_installed_plugins(first_party: Env) -> None:
     out = json.loads(first_party.python(SELECTION_PROBE))
-    assert "pagoda-attention-flash 0.1.0 is installed but does not register 'flash'" in out["registers_nothing"]
+    assert "pagoda-quant-awq 0.1.0 is installed but does not register 'awq'" in out["registers_nothing"]
     assert "plugin 'attention-triton' is disabled" in out["disabled"]
     assert out["incompatible"].startswith("IncompatibleChoiceError: Platform 'fake-platform' cannot be used here")
     assert "set FAKE_PLATFORM_AVAILABLE=1" in out["incompatible"]

@@ -18,29 +18,38 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 CSRC = HERE.parents[1] / "csrc"
 SOURCES = ("bindings.cpp", "layernorm_kernels.cu", "rotary_kernels.cu", "activation_kernels.cu", "cache_kernels.cu")
+# the attention kernels of pagoda-attention-flash: their own module, so a failure there spares _C
+FLASH_SOURCES = ("attention/flash_bindings.cpp", "attention/decode_kernels.cu", "attention/prefill_kernels.cu",
+                 "cache_kernels.cu")
+SUFFIXES = (".cu", ".cuh", ".h", ".cpp")
+
+
+def _copy_sources(dest: Path) -> None:
+    """csrc/*.{cu,cuh,h,cpp} and csrc/attention/* into ``dest`` (same layout)."""
+    for folder in (CSRC, CSRC / "attention"):
+        if not folder.is_dir():
+            continue
+        target = dest / folder.relative_to(CSRC)
+        target.mkdir(parents=True, exist_ok=True)
+        for path in folder.iterdir():
+            if path.suffix in SUFFIXES:
+                shutil.copy2(path, target / path.name)
 
 
 class BuildPyWithSources(build_py):
-    """Also copy ../../csrc/*.{cu,cuh,h,cpp} into pagoda_platform_cuda/csrc/ of the build."""
+    """Also copy ../../csrc/*.{cu,cuh,h,cpp} (and csrc/attention/) into pagoda_platform_cuda/csrc/ of the build."""
 
     def run(self) -> None:
         super().run()
         if not CSRC.is_dir():
             return
-        dest = Path(self.build_lib) / "pagoda_platform_cuda" / "csrc"
-        dest.mkdir(parents=True, exist_ok=True)
-        for path in CSRC.iterdir():
-            if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-                shutil.copy2(path, dest / path.name)
+        _copy_sources(Path(self.build_lib) / "pagoda_platform_cuda" / "csrc")
 
 
 def _stage_sources() -> str:
     """Copy csrc under build/ (setuptools takes only paths relative to setup.py); returns that path."""
     staged = Path("build") / "csrc"
-    (HERE / staged).mkdir(parents=True, exist_ok=True)
-    for path in CSRC.iterdir():
-        if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            shutil.copy2(path, HERE / staged / path.name)
+    _copy_sources(HERE / staged)
     return staged.as_posix()
 
 
@@ -57,12 +66,15 @@ def cuda_extensions() -> tuple[list, dict]:
     if torch.version.cuda is None or CUDA_HOME is None or not (torch.cuda.is_available() or forced):
         return [], {}
     staged = _stage_sources()
-    ext = CUDAExtension(
-        name="pagoda_platform_cuda._C",
-        sources=[f"{staged}/{name}" for name in SOURCES],
-        include_dirs=[str(HERE / staged)],
-        extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
-    )
+    exts = [
+        CUDAExtension(
+            name=f"pagoda_platform_cuda.{module}",
+            sources=[f"{staged}/{name}" for name in sources],
+            include_dirs=[str(HERE / staged)],
+            extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
+        )
+        for module, sources in (("_C", SOURCES), ("_flash", FLASH_SOURCES))
+    ]
 
     class BuildOrDefer(BuildExtension):
         """A failed compile must not fail the install: the kernels then build at first use."""
@@ -73,7 +85,7 @@ def cuda_extensions() -> tuple[list, dict]:
             except Exception as error:  # noqa: BLE001 - any compiler failure
                 print(f"pagoda-platform-cuda: ahead-of-time kernel build failed ({error}); deferring to first use")
 
-    return [ext], {"build_ext": BuildOrDefer}
+    return exts, {"build_ext": BuildOrDefer}
 
 
 extensions, commands = cuda_extensions()

@@ -1,3 +1,3 @@
-"""pagoda-attention-flash: FlashAttention-style attention for Pagoda (see plugin.py for what it registers)."""
+"""pagoda-attention-flash: FlashAttention-style CUDA attention for Pagoda (see plugin.py for what it registers)."""
 
 __version__ = "0.1.0"
