@@ -63,7 +63,7 @@ def _use_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _generate(path: str, backend: str, dtype: str, prompts: list[list[int]]):
     llm = LLM(model=path, attention_backend=backend, dtype=dtype, platform="cuda", block_size=16,
-              max_num_batched_tokens=64, max_model_len=512, kv_cache_memory=1 << 28)
+              max_num_batched_tokens=64, max_model_len=512, kv_cache_memory=1 << 28, max_num_seqs=16)
     expected = {"flash": "FlashAttentionBackend", "triton": "TritonAttentionBackend"}[backend]
     assert type(llm.engine.runner.attention).__name__ == expected
     params = SamplingParams(temperature=0, max_tokens=24, logprobs=5)
