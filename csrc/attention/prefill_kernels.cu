@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(PrefillShape<HEAD>::kThreads) prefill_kernel(c
     mask_scores<HEAD>(s, p, masked, n0, qpos_g, key_hi, lane);
     softmax_step<HEAD>(s, o, m, l);
     warp_accumulate<T, HEAD>(o, s, sV + stage * Shape::kTileElems, lane);
-    __syncthreads();  // this stage is overwritten by the prefetch of step + 2
+    __syncthreads();  // the prefetch issued at step + 1 overwrites this stage
   }
   store_rows<T, HEAD>(p, o, l, token0, rows, head, warp * 16, lane);
 }

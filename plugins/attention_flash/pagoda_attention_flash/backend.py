@@ -27,7 +27,7 @@ class FlashAttentionBackend(AttentionBackend):
     """
 
     description = "FlashAttention-style CUDA kernels (tensor-core prefill, split-KV decode; sm80+, fp16/bf16)"
-    priority = 80  # above triton (50): the fastest where usable
+    priority = 100  # above triton (50): the fastest where usable
     supports_graphs: ClassVar[bool] = True
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
