@@ -205,8 +205,9 @@ __global__ void __launch_bounds__(PrefillShape<HEAD>::kThreads) prefill_kernel(c
   find_query_block(p.query_start_loc, blockIdx.x, first_seq, last_seq, seq, block);
   const int q_start = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_start;
-  const int m0 = block * Shape::kBlockM;
-  if (m0 >= q_len) return;  // a spare CTA of the upper-bound grid (uniform over the CTA)
+  const int num_blocks = (q_len + Shape::kBlockM - 1) / Shape::kBlockM;
+  if (block >= num_blocks) return;  // a spare CTA of the upper-bound grid (uniform over the CTA)
+  const int m0 = (num_blocks - 1 - block) * Shape::kBlockM;  // causal: the longest rows start first
   const int head = blockIdx.y;
   const int kvh = head / (p.num_heads / p.num_kv_heads);
   const int rows = min(Shape::kBlockM, q_len - m0);
