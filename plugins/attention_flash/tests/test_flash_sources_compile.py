@@ -15,7 +15,8 @@ ARCHS = ("80", "90")  # Ampere and Hopper: mma.sync, ldmatrix, cp.async; ptxas c
 
 
 def _nvcc() -> str:
-    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).is_file()), None)
+    known = (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if Path(p).is_file())
+    nvcc = shutil.which("nvcc") or next(known, None)
     if nvcc is None:
         if os.environ.get("CI") == "true":
             pytest.fail("nvcc is required on CI to compile csrc/attention (install the CUDA toolkit)")
