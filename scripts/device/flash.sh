@@ -42,7 +42,7 @@ grep -oE "FLASHERR .*|FAILED .*|[A-Za-z]*Error.*" "$OUT/pytest_e2e.log" | head -
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$SAN" ]; then
   for tool in memcheck racecheck; do
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "sanitizer_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 9 \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 step "sanitizer_$tool" 90 "$SAN" --tool "$tool" --error-exitcode 9 \
       --print-limit 20 python3 scripts/device/flash_small_case.py > "$OUT/sanitizer_$tool.log" 2>&1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|small case|Invalid|Race|hazard|rror" "$OUT/sanitizer_$tool.log" | head -12
   done

@@ -33,7 +33,7 @@ def main() -> int:
         out = torch.full(batch.query.shape, float("nan"), dtype=spec.dtype, device="cuda")
         backend.forward_into(out, batch.query, batch.key, batch.value, batch.kv_cache, backend.prepare(batch.metadata))
         torch.cuda.synchronize()
-        rel = rel_error(out, reference(spec, batch, "cuda"))
+        rel = rel_error(out, reference(spec, batch))  # on the CPU: no cuBLAS for the sanitizer to instrument
         worst = max(worst, rel)
         print(f"small case d{head} splits {splits}: rel error {rel:.2e}", flush=True)
     return 0 if worst < 1e-2 else 1
