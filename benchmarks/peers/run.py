@@ -85,8 +85,10 @@ class Run:
         self.prefix = pick(PREFIX)
         self.rates = tuple(pick(w) for w in served_workloads(parse_rates(args.rates), args.rate_seconds))
 
-    def step(self, name: str, engine: str, cmd: list[str], cap_s: float, min_s: float = 20.0) -> StepRecord:
-        env = engines.vllm_env(self.s) if engine == "vllm" else engines.pagoda_env()
+    def step(self, name: str, engine: str, cmd: list[str], cap_s: float, min_s: float = 20.0,
+             runs_in: str | None = None) -> StepRecord:
+        """Run one step for `engine`; the process runs in the environment of `runs_in` (default: engine's)."""
+        env = engines.vllm_env(self.s) if (runs_in or engine) == "vllm" else engines.pagoda_env()
         record = run_step(StepRecord(name, engine), cmd, env, self.logs / f"{engine}_{name}.log", self.deadline, cap_s, min_s)
         self.records.append(record)
         print(f"[{time.strftime('%H:%M:%S')}] {engine:<6} {name:<34} {record.status:<8} {record.seconds:6.1f} s "
@@ -140,7 +142,8 @@ class Run:
         else:
             cmd = engines.vllm_client_cmd(self.s, server.base_url, server.model, w, result)
         arrivals = 0 if math.isinf(w.request_rate) else w.num_prompts / w.request_rate
-        rec = self.step(f"{w.name}[{client} client]", engine, cmd, cap_s=arrivals + 150, min_s=arrivals + 15)
+        rec = self.step(f"{w.name}[{client} client]", engine, cmd, cap_s=arrivals + 150, min_s=arrivals + 15,
+                        runs_in=client)
         rec.result = {k: v for k, v in read_json(result).items() if not isinstance(v, list)}  # no per-request lists
         self.measurements += report.from_served(w.name, client, engine, rec.result)
 

@@ -38,8 +38,20 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         kwargs.update(max_num_seqs=256, max_num_batched_tokens=8192)
     for flag in args.engine_flag:  # "--attention-backend=TRITON_ATTN" -> attention_backend="TRITON_ATTN"
         key, _, value = flag.lstrip("-").partition("=")
-        kwargs[key.replace("-", "_")] = value
+        kwargs[key.replace("-", "_")] = flag_value(value)
     return kwargs
+
+
+def flag_value(text: str):
+    """'' (a bare switch) -> True; '256' -> 256; '0.5' -> 0.5; anything else stays a string."""
+    if text == "":
+        return True
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def timed_generate(llm, prompts, params) -> tuple[float, list]:

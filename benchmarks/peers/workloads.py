@@ -87,8 +87,8 @@ def quick(w):
     else:
         small = {"num_prompts": max(4, w.num_prompts // 100), "input_len": max(4, w.input_len // 16),
                  "output_len": max(4, w.output_len // 16)}
-    if isinstance(w, Served) and w.prefix_len:
-        small["prefix_len"] = max(4, w.prefix_len // 16)
+    if isinstance(w, Served) and w.prefix_len:  # vLLM's prefix_repetition needs >= 1 request a prefix
+        small.update(prefix_len=max(4, w.prefix_len // 16), num_prompts=2 * w.num_prefixes)
     fields = {f.name for f in dataclasses.fields(w)}
     return dataclasses.replace(w, name="quick_" + w.name, **{k: v for k, v in small.items() if k in fields})
 

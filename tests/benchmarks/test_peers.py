@@ -151,3 +151,43 @@ def test_chart_draws_each_headline_metric(tmp_path):
     path = report.chart(rows, tmp_path / "peers.png", "test")
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.chart([], tmp_path / "none.png", "test") is None
+
+
+def test_vllm_engine_flags_become_typed_kwargs():
+    import argparse
+
+    import vllm_offline
+
+    args = argparse.Namespace(model="/m", match_limits=True, engine_flag=[
+        "--attention-backend=TRITON_ATTN", "--enforce-eager", "--max-num-seqs=128", "--gpu-memory-utilization=0.8"])
+    kwargs = vllm_offline.engine_kwargs(args)
+    assert kwargs["attention_backend"] == "TRITON_ATTN" and kwargs["enforce_eager"] is True
+    assert kwargs["max_num_seqs"] == 128 and kwargs["gpu_memory_utilization"] == 0.8
+    assert kwargs["max_num_batched_tokens"] == 8192 and kwargs["skip_tokenizer_init"] is True
+    assert kwargs["max_model_len"] == workloads.MAX_MODEL_LEN and kwargs["load_format"] == "dummy"
+
+
+def test_pagoda_command_lines_parse_with_the_same_settings_as_vllm(tmp_path):
+    import engines
+    from pagoda.cli.main import build_parser
+    from pagoda.plugins import get_plugin_manager
+
+    # "torch" stands in for "triton" (the choice list is what the installed plugins register)
+    s = engines.Settings(model_dir=tmp_path, pagoda_flags=["--attention-backend", "torch"])
+    served = workloads.served_workloads((8,))[0]
+    commands = [engines.pagoda_offline_cmd(s, workloads.OFFLINE[1], tmp_path / "o.json"),
+                engines.pagoda_latency_cmd(s, workloads.LATENCY, tmp_path / "l.json"),
+                engines.server_cmd("pagoda", s, 8100),
+                engines.pagoda_client_cmd("http://127.0.0.1:8100", served, tmp_path / "p.jsonl", tmp_path / "c.json")]
+    parser = build_parser(get_plugin_manager())
+    offline, latency, server, client = (parser.parse_args(cmd[1:]) for cmd in commands)
+    for args in (offline, latency, server):
+        assert (args.max_model_len, args.gpu_memory_utilization, args.load_format, args.seed) == (
+            workloads.MAX_MODEL_LEN, workloads.GPU_MEMORY_UTILIZATION, "dummy", workloads.SEED)
+    assert (offline.num_prompts, offline.input_len, offline.output_len) == (1000, 1024, 128)
+    assert latency.batch_sizes == "1,8,64" and server.port == 8100
+    assert (client.request_rate, client.num_prompts, client.ignore_eos) == (8.0, served.num_prompts, True)
+    vllm_server = engines.server_cmd("vllm", engines.Settings(model_dir=tmp_path, match_limits=True), 8200)
+    for flag, value in (("--max-model-len", str(workloads.MAX_MODEL_LEN)), ("--max-num-seqs", "256"),
+                        ("--gpu-memory-utilization", str(workloads.GPU_MEMORY_UTILIZATION))):
+        assert vllm_server[vllm_server.index(flag) + 1] == value
