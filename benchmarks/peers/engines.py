@@ -38,8 +38,11 @@ def shared_flags() -> list[str]:
             "--seed", str(SEED), "--load-format", "dummy"]
 
 
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # no internet on the GPU machine: never wait on it
+
+
 def vllm_env(s: Settings) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {**os.environ, **OFFLINE_ENV}
     env["PYTHONPATH"] = s.vllm_site  # not Pagoda's /tmp/site: its fastapi is newer than vLLM allows
     env.setdefault("VLLM_CACHE_ROOT", "/tmp/vllm_cache")  # compile cache survives between warm calls
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -48,7 +51,7 @@ def vllm_env(s: Settings) -> dict[str, str]:
 
 
 def pagoda_env() -> dict[str, str]:
-    return dict(os.environ)
+    return {**os.environ, **OFFLINE_ENV}
 
 
 def pagoda_offline_cmd(s: Settings, w: Offline, result: Path) -> list[str]:

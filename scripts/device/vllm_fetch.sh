@@ -14,13 +14,14 @@
 #     MANIFEST of sha256 sums).
 #
 # Then, on the GPU machine, back to back (the machine keeps /tmp only while warm: 30 s between calls):
-#   run(carry=[".vllm1"],        command="bash scripts/device/vllm_install.sh .vllm1")
-#   run(carry=[".vllm2", ".whl"], command="bash scripts/device/vllm_install.sh .vllm2 && PARTS=none bash scripts/device/peers.sh")
-#   run(carry=[".whl"],          command="PARTS=offline bash scripts/device/peers.sh")
-#   run(carry=[".whl"],          command="PARTS=serve bash scripts/device/peers.sh")
-#   run(carry=[".whl"],          command="PARTS=serve_vllm_client,prefix bash scripts/device/peers.sh")
-# (one vllm_install.sh call per part, in any order; the last one reassembles, installs into /tmp/vllm_site
-#  and smoke-imports; a later call that finds /tmp/vllm_site installed only re-runs the smoke test.)
+#   1. run(carry=[".vllm1"])         bash scripts/device/vllm_install.sh .vllm1
+#   2. run(carry=[".vllm2", ".whl"]) bash scripts/device/vllm_install.sh .vllm2; PARTS=none bash scripts/device/peers.sh
+#   3. run(carry=[".whl"])           PARTS=offline bash scripts/device/peers.sh            (~7 min)
+#   4. run(carry=[".whl"])           PARTS=serve bash scripts/device/peers.sh              (~8 min)
+#   5. run(carry=[".whl"])           PARTS=serve_vllm_client bash scripts/device/peers.sh  (~8 min)
+#   6. run(carry=[".whl"])           PARTS=prefix bash scripts/device/peers.sh             (~4 min)
+# (the parts install in any order; the last one reassembles, installs into /tmp/vllm_site and smoke-imports;
+#  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. Leaner 4-6: see the README.)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PART_MB="${PART_MB:-52}"   # + .whl (~8 MiB) + the tree (~1 MiB) stays under a call's 64 MiB
@@ -81,7 +82,7 @@ done
 : > .vllm_stage/STRIPPED.txt
 for member in "${STRIP[@]}"; do
   [ -e ".vllm_stage/site/$member" ] || { echo "nothing to strip at $member: re-check STRIP for this version" >&2; exit 1; }
-  du -sb ".vllm_stage/site/$member" >> .vllm_stage/STRIPPED.txt
+  (cd .vllm_stage/site && du -sb "$member") >> .vllm_stage/STRIPPED.txt
   rm -rf ".vllm_stage/site/$member"
 done
 cp "$DL"/deps/*.whl .vllm_stage/wheels/
