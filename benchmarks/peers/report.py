@@ -108,18 +108,25 @@ def chart(rows: list[dict], path: Path, title: str) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
 
     labels = [f"{r['workload']} [{r['client']}] {r['metric']}" for r in picked]
     values = [r["pagoda_advantage"] for r in picked]
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * len(picked)))
     colors = ["#2a6f97" if v >= 1 else "#c44536" for v in values]
-    ax.barh(range(len(picked)), values, color=colors)
+    ax.barh(range(len(picked)), [v - 1 for v in values], left=1.0, color=colors)  # bars grow from parity
     ax.set_xscale("log")
+    low, high = min(values + [1.0]), max(values + [1.0])
+    ax.set_xlim(low / 1.3, high * 2.2)
+    times = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x")
+    ax.xaxis.set_major_formatter(times)
+    ax.xaxis.set_minor_formatter(times)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(picked)), labels, fontsize=7)
     ax.invert_yaxis()
     for i, r in enumerate(picked):
-        ax.text(values[i], i, f" {values[i]:.2f}x  (P {r['pagoda']:.4g} / V {r['vllm']:.4g})", va="center", fontsize=6)
+        ax.text(max(values[i], 1.0), i, f" {values[i]:.2f}x  (P {r['pagoda']:.4g} / V {r['vllm']:.4g})",
+                va="center", fontsize=6)
     ax.set_xlabel("Pagoda relative to vLLM 0.26 (> 1: Pagoda ahead; latencies inverted)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
