@@ -1,0 +1,162 @@
+"""Results of the Pagoda-vs-vLLM comparison: measurements from each step's raw JSON, side-by-side rows
+with ratios, the merge of several runs (one per device call), and the chart.
+
+ratio = Pagoda / vLLM of the metric as measured; pagoda_advantage = ratio where higher is better
+(throughputs) and 1 / ratio where lower is better (latencies), so > 1 always means Pagoda is ahead.
+
+    python benchmarks/peers/report.py run1.json run2.json --out merged.json --chart merged.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ENGINES = ("pagoda", "vllm")
+OFFLINE_METRICS = ("requests_per_s", "tokens_per_s", "output_tokens_per_s")
+SERVED_METRICS = ("request_throughput", "output_throughput", "total_token_throughput", "mean_e2el_ms",
+                  *(f"p{q}_{m}_ms" for m in ("ttft", "tpot", "itl") for q in (50, 90, 99)))
+CHART_METRICS = ("requests_per_s", "step_ms", "request_throughput", "p50_ttft_ms", "p50_tpot_ms", "p99_itl_ms")
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric.endswith("_ms") or metric == "seconds"
+
+
+def measurement(workload: str, client: str, engine: str, metrics: dict) -> dict:
+    values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {"workload": workload, "client": client, "engine": engine, "metrics": values}
+
+
+def from_pagoda_offline(workload: str, raw: dict) -> list[dict]:
+    """`pagoda bench throughput` JSON: its "pagoda" block."""
+    block = raw.get("pagoda") or {}
+    return [measurement(workload, "offline", "pagoda", {k: block[k] for k in OFFLINE_METRICS if k in block})] if block else []
+
+
+def from_latency(engine: str, raw: dict) -> list[dict]:
+    """`pagoda bench latency` JSON or vllm_offline.py's "latency" block: one measurement per batch size."""
+    return [measurement(f"latency_b{row['batch']}", "offline", engine, {"step_ms": row["step_ms"]})
+            for row in raw.get("steps") or [] if "step_ms" in row]
+
+
+def from_vllm_offline(raw: dict) -> list[dict]:
+    out = [measurement(name, "offline", "vllm", {k: rates[k] for k in OFFLINE_METRICS if k in rates})
+           for name, rates in (raw.get("throughput") or {}).items()]
+    return out + from_latency("vllm", raw.get("latency") or {})
+
+
+def from_served(workload: str, client: str, engine: str, raw: dict) -> list[dict]:
+    """A serving client's summary (`pagoda bench serve` or `vllm bench serve`; the same key names)."""
+    if not raw.get("completed"):
+        return []
+    metrics = {k: raw[k] for k in SERVED_METRICS if k in raw}
+    metrics["completed"], metrics["failed"] = raw["completed"], raw.get("failed", 0)
+    return [measurement(workload, client, engine, metrics)]
+
+
+def merge_measurements(*groups: list[dict]) -> list[dict]:
+    """Later measurements of the same (workload, client, engine) replace earlier ones."""
+    merged: dict[tuple, dict] = {}
+    for group in groups:
+        for m in group:
+            merged[(m["workload"], m["client"], m["engine"])] = m
+    return list(merged.values())
+
+
+def side_by_side(measurements: list[dict]) -> list[dict]:
+    """One row per (workload, client, metric) that both engines measured, with the ratios."""
+    by_key: dict[tuple, dict[str, dict]] = {}
+    for m in measurements:
+        by_key.setdefault((m["workload"], m["client"]), {})[m["engine"]] = m["metrics"]
+    rows = []
+    for (workload, client), engines in by_key.items():
+        if not all(e in engines for e in ENGINES):
+            continue
+        for metric in engines["pagoda"]:
+            if metric in ("completed", "failed") or metric not in engines["vllm"]:
+                continue
+            rows.append(row(workload, client, metric, engines["pagoda"][metric], engines["vllm"][metric]))
+    return rows
+
+
+def row(workload: str, client: str, metric: str, pagoda: float, vllm: float) -> dict:
+    ratio = pagoda / vllm if vllm else None
+    advantage = None if not ratio else (1 / ratio if lower_is_better(metric) else ratio)
+    return {"workload": workload, "client": client, "metric": metric,
+            "better": "lower" if lower_is_better(metric) else "higher",
+            "pagoda": pagoda, "vllm": vllm, "ratio": ratio, "pagoda_advantage": advantage}
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [f"{'workload':<30}{'client':<8}{'metric':<24}{'pagoda':>12}{'vllm':>12}{'P/V':>8}{'adv':>7}"]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        adv = f"{r['pagoda_advantage']:.2f}" if r["pagoda_advantage"] is not None else "-"
+        lines.append(f"{r['workload']:<30}{r['client']:<8}{r['metric']:<24}{r['pagoda']:>12.2f}{r['vllm']:>12.2f}"
+                     f"{ratio:>8}{adv:>7}")
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict], path: Path, title: str) -> Path | None:
+    """Horizontal bars: Pagoda's advantage over vLLM (x, log scale; > 1 = Pagoda ahead) per headline metric."""
+    picked = [r for r in rows if r["metric"] in CHART_METRICS and r["pagoda_advantage"]]
+    if not picked:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
+
+    labels = [f"{r['workload']} [{r['client']}] {r['metric']}" for r in picked]
+    values = [r["pagoda_advantage"] for r in picked]
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * len(picked)))
+    colors = ["#2a6f97" if v >= 1 else "#c44536" for v in values]
+    ax.barh(range(len(picked)), [v - 1 for v in values], left=1.0, color=colors)  # bars grow from parity
+    ax.set_xscale("log")
+    low, high = min(values + [1.0]), max(values + [1.0])
+    ax.set_xlim(low / 1.3, high * 2.2)
+    times = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x")
+    ax.xaxis.set_major_formatter(times)
+    ax.xaxis.set_minor_formatter(times)
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(picked)), labels, fontsize=7)
+    ax.invert_yaxis()
+    for i, r in enumerate(picked):
+        ax.text(max(values[i], 1.0), i, f" {values[i]:.2f}x  (P {r['pagoda']:.4g} / V {r['vllm']:.4g})",
+                va="center", fontsize=6)
+    ax.set_xlabel("Pagoda relative to vLLM 0.26 (> 1: Pagoda ahead; latencies inverted)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """Several run.py results (e.g. one per device call) as one: measurements, rows, every step's status."""
+    measurements = merge_measurements(*(r.get("measurements", []) for r in runs))
+    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings")} for r in runs],
+            "steps": [s for r in runs for s in r.get("steps", [])],
+            "measurements": measurements, "rows": side_by_side(measurements)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="merge run.py results and draw the chart")
+    p.add_argument("runs", nargs="+", help="JSON files written by run.py")
+    p.add_argument("--out", required=True, help="merged JSON")
+    p.add_argument("--chart", help="PNG (default: --out with .png)")
+    p.add_argument("--title", default="Pagoda vs vLLM 0.26, same GPU, same run")
+    args = p.parse_args()
+    merged = merge_runs([json.loads(Path(f).read_text()) for f in args.runs])
+    Path(args.out).write_text(json.dumps(merged, indent=2) + "\n")
+    print(format_table(merged["rows"]))
+    chart(merged["rows"], Path(args.chart or Path(args.out).with_suffix(".png")), args.title)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

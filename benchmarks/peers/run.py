@@ -1,0 +1,219 @@
+"""Pagoda and vLLM 0.26 on the same workloads, same GPU, same run: one JSON + one chart per run.
+
+    python benchmarks/peers/run.py --parts offline --out $OUT --budget-s 520
+    python benchmarks/peers/run.py --parts serve --out $OUT --rates inf,4,8,16
+    python benchmarks/peers/run.py --parts serve_vllm_client,prefix --out $OUT
+
+Parts (benchmarks/peers/README.md): offline (1000 x 256/256, 1000 x 1024/128, batch-1/8/64 decode),
+serve (the served rates, driven by `pagoda bench serve`), serve_vllm_client (the same rates driven by
+`vllm bench serve`), prefix (10 shared 1k-token prefixes, both clients). Every step runs in its own
+process under a time limit, and the whole run under --budget-s: what does not fit is recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engines  # noqa: E402
+import report  # noqa: E402
+from model_dir import build_model_dir  # noqa: E402
+from prompts import prefix_prompts, random_token_prompts, write_prompts_file  # noqa: E402
+from steps import Deadline, Server, StepRecord, read_json, run_step  # noqa: E402
+from workloads import (LATENCY, OFFLINE, PARTS, PREFIX, SEED, Served, parse_parts, parse_rates, quick,  # noqa: E402
+                       served_workloads)
+
+ROOT = Path(__file__).resolve().parents[2]
+PORTS = {"pagoda": 8100, "vllm": 8200}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[1:]))
+    p.add_argument("--parts", default="offline", help=f"comma-separated: {', '.join(PARTS)}; or all / none")
+    p.add_argument("--engines", default="pagoda,vllm", help="which engines run (both for ratios)")
+    p.add_argument("--config", default=str(ROOT / "benchmarks/configs/llama-3.1-8b"), help="folder with config.json")
+    p.add_argument("--out", default="peers_out", help="folder for the JSON, the chart and the logs")
+    p.add_argument("--work-dir", default="/tmp/peers", help="model folder, prompts files, raw results")
+    p.add_argument("--budget-s", type=float, default=520, help="the whole run's time limit (a device call: 600)")
+    p.add_argument("--rates", default="inf,4,8,16", help="request rates of the served parts (inf = all at once)")
+    p.add_argument("--rate-seconds", type=int, default=30, help="finite rates send rate x this many requests")
+    p.add_argument("--vllm-site", default="/tmp/vllm_site", help="vLLM's install (scripts/device/vllm_install.sh)")
+    p.add_argument("--pagoda-flag", action="append", default=None, help="extra flag for Pagoda (repeatable; "
+                   "default --attention-backend triton)")
+    p.add_argument("--vllm-flag", action="append", default=[], help="extra flag for vLLM, e.g. --attention-backend=TRITON_ATTN")
+    p.add_argument("--match-limits", action="store_true", help="give vLLM Pagoda's limits (256 seqs, 8192 tokens a step)")
+    p.add_argument("--quick", action="store_true", help="tiny workloads (quick_*): check the pipeline, not speed")
+    p.add_argument("--tag", default="", help="name of this run's files (default: the parts)")
+    return p.parse_args(argv)
+
+
+def settings(args: argparse.Namespace, model_dir: Path) -> engines.Settings:
+    s = engines.Settings(model_dir=model_dir, vllm_site=args.vllm_site, vllm_flags=args.vllm_flag,
+                         match_limits=args.match_limits)
+    if args.pagoda_flag is not None:
+        s.pagoda_flags = [f for flag in args.pagoda_flag for f in flag.split("=", 1)]
+    return s
+
+
+class Run:
+    """One invocation: the steps of the chosen parts for the chosen engines, their records and measurements."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = Path(args.work_dir)
+        self.logs = self.work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.model_dir = build_model_dir(Path(args.config), self.work / "model")
+        self.vocab_size = json.loads((self.model_dir / "config.json").read_text())["vocab_size"]
+        self.s = settings(args, self.model_dir)
+        self.deadline = Deadline(args.budget_s)
+        self.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+        self.records: list[StepRecord] = []
+        self.measurements: list[dict] = []
+        pick = quick if args.quick else (lambda w: w)
+        self.offline_workloads = tuple(pick(w) for w in OFFLINE)
+        self.latency = pick(LATENCY)
+        self.prefix = pick(PREFIX)
+        self.rates = tuple(pick(w) for w in served_workloads(parse_rates(args.rates), args.rate_seconds))
+
+    def step(self, name: str, engine: str, cmd: list[str], cap_s: float, min_s: float = 20.0,
+             runs_in: str | None = None) -> StepRecord:
+        """Run one step for `engine`; the process runs in the environment of `runs_in` (default: engine's)."""
+        env = engines.vllm_env(self.s) if (runs_in or engine) == "vllm" else engines.pagoda_env()
+        record = run_step(StepRecord(name, engine), cmd, env, self.logs / f"{engine}_{name}.log", self.deadline, cap_s, min_s)
+        self.records.append(record)
+        print(f"[{time.strftime('%H:%M:%S')}] {engine:<6} {name:<34} {record.status:<8} {record.seconds:6.1f} s "
+              f"({self.deadline.left():.0f} s left)", flush=True)
+        return record
+
+    def offline(self) -> None:
+        raw = self.work / "raw"
+        raw.mkdir(exist_ok=True)
+        if "pagoda" in self.engines:
+            for w in self.offline_workloads:
+                rec = self.step(w.name, "pagoda", engines.pagoda_offline_cmd(self.s, w, raw / f"pagoda_{w.name}.json"), 240)
+                rec.result = read_json(raw / f"pagoda_{w.name}.json")
+                self.measurements += report.from_pagoda_offline(w.name, rec.result)
+            rec = self.step(self.latency.name, "pagoda", engines.pagoda_latency_cmd(self.s, self.latency, raw / "pagoda_latency.json"), 150)
+            rec.result = read_json(raw / "pagoda_latency.json")
+            self.measurements += report.from_latency("pagoda", rec.result)
+        if "vllm" in self.engines:
+            rec = self.step("offline+latency", "vllm", engines.vllm_offline_cmd(self.s, self.offline_workloads, self.latency,
+                                                                                raw / "vllm_offline.json"), 420)
+            rec.result = read_json(raw / "vllm_offline.json")  # written after each workload: partial on timeout
+            self.measurements += report.from_vllm_offline(rec.result)
+
+    def served(self, workloads: list[tuple[Served, tuple[str, ...]]]) -> None:
+        """Per engine: start its server once, run every (workload, client), stop it."""
+        for engine in self.engines:
+            log = self.logs / f"{engine}_server.log"
+            server = Server(engines.server_cmd(engine, self.s, PORTS[engine]),
+                            engines.vllm_env(self.s) if engine == "vllm" else engines.pagoda_env(), PORTS[engine], log)
+            record = StepRecord("server_start", engine, log=str(log))
+            self.records.append(record)
+            try:
+                if not server.start(self.deadline.limit(300)):
+                    record.status = "failed"
+                    print(f"{engine} server did not come up; see {log}", flush=True)
+                    continue
+                record.status, record.seconds = "ok", server.startup_s
+                print(f"{engine} server up in {server.startup_s:.0f} s (model {server.model})", flush=True)
+                for w, clients in workloads:
+                    for client in clients:
+                        self.client(engine, client, server, w)
+            finally:
+                server.stop()
+
+    def client(self, engine: str, client: str, server: Server, w: Served) -> None:
+        result = self.work / "raw" / f"{engine}_{w.name}_{client}_client.json"
+        result.parent.mkdir(exist_ok=True)
+        result.unlink(missing_ok=True)
+        if client == "pagoda":
+            cmd = engines.pagoda_client_cmd(server.base_url, w, self.prompts_file(w), result)
+        else:
+            cmd = engines.vllm_client_cmd(self.s, server.base_url, server.model, w, result)
+        arrivals = 0 if math.isinf(w.request_rate) else w.num_prompts / w.request_rate
+        rec = self.step(f"{w.name}[{client} client]", engine, cmd, cap_s=arrivals + 150, min_s=arrivals + 15,
+                        runs_in=client)
+        rec.result = {k: v for k, v in read_json(result).items() if not isinstance(v, list)}  # no per-request lists
+        self.measurements += report.from_served(w.name, client, engine, rec.result)
+
+    def prompts_file(self, w: Served) -> Path:
+        path = self.work / "prompts" / f"{w.name}.jsonl"
+        if not path.exists():
+            if w.num_prefixes:
+                ids = prefix_prompts(w.num_prompts, w.num_prefixes, w.prefix_len, w.input_len, self.vocab_size, SEED)
+            else:
+                ids = random_token_prompts(w.num_prompts, w.input_len, self.vocab_size, SEED)
+            write_prompts_file(path, ids, w.output_len)
+        return path
+
+    def execute(self, parts: list[str]) -> None:
+        if "offline" in parts:
+            self.offline()
+        served = []
+        for part in parts:
+            kind, clients = PARTS[part]
+            workloads = self.rates if kind == "serve" else (self.prefix,) if kind == "prefix" else ()
+            served += [(w, clients) for w in workloads]
+        if served:
+            self.served(served)
+
+
+def device_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no nvidia-smi)"
+
+
+def write_outputs(run: Run, parts: list[str], out: Path, tag: str) -> Path:
+    result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": device_name(),
+              "parts": parts, "settings": {"engines": run.engines, "pagoda_flags": run.s.pagoda_flags,
+                                           "vllm_flags": run.s.vllm_flags, "match_limits": run.s.match_limits,
+                                           "rates": run.args.rates, "rate_seconds": run.args.rate_seconds},
+              "steps": [r.as_dict() for r in run.records], "measurements": run.measurements,
+              "rows": report.side_by_side(run.measurements)}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"peers_{tag}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    try:
+        report.chart(result["rows"], out / f"peers_{tag}.png", f"Pagoda vs vLLM 0.26: {', '.join(parts)} ({result['device']})")
+    except Exception as exc:  # the JSON is written; redraw later with report.py
+        print(f"no chart: {type(exc).__name__}: {exc}", file=sys.stderr)
+    with open(out / f"peers_{tag}_logs.txt", "w") as f:  # the tail of every step's log, one file
+        for log in sorted(run.logs.glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            f.write(f"===== {log.name} ({len(lines)} lines, last 60)\n" + "\n".join(lines[-60:]) + "\n")
+    print(report.format_table(result["rows"]))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        parts = parse_parts(args.parts)
+        parse_rates(args.rates)
+    except ValueError as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 2
+    run = Run(args)
+    run.execute(parts)
+    path = write_outputs(run, parts, Path(args.out), args.tag or "_".join(parts) or "none")
+    print(f"results: {path}")
+    return 0 if all(r.status in ("ok", "skipped") for r in run.records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

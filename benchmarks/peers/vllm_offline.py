@@ -1,0 +1,138 @@
+"""vLLM's side of the offline workloads, run in vLLM's environment (no Pagoda there).
+
+Measures what `pagoda bench throughput` and `pagoda bench latency` measure, the same way: the same
+token-id prompts (prompts.random_token_prompts == pagoda.bench.common.random_prompts), greedy, EOS
+ignored, no tokenizer (skip_tokenizer_init), one warm-up; decode step time = (time for n tokens -
+time for 1 token) / (n - 1), best of the repeats, prefix cache reset before each timing.
+
+    python vllm_offline.py --model DIR --workloads offline_256x256:1000:256:256 --latency 1,8,64:128:32:2 \
+        --result-file out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from prompts import random_token_prompts
+from workloads import GPU_MEMORY_UTILIZATION, MAX_MODEL_LEN, SEED
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="folder with config.json (dummy weights)")
+    p.add_argument("--workloads", default="", help="name:num_prompts:input_len:output_len, comma-separated")
+    p.add_argument("--latency", help="batch_sizes(comma):input_len:output_len:repeats, e.g. 1,8,64:128:32:2")
+    p.add_argument("--match-limits", action="store_true", help="Pagoda's limits: 256 sequences, 8192 tokens a step")
+    p.add_argument("--engine-flag", action="append", default=[], help="extra vLLM flag, e.g. --attention-backend=TRITON_ATTN")
+    p.add_argument("--result-file", required=True)
+    return p.parse_args()
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = dict(model=args.model, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=SEED,
+                  max_model_len=MAX_MODEL_LEN, gpu_memory_utilization=GPU_MEMORY_UTILIZATION)
+    if args.match_limits:
+        kwargs.update(max_num_seqs=256, max_num_batched_tokens=8192)
+    for flag in args.engine_flag:  # "--attention-backend=TRITON_ATTN" -> attention_backend="TRITON_ATTN"
+        key, _, value = flag.lstrip("-").partition("=")
+        kwargs[key.replace("-", "_")] = flag_value(value)
+    return kwargs
+
+
+def flag_value(text: str):
+    """'' (a bare switch) -> True; '256' -> 256; '0.5' -> 0.5; anything else stays a string."""
+    if text == "":
+        return True
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def timed_generate(llm, prompts, params) -> tuple[float, list]:
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - start, outputs
+
+
+def throughput(llm, spec: str, vocab_size: int) -> tuple[str, dict]:
+    from vllm import SamplingParams, TokensPrompt
+
+    name, num, input_len, output_len = spec.split(":")
+    num, input_len, output_len = int(num), int(input_len), int(output_len)
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(num, input_len, vocab_size, SEED)]
+    params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True, detokenize=False)
+    llm.generate(prompts[:8], SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+    elapsed, outputs = timed_generate(llm, prompts, params)
+    num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return name, {"seconds": elapsed, "requests_per_s": num / elapsed,
+                  "tokens_per_s": (num * input_len + num_out) / elapsed, "output_tokens_per_s": num_out / elapsed,
+                  "num_prompts": num, "input_len": input_len, "output_len": output_len}
+
+
+def decode_step_seconds(llm, prompts, output_len: int, repeats: int) -> float:
+    from vllm import SamplingParams
+
+    def timed(n: int) -> float:
+        llm.reset_prefix_cache()  # both timings pay the same prefill
+        return timed_generate(llm, prompts, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True,
+                                                           detokenize=False))[0]
+
+    timed(2)  # warm-up
+    return min((timed(output_len) - timed(1)) / (output_len - 1) for _ in range(repeats))
+
+
+def latency(llm, spec: str, vocab_size: int) -> dict:
+    from vllm import TokensPrompt
+
+    batches, input_len, output_len, repeats = spec.split(":")
+    rows = []
+    for batch in (int(b) for b in batches.split(",")):
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(batch, int(input_len), vocab_size, SEED)]
+        step = decode_step_seconds(llm, prompts, int(output_len), int(repeats))
+        rows.append({"batch": batch, "step_ms": step * 1e3})
+    return {"input_len": int(input_len), "output_len": int(output_len), "steps": rows}
+
+
+def main() -> int:
+    args = parse_args()
+    import vllm
+    from vllm import LLM
+
+    kwargs = engine_kwargs(args)
+    start = time.perf_counter()
+    llm = LLM(**kwargs)
+    result = {"engine": "vllm", "version": vllm.__version__, "engine_kwargs": kwargs,
+              "startup_s": time.perf_counter() - start, "scheduler": scheduler_limits(llm), "throughput": {}}
+    vocab_size = llm.llm_engine.model_config.get_vocab_size()
+    for spec in filter(None, args.workloads.split(",")):
+        name, rates = throughput(llm, spec, vocab_size)
+        result["throughput"][name] = rates
+        print(name, json.dumps(rates), flush=True)
+        write(result, args.result_file)  # after each workload: a later timeout keeps what finished
+    if args.latency:
+        result["latency"] = latency(llm, args.latency, vocab_size)
+        print("latency", json.dumps(result["latency"]), flush=True)
+    write(result, args.result_file)
+    return 0
+
+
+def scheduler_limits(llm) -> dict:
+    config = llm.llm_engine.vllm_config
+    return {"max_num_seqs": config.scheduler_config.max_num_seqs,
+            "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+            "attention_backend": str(getattr(config.attention_config, "backend", None))}
+
+
+def write(result: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""The workloads of the Pagoda-vs-vLLM comparison, grouped in parts that fit one device call each."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# Engine settings both sides share (vLLM gets the same values through its own flags).
+MAX_MODEL_LEN = 2048
+GPU_MEMORY_UTILIZATION = 0.9
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Offline:
+    """`LLM.generate` over num_prompts random token-id prompts, all submitted at once, EOS ignored."""
+
+    name: str
+    num_prompts: int
+    input_len: int
+    output_len: int
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Decode step time at each batch size: (time for output_len tokens - time for 1) / (output_len - 1)."""
+
+    name: str
+    batch_sizes: tuple[int, ...]
+    input_len: int
+    output_len: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Served:
+    """Streamed /v1/completions requests at request_rate (inf: all at once; else Poisson arrivals).
+
+    With num_prefixes > 0 each prompt is one of num_prefixes shared prefixes of prefix_len tokens
+    followed by input_len unique tokens (prefix caching)."""
+
+    name: str
+    num_prompts: int
+    input_len: int
+    output_len: int
+    request_rate: float = math.inf
+    num_prefixes: int = 0
+    prefix_len: int = 0
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prefix_len + self.input_len
+
+
+OFFLINE = (Offline("offline_256x256", 1000, 256, 256), Offline("offline_1024x128", 1000, 1024, 128))
+LATENCY = Latency("latency", (1, 8, 64), 128, 32, 2)
+RATE_SECONDS = 30  # finite-rate runs send rate x RATE_SECONDS requests (about 30 s of arrivals)
+
+
+def served_workloads(rates: tuple[float, ...] = (math.inf, 4, 8, 16), rate_seconds: int = RATE_SECONDS) -> tuple[Served, ...]:
+    out = []
+    for rate in rates:
+        if math.isinf(rate):
+            out.append(Served("serve_256x256_inf", 1000, 256, 256))
+        else:
+            out.append(Served(f"serve_256x256_rate{rate:g}", max(50, int(rate * rate_seconds)), 256, 256, float(rate)))
+    return tuple(out)
+
+
+PREFIX = Served("prefix_10x1024+128x128_inf", 500, 128, 128, math.inf, num_prefixes=10, prefix_len=1024)
+
+# part name -> (kind, clients). Kinds: offline (throughput + latency), serve (the served rates), prefix.
+PARTS = {
+    "offline": ("offline", ()),
+    "serve": ("serve", ("pagoda",)),
+    "serve_vllm_client": ("serve", ("vllm",)),
+    "prefix": ("prefix", ("pagoda", "vllm")),
+}
+
+
+def quick(w):
+    """A tiny version of a workload (names prefixed quick_): to check the pipeline end to end in a minute."""
+    import dataclasses
+
+    if isinstance(w, Latency):
+        small = {"batch_sizes": tuple(sorted({min(b, 4) for b in w.batch_sizes})), "input_len": 8, "output_len": 4, "repeats": 1}
+    else:
+        small = {"num_prompts": max(4, w.num_prompts // 100), "input_len": max(4, w.input_len // 16),
+                 "output_len": max(4, w.output_len // 16)}
+    if isinstance(w, Served) and w.prefix_len:  # vLLM's prefix_repetition needs >= 1 request a prefix
+        small.update(prefix_len=max(4, w.prefix_len // 16), num_prompts=2 * w.num_prefixes)
+    fields = {f.name for f in dataclasses.fields(w)}
+    return dataclasses.replace(w, name="quick_" + w.name, **{k: v for k, v in small.items() if k in fields})
+
+
+def parse_parts(text: str) -> list[str]:
+    """'offline,serve' -> ['offline', 'serve']; 'all' -> every part; 'none' -> [] (install only)."""
+    if text.strip() in ("", "none"):
+        return []
+    names = list(PARTS) if text.strip() == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}, all or none")
+    return names
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """'inf,4,8,16' -> (inf, 4.0, 8.0, 16.0); each must be > 0."""
+    rates = tuple(float(r) for r in text.split(",") if r.strip())
+    if not rates or any(not r > 0 for r in rates):
+        raise ValueError(f"--rates must be positive numbers or inf, got {text!r}")
+    return rates
