@@ -85,3 +85,12 @@ def test_overlapped_core_launches_the_next_step_before_reading_tokens(tiny_model
         assert len(launches) == 6  # one prefill step, then five decode steps
         read_before_next_launch = [events.index(("R", n)) < events.index(("L", n + 1)) for n in launches[:-1]]
         assert read_before_next_launch == [not overlap] * 5, events
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_prompt_logprobs_of_a_one_token_request(tiny_models, overlap):
+    """The step that computes the prompt's logprobs is also the one that finishes the request."""
+    prompt = random_prompts(1, range(13, 14), seed=8)[0]
+    out, _ = run(tiny_models["llama"][0], [prompt], SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0), overlap)
+    assert out[0].prompt_logprobs[0] is None and len(out[0].prompt_logprobs) == len(prompt)
+    assert all(prompt[i] in entry for i, entry in enumerate(out[0].prompt_logprobs) if entry is not None)

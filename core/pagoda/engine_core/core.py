@@ -131,21 +131,20 @@ class EngineCore:
     def _resolve(self, step: InflightStep) -> list[EngineCoreOutput]:
         """Read a step's tokens, put them in place of the placeholders, check stops, make outputs."""
         result = step.pending.result()
-        outputs = {}
+        outputs = {request_id: EngineCoreOutput(request_id, [], prompt_logprobs=chunk)
+                   for request_id, chunk in result.prompt_logprobs.items() if request_id in self.requests}
         for req, index in zip(step.pending.requests, step.positions):
             token = result.sampled[req.request_id]
             req.resolve_placeholder(index, token)
             if req.request_id in self.requests:
-                outputs[req.request_id] = self._token_output(req, token, index, result)
-        for request_id, chunk in result.prompt_logprobs.items():
-            if request_id in self.requests:
-                out = outputs.setdefault(request_id, EngineCoreOutput(request_id, []))
-                out.prompt_logprobs = chunk
+                out = outputs.setdefault(req.request_id, EngineCoreOutput(req.request_id, []))
+                self._add_token(out, req, token, index, result)
         self.stats.generation_tokens += sum(len(o.new_token_ids) for o in outputs.values())
         return list(outputs.values())
 
-    def _token_output(self, req: Request, token: int, index: int, result: RunnerOutput) -> EngineCoreOutput:
-        out = EngineCoreOutput(req.request_id, [token], num_cached_tokens=req.num_cached_tokens)
+    def _add_token(self, out: EngineCoreOutput, req: Request, token: int, index: int, result: RunnerOutput) -> None:
+        out.new_token_ids.append(token)
+        out.num_cached_tokens = req.num_cached_tokens
         if req.request_id in result.logprobs:
             out.logprobs = [result.logprobs[req.request_id]]
             out.top_logprobs = [result.top_logprobs.get(req.request_id, [])]
@@ -153,7 +152,6 @@ class EngineCore:
         if status is not None:
             out.finish_reason = status.value
             self._finish_reported(req, status)
-        return out
 
     def _check_stop(self, req: Request, token: int, index: int) -> tuple[RequestStatus | None, int | None]:
         """EOS, then a stop token (both once ``min_tokens`` are out), then length."""

@@ -43,7 +43,7 @@ def _greedy(llm: LLM, prompts: list[list[int]], n: int) -> list[list[int]]:
 
 
 def _layer(llm: LLM, name: str):
-    return dict(llm.engine.parts.model.named_modules())[name]
+    return dict(llm.engine.core.parts.model.named_modules())[name]
 
 
 def test_awq_checkpoint_generates_like_its_dequantized_weights(checkpoints) -> None:
