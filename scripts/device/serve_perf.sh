@@ -64,7 +64,7 @@ serve_and_bench() {  # name, server flags...: start pagoda serve, run the served
 }
 if has serve; then
   serve_and_bench serve_1api
-  NO_RATE=1 serve_and_bench serve_2api --api-server-count 2
+  serve_and_bench serve_2api --api-server-count 2
 fi
 part=$(echo "$PARTS" | tr ' ' '_')
 for f in "$WORK"/*.json; do [ -f "$f" ] && echo "$(basename "$f" .json): $(python3 scripts/device/summarize_bench.py "$f")"; done > "$OUT/summary_$part.txt"
