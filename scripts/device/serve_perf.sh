@@ -40,6 +40,12 @@ if has offline; then
   bench offline_1024x128 throughput "$MODEL" --num-prompts 1000 --input-len 1024 --output-len 128
   bench latency_b1_b32 latency "$MODEL" --batch-sizes 1,32 --input-len 128 --output-len 32 --repeats 2
 fi
+if has ab; then  # offline overlap on/off, alternating processes (the order effects of a fresh machine show)
+  for i in 1 2; do
+    bench "ab${i}_overlap" throughput "$MODEL" --num-prompts 1000 --input-len 256 --output-len 256
+    bench "ab${i}_serial" throughput "$MODEL" --num-prompts 1000 --input-len 256 --output-len 256 --no-overlap-steps
+  done
+fi
 serve_and_bench() {  # name, server flags...: start pagoda serve, run the served workloads, stop it (SIGTERM)
   local name=$1; shift
   pagoda serve "$MODEL" "${COMMON[@]}" --port 8000 --served-model-name llama "$@" > "$WORK/server_$name.log" 2>&1 &
@@ -65,6 +71,9 @@ serve_and_bench() {  # name, server flags...: start pagoda serve, run the served
 if has serve; then
   serve_and_bench serve_1api
   serve_and_bench serve_2api --api-server-count 2
+fi
+if has serve2; then  # the served throughput of the A/B run's machine
+  NO_RATE=1 serve_and_bench serve_2api --api-server-count 2
 fi
 part=$(echo "$PARTS" | tr ' ' '_')
 for f in "$WORK"/*.json; do [ -f "$f" ] && echo "$(basename "$f" .json): $(python3 scripts/device/summarize_bench.py "$f")"; done > "$OUT/summary_$part.txt"
