@@ -23,7 +23,8 @@ def flatten(data, prefix: str = "") -> dict:
 def main(path: str) -> str:
     data = json.load(open(path))
     flat = flatten(data.get("summary", data))
-    parts = [f"{k}={flat[k]:.4g}" for k in KEYS if k in flat]
+    parts = [f"{name}={value:.4g}" for key in KEYS for name, value in flat.items()
+             if name == key or name.endswith("_" + key) and not name.startswith("roofline")]
     for step in data.get("steps", []):  # latency results
         parts.append(f"b{step['batch']}={step['step_ms']:.2f}ms({step['ratio_to_floor']:.2f}x floor)")
     return " ".join(parts)
