@@ -92,11 +92,14 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info)
-    logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
-                url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count, core.pid)
+    def announce() -> None:
+        logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
+                    url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,
+                    core.pid)
+
     try:
         if args.api_server_count == 1:
-            return serve_api(sock, spec, core_alive=core.alive)
-        return run_api_processes(sock, spec, args.api_server_count)
+            return serve_api(sock, spec, core_alive=core.alive, on_ready=announce)
+        return run_api_processes(sock, spec, args.api_server_count, announce)
     finally:
         core.shutdown(args.shutdown_timeout)

@@ -5,6 +5,8 @@ server processes (``--api-server-count``)."""
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,7 +33,8 @@ class ApiServerSpec:
     info: EngineInfo
 
 
-def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None) -> int:
+def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
+              on_ready: Callable[[], None] | None = None) -> int:
     """Serve HTTP on ``sock`` until SIGTERM/SIGINT (running requests drain first)."""
     from pagoda.engine_core.client import AsyncMPClient, pid_alive
     from pagoda.loader import load_tokenizer, resolve_model
@@ -45,13 +48,15 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
                          ServerMetrics(spec.served_model_names[0]))
     app = build_app(engine, spec.served_model_names, spec.api_key)
-    server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level)
+    server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     server.run(sockets=[sock])
     return 0
 
 
-def api_server_process(sock, spec: ApiServerSpec, index: int) -> None:
-    """Entry point of the spawned API server processes (``--api-server-count`` > 1)."""
+def api_server_process(sock, spec: ApiServerSpec, index: int, ready) -> None:
+    """Entry point of the spawned API server processes (``--api-server-count`` > 1); sets the
+    ``ready`` event once it serves."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped while starting: a clean exit (uvicorn takes over)
     logging.basicConfig(level=spec.log_level.upper(), format=f"%(levelname)s %(asctime)s api{index} %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    raise SystemExit(serve_api(sock, spec))
+    raise SystemExit(serve_api(sock, spec, on_ready=ready.set))

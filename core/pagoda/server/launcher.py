@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import socket
+from typing import Callable
 
 import uvicorn
 
@@ -37,9 +38,15 @@ class DrainingServer(uvicorn.Server):
     not re-raised afterwards, so a drained server exits with status 0.
     """
 
-    def __init__(self, config: uvicorn.Config, engine: AsyncEngine) -> None:
+    def __init__(self, config: uvicorn.Config, engine: AsyncEngine, on_ready: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self.engine = engine
+        self.on_ready = on_ready  # called once the server accepts requests
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets=sockets)
+        if self.on_ready is not None and not self.should_exit:
+            self.on_ready()
 
     def handle_exit(self, sig: int, frame) -> None:
         if not self.engine.draining:
@@ -51,10 +58,10 @@ class DrainingServer(uvicorn.Server):
 
 
 def make_server(app, engine: AsyncEngine, host: str, port: int, shutdown_timeout: float = 30.0,
-                log_level: str = "info") -> DrainingServer:
+                log_level: str = "info", on_ready: Callable[[], None] | None = None) -> DrainingServer:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None,
                             timeout_graceful_shutdown=shutdown_timeout, access_log=log_level == "debug")
-    return DrainingServer(config, engine)
+    return DrainingServer(config, engine, on_ready)
 
 
 def url_of(host: str, port: int) -> str:
@@ -62,24 +69,30 @@ def url_of(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-def run_api_processes(sock: socket.socket, spec, count: int) -> int:
-    """Run ``count`` API server processes on the shared socket; SIGTERM/SIGINT drains them all."""
+def run_api_processes(sock: socket.socket, spec, count: int, on_ready: Callable[[], None]) -> int:
+    """Run ``count`` API server processes on the shared socket; ``on_ready`` once all of them serve.
+    SIGTERM/SIGINT drains them all; one that fails to start stops the others."""
     from pagoda.server.api_server import api_server_process
 
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=api_server_process, args=(sock, spec, i), name=f"pagoda-api-{i}")
+    ready = [context.Event() for _ in range(count)]
+    processes = [context.Process(target=api_server_process, args=(sock, spec, i, ready[i]), name=f"pagoda-api-{i}")
                  for i in range(count)]
-    for process in processes:
-        process.start()
 
-    def forward(sig: int, frame) -> None:
+    def stop_all(sig: int = signal.SIGTERM, frame=None) -> None:
         logger.info("Received %s: draining %d API server processes", signal.Signals(sig).name, count)
         for process in processes:
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, stop_all) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        for process in processes:
+            process.start()
+        if _wait_until_ready(processes, ready):
+            on_ready()
+        else:
+            stop_all()
         for process in processes:
             process.join()
     finally:
@@ -89,3 +102,11 @@ def run_api_processes(sock: socket.socket, spec, count: int) -> int:
     if failed:
         logger.error("API server process(es) %s exited with an error", ", ".join(failed))
     return 1 if failed else 0
+
+
+def _wait_until_ready(processes, ready) -> bool:
+    """Whether every process reported ready (False as soon as one of them is gone)."""
+    while not all(event.wait(0.2) for event in ready):
+        if not all(p.is_alive() for p in processes):
+            return False
+    return True
