@@ -20,8 +20,9 @@ from pagoda_quant_awq.reference import awq_linear_reference
 ENV_FORCE = "PAGODA_AWQ_KERNEL"
 KERNELS = ("cuda", "triton", "dense", "reference")
 CUDA_MAX_TOKENS = 8  # the GEMV kernel is compiled for 1..8 tokens
-# (largest token count, kernel), first match wins: from the H100 table in docs/quant_awq.md
-TABLE: tuple[tuple[int, str], ...] = ((8, "cuda"), (128, "triton"), (1 << 62, "dense"))
+# (largest token count, kernel), first match wins. H100, 2026-11-23 (benchmarks/results/h100_2026-11-23_awq): the CUDA GEMV wins only at M = 1, Triton up to
+# 16-64 tokens, the dequantize + dense matmul beyond (decoder-layer totals)
+TABLE: tuple[tuple[int, str], ...] = ((1, "cuda"), (32, "triton"), (1 << 62, "dense"))
 
 
 @functools.cache
