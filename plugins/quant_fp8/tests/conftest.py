@@ -18,3 +18,4 @@ except ImportError:
     sys.path.insert(0, str(PLUGIN))
 sys.path.insert(0, str(REPO_TESTS))  # hf_tiny: tiny random HF checkpoints
 torch.set_num_threads(1)  # tiny matmuls: one thread avoids OpenMP spin contention on small CI machines
+

@@ -22,6 +22,7 @@ from pagoda.quantization.select import resolve_quantization
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, dequantize
 from pagoda_quant_fp8.method import Fp8Method
 from pagoda_quant_fp8.scheme import parse_scheme
+from scaled_mm_support import needs_cpu_rowwise_scaled_mm
 
 PROMPTS = [[3, 17, 42, 5, 88, 9, 61], [70, 2, 2, 31], [11, 54, 23, 94, 40, 7, 19, 66, 1, 38]]
 STEPS = 8
@@ -140,6 +141,7 @@ def test_online_quantization_of_a_float_checkpoint(llama, hf_dequantized, tmp_pa
         hook.remove()
 
 
+@needs_cpu_rowwise_scaled_mm
 def test_scaled_mm_backend_matches_reference_on_a_checkpoint(llama, tmp_path: Path) -> None:
     """The engine's kernel (torch._scaled_mm; torch runs it on CPU too) on a loaded checkpoint."""
     write_fp8(llama, tmp_path, "fp8-tensor-static", PROMPTS)

@@ -8,6 +8,7 @@ import torch
 from pagoda.layers.linear import Linear, MergedLinear, QKVLinear
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, dequantize, quantize_per_row, quantize_per_tensor
 from pagoda_quant_fp8.method import Fp8Method
+from scaled_mm_support import needs_cpu_rowwise_scaled_mm
 
 U = 2.0**-4  # e4m3 relative rounding error bound (normals)
 
@@ -49,6 +50,7 @@ def test_reference_linear_within_e4m3_bounds_of_float64(bias: bool) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("activation", ["token", "tensor", "static"])
+@needs_cpu_rowwise_scaled_mm
 def test_scaled_mm_matches_the_reference(dtype: torch.dtype, activation: str) -> None:
     """torch._scaled_mm (the engine's kernel) == the reference path, for each activation scheme."""
     from pagoda_quant_fp8.scheme import Fp8Scheme
