@@ -1,4 +1,4 @@
-"""CUDA graphs for decode: bf16 greedy tokens equal with graphs on and off (Triton attention)."""
+"""CUDA graphs for decode and overlapped steps: bf16 greedy tokens equal with each on and off (Triton attention)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,17 @@ pytestmark = pytest.mark.gpu
 ENGINE_TESTS = Path(__file__).resolve().parents[3] / "tests" / "engine"
 
 
-def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
+def _tiny_models():
     if not (ENGINE_TESTS / "tiny_models.py").is_file():
         pytest.skip("needs the repository's tests/engine/tiny_models.py")
     sys.path.insert(0, str(ENGINE_TESTS))
     import tiny_models
 
+    return tiny_models
+
+
+def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
+    tiny_models = _tiny_models()
     from pagoda import LLM, SamplingParams
 
     tiny_models.make_tiny_model(tmp_path, "qwen3")
@@ -32,3 +37,21 @@ def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
     assert graphed_llm.engine.core.runner.graphs is not None and 48 in graphed_llm.engine.core.runner.graphs.graphs
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
+
+
+def test_bf16_greedy_equal_with_and_without_overlap(tmp_path):
+    tiny_models = _tiny_models()
+    from pagoda import LLM, SamplingParams
+
+    tiny_models.make_tiny_model(tmp_path, "llama")
+    prompts = tiny_models.random_prompts(53, range(3, 60), seed=9)
+    # ignore_eos: every sequence ends by length, so both schedules batch the same rows each step
+    params = [SamplingParams(temperature=0, max_tokens=10 + i % 23, ignore_eos=True) for i in range(len(prompts))]
+    common = dict(model=str(tmp_path), platform="cuda", attention_backend="triton", dtype="bfloat16",
+                  max_num_seqs=32, max_num_batched_tokens=256, gpu_memory_utilization=0.3)
+    serial = LLM(**common, overlap_steps=False).generate(prompts, params, use_tqdm=False)
+    overlapped_llm = LLM(**common, overlap_steps=True)
+    assert overlapped_llm.engine.core.runner.graphs is not None
+    overlapped = overlapped_llm.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in overlapped] == [o.outputs[0].token_ids for o in serial]
+    assert all(len(o.outputs[0].token_ids) == p.max_tokens for o, p in zip(overlapped, params))
