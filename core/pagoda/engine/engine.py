@@ -95,8 +95,5 @@ class LLMEngine:
             self.client.abort(stopped)
         return outputs
 
-    def snapshot_stats(self) -> StepStats:
-        return self.stats
-
     def shutdown(self) -> None:
         self.client.shutdown()

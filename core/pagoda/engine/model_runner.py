@@ -57,10 +57,6 @@ class ModelRunner:
                                    max_model_len, max_num_seqs)
         self.graphs.capture()
 
-    def execute(self, out: SchedulerOutput, block_tables: list[list[int]]) -> RunnerOutput:
-        """Run one step and wait for its tokens."""
-        return self.launch(out, block_tables).result()
-
     def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None = None) -> PendingStep:
         """Queue one step on the device and return without waiting for its tokens.
 

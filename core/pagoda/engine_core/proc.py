@@ -89,7 +89,7 @@ class CoreLoop:
                 if busy or self.core.has_unfinished():
                     self._send_outputs(self.core.step())
                     if not self.core.has_unfinished():
-                        self._send_stats(to_all=True)  # the gauges after the last step
+                        self._broadcast_stats()  # the gauges after the last step
         except Exception as exc:
             logger.exception("The engine core failed")
             self._broadcast(msg.CoreFailed(f"{type(exc).__name__}: {exc}"))
@@ -162,13 +162,12 @@ class CoreLoop:
         for identity, batch in by_client.items():
             self._send(identity, msg.EngineCoreOutputs(batch, stats))
         if time.monotonic() - self._last_stats > STATS_INTERVAL_S:
-            self._send_stats(to_all=True, stats=stats)
+            self._broadcast_stats(stats)
 
-    def _send_stats(self, to_all: bool, stats: msg.StepStats | None = None) -> None:
-        stats = stats or self.core.snapshot_stats()
+    def _broadcast_stats(self, stats: msg.StepStats | None = None) -> None:
+        """The gauges to every client (also those without outputs this step)."""
         self._last_stats = time.monotonic()
-        for identity in self.clients if to_all else ():
-            self._send(identity, msg.EngineCoreOutputs([], stats))
+        self._broadcast(msg.EngineCoreOutputs([], stats or self.core.snapshot_stats()))
 
     def _broadcast(self, message) -> None:
         for identity in self.clients:

@@ -102,12 +102,10 @@ class AsyncEngine:
                 yield item
         finally:
             if not finished:
-                await self._abort(request_id)
+                await self.abort(request_id)
 
     async def abort(self, request_id: str) -> None:
-        await self._abort(request_id)
-
-    async def _abort(self, request_id: str) -> None:
+        """Stop a request: its sequences are aborted in the core (freeing their KV blocks)."""
         if self._streams.pop(request_id, None) is None:
             return
         state = self.outputs.states.get(request_id)
