@@ -147,3 +147,26 @@ def test_engine_core_exits_when_the_server_process_is_killed(tiny_chat_model, tm
     while _process_exists(core_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _process_exists(core_pid), "the engine core outlived its killed parent"
+
+
+def test_metrics_count_the_requests_of_every_api_server(tiny_chat_model, tmp_path):
+    """Each scrape lands on one of two API server processes; every one counts all requests."""
+    proc, url, log = _start(tiny_chat_model, tmp_path, "--api-server-count", "2")
+    try:
+        body = {"model": "tiny", "prompt": "t1 t2", "max_tokens": 3, "temperature": 0}
+        for _ in range(6):  # a connection each: the kernel hands them to either process
+            assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+        seen: list[float] = []
+        deadline = time.monotonic() + 20  # reports reach the other process within a second or two
+        while seen[-6:] != [6] * 6 and time.monotonic() < deadline:
+            seen.append(_finished_by_length(url))
+            time.sleep(0.2)
+        assert seen[-6:] == [6] * 6, seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, "".join(log)
+
+
+def _finished_by_length(url: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return float(re.search(r'pagoda:request_success_total\{[^}]*finished_reason="length"\} (\S+)', text).group(1))

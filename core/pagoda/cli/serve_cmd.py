@@ -91,7 +91,8 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     names = served_names(args)
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
-                         config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info)
+                         config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
+                         args.api_server_count)
     def announce() -> None:
         logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,

@@ -69,6 +69,7 @@ class CoreLoop:
         self.socket = socket
         self.owners: dict[str, bytes] = {}  # request id -> the identity of the client that added it
         self.clients: set[bytes] = set()
+        self.front_end_metrics: dict[str, dict] = {}  # API server id -> its latest ServerMetrics.state()
         self.draining = False
         self.stopping = False
         self.parent = parent
@@ -141,6 +142,12 @@ class CoreLoop:
         self._send(identity, msg.EngineCoreOutputs([msg.EngineCoreOutput(add.request_id, [], "abort")], error=error))
 
     def _call(self, call: msg.UtilityCall) -> msg.UtilityResult:
+        if call.method == "report_metrics":  # an API server's counters, kept for the others to merge
+            client_id, state = call.args
+            self.front_end_metrics[client_id] = state
+            return msg.UtilityResult(call.call_id)
+        if call.method == "collect_metrics":
+            return msg.UtilityResult(call.call_id, self.front_end_metrics)
         if call.method not in self.core.UTILITIES:
             return msg.UtilityResult(call.call_id, error=f"unknown engine core utility {call.method!r}")
         try:

@@ -31,6 +31,7 @@ class ApiServerSpec:
     core_address: str
     core_pid: int
     info: EngineInfo
+    api_server_count: int = 1
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -46,7 +47,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
     alive = core_alive or (lambda: pid_alive(spec.core_pid))
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
-                         ServerMetrics(spec.served_model_names[0]))
+                         ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1)
     app = build_app(engine, spec.served_model_names, spec.api_key)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     server.run(sockets=[sock])

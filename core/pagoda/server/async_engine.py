@@ -28,12 +28,15 @@ from pagoda.server.metrics import ServerMetrics
 logger = logging.getLogger("pagoda.server")
 
 __all__ = ["AsyncEngine", "EngineDeadError"]
+METRICS_REPORT_S = 1.0  # how often an API server reports its counters when there are several
+METRICS_WAIT_S = 2.0  # how long /metrics waits for the other API servers' reports
 
 
 class AsyncEngine:
     """Serve many asyncio tasks from one engine core process."""
 
-    def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None) -> None:
+    def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None,
+                 share_metrics: bool = False) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.info = client.info
@@ -44,6 +47,11 @@ class AsyncEngine:
         self.draining = False  # set on shutdown: new requests get 503
         self._streams: dict[str, asyncio.Queue] = {}
         self._started = False
+        # With several API server processes each reports its counters to the core every second
+        # and /metrics merges the others' latest reports with its own (render_metrics).
+        self.share_metrics = share_metrics
+        self.client_id = secrets.token_hex(8)
+        self._reporter: asyncio.Task | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -51,8 +59,13 @@ class AsyncEngine:
         if not self._started:
             self.client.start(self._on_outputs, self._on_dead)
             self._started = True
+            if self.share_metrics:
+                self._reporter = asyncio.get_running_loop().create_task(self._report_metrics())
 
     async def stop(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
+            await asyncio.gather(self._reporter, return_exceptions=True)
         await self.client.close()
         self._fail_pending("the server is shutting down")
 
@@ -114,6 +127,25 @@ class AsyncEngine:
             self.metrics.on_aborted(request_id, len(state.children))
         if sequences and self.error is None:
             await self.client.abort(sequences)
+
+    async def render_metrics(self) -> str:
+        """Prometheus text: this process's request metrics, plus the other API servers' (if shared)."""
+        others: list[dict] = []
+        if self.share_metrics and self.error is None:
+            try:
+                reports = await self.client.call_utility("collect_metrics", timeout=METRICS_WAIT_S)
+                others = [state for client_id, state in reports.items() if client_id != self.client_id]
+            except (asyncio.TimeoutError, EngineDeadError, RuntimeError):
+                pass  # the core is busy or gone: this process's own numbers
+        return self.metrics.render(others)
+
+    async def _report_metrics(self) -> None:
+        while self.error is None:
+            await asyncio.sleep(METRICS_REPORT_S)
+            try:
+                await self.client.call_utility("report_metrics", self.client_id, self.metrics.state())
+            except (asyncio.TimeoutError, EngineDeadError, RuntimeError):
+                pass
 
     async def call_utility(self, method: str, *args):
         """Call an engine core utility (``EngineCore.UTILITIES``) between its steps."""

@@ -45,6 +45,12 @@ class Histogram:
         lines.append(f"{name}_count{{{labels}}} {self.count}")
         return lines
 
+    def add(self, counts: list[int], total: float, count: int) -> None:
+        """Add another histogram's state (same buckets)."""
+        self.counts = [a + b for a, b in zip(self.counts, counts)]
+        self.total += total
+        self.count += count
+
 
 class ServerMetrics:
     """Counters, gauges and histograms of one server (thread-safe)."""
@@ -94,10 +100,35 @@ class ServerMetrics:
             if m is not None and m.finished_time is not None:
                 self.e2e.observe(m.finished_time - m.arrival_time)
 
-    def render(self) -> str:
-        """The Prometheus text exposition (version 0.0.4)."""
+    def state(self) -> dict:
+        """This process's counters and histograms as plain data (what other API servers merge)."""
         with self._lock:
-            return "\n".join(self._lines()) + "\n"
+            return {"prompt_tokens": self.prompt_tokens, "generation_tokens": self.generation_tokens,
+                    "finished": dict(self.finished),
+                    **{name: [h.counts, h.total, h.count] for name, h in self._histograms().items()}}
+
+    def render(self, others: list[dict] = ()) -> str:
+        """The Prometheus text exposition (version 0.0.4): this process's numbers plus ``others``
+        (the :meth:`state` of the other API server processes)."""
+        if not others:
+            with self._lock:
+                return "\n".join(self._lines()) + "\n"
+        total = ServerMetrics(self.model_name)
+        total.snapshot = self.snapshot
+        for state in (self.state(), *others):
+            total._add(state)
+        return "\n".join(total._lines()) + "\n"
+
+    def _add(self, state: dict) -> None:
+        self.prompt_tokens += state["prompt_tokens"]
+        self.generation_tokens += state["generation_tokens"]
+        for reason, n in state["finished"].items():
+            self.finished[reason] = self.finished.get(reason, 0) + n
+        for name, histogram in self._histograms().items():
+            histogram.add(*state[name])
+
+    def _histograms(self) -> dict[str, Histogram]:
+        return {"ttft": self.ttft, "itl": self.itl, "e2e": self.e2e}
 
     def _lines(self) -> list[str]:
         label = f'model_name="{_escape(self.model_name)}"'

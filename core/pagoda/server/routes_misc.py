@@ -66,5 +66,5 @@ async def version() -> dict:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> PlainTextResponse:
-    body = _state(request).engine.metrics.render()
+    body = await _state(request).engine.render_metrics()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")
