@@ -82,3 +82,19 @@ def test_help_mentions_every_flag(capsys):
 
 def _must_not_load(*args, **kwargs):
     raise AssertionError("a bad flag must be reported before the model loads")
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_a_model_that_cannot_be_built_exits_1_with_one_line(command, chat_model, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(chat_model, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["architectures"] = ["NoSuchModelForCausalLM"]
+    (broken / "config.json").write_text(json.dumps(config))
+    args = [command, str(broken), "hello"] if command == "generate" else [command, str(broken), "--message", "hi"]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pagoda {command}: error: ") and "NoSuchModelForCausalLM" in err and "register_models" in err
+    assert "Traceback" not in err

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
-from pagoda.cli.generate_cmd import add_sampling_args, check_model, fail, sampling_kwargs
+from pagoda.cli.generate_cmd import add_sampling_args, build_llm, check_model, fail, sampling_kwargs
 from pagoda.plugins import get_plugin_manager
 
 PROMPT = ">>> "
@@ -157,9 +157,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("the message is empty")
     except (ValueError, OSError) as exc:
         return fail("chat", exc)
-    from pagoda import LLM
-
-    llm = LLM(**vars(config))
+    llm = build_llm(config, "chat")
+    if isinstance(llm, int):
+        return llm
     if template is None and not getattr(llm.get_tokenizer(), "chat_template", None):
         return fail("chat", ValueError("this model's tokenizer has no chat template; pass --chat-template FILE_OR_TEXT"))
     session = ChatSession(llm, params, system=args.system, chat_template=template)

@@ -117,6 +117,19 @@ def fail(command: str, exc: Exception) -> int:
     return 2
 
 
+def build_llm(config, command: str):
+    """The LLM for ``config``, or the exit status 1 after a one-line reason (bad checkpoint, unknown
+    architecture, no memory for the KV cache...)."""
+    from pagoda import LLM
+    from pagoda.errors import PagodaError
+
+    try:
+        return LLM(**vars(config))
+    except (ValueError, PagodaError) as exc:
+        print(f"pagoda {command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
 def run(args: argparse.Namespace) -> int:
     from pagoda.sampling_params import SamplingParams
 
@@ -126,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
         config = engine_config(args, model)
     except ValueError as exc:
         return fail("generate", exc)
-    from pagoda import LLM
-
-    llm = LLM(**vars(config))
+    llm = build_llm(config, "generate")
+    if isinstance(llm, int):
+        return llm
     try:
         if args.chat:
             outputs = llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
