@@ -38,7 +38,6 @@ logger = logging.getLogger("pagoda")
 class InflightStep:
     """A launched step whose tokens are not read yet."""
 
-    scheduled: SchedulerOutput
     pending: PendingStep
     positions: list[int]  # per sampling request (pending.requests order): its placeholder's index
 
@@ -126,7 +125,7 @@ class EngineCore:
         for req in pending.requests:  # their last token is in flight: free their seats and blocks now
             if req.status is RequestStatus.RUNNING and self._reaches_length(req, req.num_tokens - 1):
                 self.scheduler.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
-        return InflightStep(scheduled, pending, positions)
+        return InflightStep(pending, positions)
 
     def _resolve(self, step: InflightStep) -> list[EngineCoreOutput]:
         """Read a step's tokens, put them in place of the placeholders, check stops, make outputs."""
