@@ -63,7 +63,9 @@ class Scheduler(Capability, ABC):
 
     @abstractmethod
     def update_from_output(self, output: SchedulerOutput, sampled: dict[str, int]) -> None:
-        """Advance computed tokens; append each request's sampled token (if it sampled)."""
+        """Advance computed tokens; append each request's sampled token (if it sampled) with
+        ``Request.append_token``: with overlapped steps the token is ``PLACEHOLDER`` until the
+        engine core reads it (it then fills it in with ``Request.resolve_placeholder``)."""
 
     @abstractmethod
     def finish(self, request_id: str, status: "RequestStatus") -> None:
