@@ -7,7 +7,6 @@ latency, plus request and token throughput, in the style of vLLM's serving bench
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import math
@@ -16,7 +15,7 @@ from datetime import datetime, timezone
 
 import httpx
 
-from pagoda.bench.serve_load import LoadShape, run_load
+from pagoda.bench.serve_load import LoadShape, run_event_loop, run_load
 from pagoda.bench.serve_metrics import format_table, summarize
 from pagoda.bench.serve_prompts import Tokenizer, load_prompts_file, random_prompts
 from pagoda.bench.serve_requests import ENDPOINTS, RequestInput, RequestResult, RequestSettings
@@ -142,7 +141,7 @@ def benchmark(settings: RequestSettings, inputs: list[RequestInput], shape: Load
     from tqdm.auto import tqdm
 
     with tqdm(total=len(inputs), unit="req", disable=not progress, file=sys.stderr) as bar:
-        return asyncio.run(run_load(settings, inputs, shape, on_done=lambda _: bar.update(1)))
+        return run_event_loop(run_load(settings, inputs, shape, on_done=lambda _: bar.update(1)))
 
 
 def write_result(path: str, args: argparse.Namespace, settings: RequestSettings, shape: LoadShape,

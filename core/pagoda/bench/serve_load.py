@@ -7,11 +7,13 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Coroutine, TypeVar
 
-import httpx
+import aiohttp
 
 from pagoda.bench.serve_requests import RequestInput, RequestResult, RequestSettings, send_request
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -50,6 +52,15 @@ async def arrivals(inputs: list[RequestInput], shape: LoadShape) -> AsyncIterato
             await asyncio.sleep(gap)
 
 
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop where installed (the client then costs a few times less per event), else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 async def run_load(
     settings: RequestSettings,
     inputs: list[RequestInput],
@@ -58,10 +69,10 @@ async def run_load(
 ) -> tuple[list[RequestResult], float]:
     """Send every input on its arrival schedule; returns the results (input order) and the wall time."""
     limit = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else None
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    timeout = httpx.Timeout(None, connect=60.0)
+    connector = aiohttp.TCPConnector(limit=0)  # no cap: the load shape decides what is in flight
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=60.0)
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=1 << 20) as client:
 
         async def one(item: RequestInput) -> RequestResult:
             if limit is None:

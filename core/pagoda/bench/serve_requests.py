@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-import httpx
+import aiohttp
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -80,19 +80,19 @@ def chunk_text(chunk: dict[str, Any]) -> str:
     return choice.get("text") or ""
 
 
-async def send_request(client: httpx.AsyncClient, settings: RequestSettings, item: RequestInput) -> RequestResult:
+async def send_request(session: aiohttp.ClientSession, settings: RequestSettings, item: RequestInput) -> RequestResult:
     """Stream one request and time it; failures are returned (``success=False``), never raised."""
     result = RequestResult(prompt_len=item.prompt_len or 0)
     url = settings.base_url.rstrip("/") + ENDPOINTS[settings.endpoint]
     result.start_time = start = time.perf_counter()
     try:
-        async with client.stream("POST", url, json=build_payload(settings, item)) as response:
-            if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")
-                result.error = f"HTTP {response.status_code}: {body[:500]}"
+        async with session.post(url, json=build_payload(settings, item)) as response:
+            if response.status != 200:
+                body = (await response.read()).decode(errors="replace")
+                result.error = f"HTTP {response.status}: {body[:500]}"
                 return result
-            await _read_stream(response, result, start)
-    except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
+            await _read_stream(response.content, result, start)
+    except (aiohttp.ClientError, ValueError, OSError) as exc:  # ValueError: bad JSON, a line over 1 MiB
         result.error = f"{type(exc).__name__}: {exc}"
         return result
     result.latency = time.perf_counter() - start
@@ -102,24 +102,19 @@ async def send_request(client: httpx.AsyncClient, settings: RequestSettings, ite
     return result
 
 
-async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+async def sse_lines(body: aiohttp.StreamReader) -> AsyncIterator[str]:
     """The lines of an event stream, split at line feeds only (as the SSE format says: text may
-    hold U+2028 and the like, where str.splitlines and httpx's aiter_lines would split too)."""
-    pending = b""
-    async for data in response.aiter_bytes():
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            yield line.rstrip(b"\r").decode("utf-8")
-    if pending:
-        yield pending.rstrip(b"\r").decode("utf-8")
+    hold U+2028 and the like, where str.splitlines would split too)."""
+    async for line in body:  # aiohttp's reader splits at b"\n" only
+        yield line.rstrip(b"\r\n").decode("utf-8")
 
 
-async def _read_stream(response: httpx.Response, result: RequestResult, start: float) -> None:
+async def _read_stream(body: aiohttp.StreamReader, result: RequestResult, start: float) -> None:
     """Parse server-sent events: time each content chunk, take token counts from usage."""
     parts: list[str] = []
     last = start
     chunks = 0
-    async for line in sse_lines(response):
+    async for line in sse_lines(body):
         if not line.startswith("data:"):
             continue
         data = line[len("data:"):].strip()

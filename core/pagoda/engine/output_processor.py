@@ -42,10 +42,11 @@ class RequestState:
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     stream: bool = False  # emit a delta output every step the request advances
     num_cached_tokens: int = 0
+    num_finished: int = 0  # children with a finish reason
 
     @property
     def finished(self) -> bool:
-        return all(c.finish_reason is not None for c in self.children)
+        return self.num_finished == len(self.children)
 
 
 class OutputProcessor:
@@ -136,6 +137,7 @@ class OutputProcessor:
         if finish is not None:
             child.detokenizer.flush()
             child.finish_reason = finish
+            state.num_finished += 1
             if state.finished:
                 m.finished_time = now
         return by_string

@@ -23,6 +23,7 @@ import zmq
 from pagoda.config import EngineConfig
 from pagoda.engine_core import messages as msg
 from pagoda.engine_core.core import EngineCore
+from pagoda.engine_core.gc_freeze import freeze_startup_objects
 from pagoda.errors import RequestError
 from pagoda.plugins import manager as plugin_manager
 
@@ -52,6 +53,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
     socket.bind(address)
     status.send(("ready", msg.encode(core.info())))
     status.close()
+    freeze_startup_objects()
     loop = CoreLoop(core, socket, parent)
     signal.signal(signal.SIGTERM, lambda *_: loop.drain())
     try:

@@ -38,6 +38,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
               on_ready: Callable[[], None] | None = None) -> int:
     """Serve HTTP on ``sock`` until SIGTERM/SIGINT (running requests drain first)."""
     from pagoda.engine_core.client import AsyncMPClient, pid_alive
+    from pagoda.engine_core.gc_freeze import freeze_startup_objects
     from pagoda.loader import load_tokenizer, resolve_model
     from pagoda.server.app import build_app
     from pagoda.server.async_engine import AsyncEngine
@@ -50,6 +51,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1)
     app = build_app(engine, spec.served_model_names, spec.api_key)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
+    freeze_startup_objects()
     server.run(sockets=[sock])
     return 0
 

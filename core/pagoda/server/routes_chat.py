@@ -64,7 +64,7 @@ async def _whole(base: dict, num_prompt_tokens: int, stream, n: int) -> dict:
     return {**base, "choices": out, "usage": usage(num_prompt_tokens, completion_tokens)}
 
 
-async def _stream(base: dict, body: ChatCompletionRequest, num_prompt_tokens: int, stream, n: int) -> AsyncIterator[str]:
+async def _stream(base: dict, body: ChatCompletionRequest, num_prompt_tokens: int, stream, n: int) -> AsyncIterator[bytes]:
     completion_tokens = 0
     try:
         for i in range(n):  # the first chunk of each choice names the role

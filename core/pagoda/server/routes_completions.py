@@ -64,7 +64,7 @@ async def _whole(base: dict, body: CompletionRequest, prompts, streams, n: int) 
     return {**base, "choices": out, "usage": usage(sum(len(ids) for ids, _ in prompts), completion_tokens)}
 
 
-async def _stream(base: dict, body: CompletionRequest, prompts, streams, n: int) -> AsyncIterator[str]:
+async def _stream(base: dict, body: CompletionRequest, prompts, streams, n: int) -> AsyncIterator[bytes]:
     offsets: dict[int, int] = {}
     completion_tokens = 0
     try:

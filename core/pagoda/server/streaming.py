@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import AsyncIterator, Awaitable, TypeVar
 
+import msgspec
 from fastapi import Request
 
 from pagoda.outputs import Logprob, RequestOutput
@@ -78,15 +78,22 @@ async def _disconnected(request: Request) -> None:
 
 
 # Characters that Python's str.splitlines (and clients built on it) takes for line breaks, though
-# JSON leaves them raw: escaped, so no client splits an event in two.
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# JSON leaves them raw (here in UTF-8): escaped, so no client splits an event in two.
+_LINE_BREAKS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+_encode = msgspec.json.Encoder().encode
 
 
-def sse(payload: dict) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False).translate(_LINE_BREAKS)}\n\n"
+def sse(payload: dict) -> bytes:
+    """One server-sent event holding ``payload`` as JSON (msgspec: a fraction of json.dumps' cost
+    per streamed token)."""
+    data = _encode(payload)
+    for raw, escaped in _LINE_BREAKS:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return b"data: " + data + b"\n\n"
 
 
-SSE_DONE = "data: [DONE]\n\n"
+SSE_DONE = b"data: [DONE]\n\n"
 
 
 def sampled_entries(logprobs: list[dict[int, Logprob]], token_ids: list[int]) -> list[tuple[Logprob, list[Logprob]]]:
