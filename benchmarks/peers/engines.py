@@ -47,6 +47,9 @@ def vllm_env(s: Settings) -> dict[str, str]:
     env.setdefault("VLLM_CACHE_ROOT", "/tmp/vllm_cache")  # compile cache survives between warm calls
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
+    # FlashInfer is not carried (its wheels are GBs); vLLM imports it only for its top-k/top-p
+    # sampler, which greedy runs never use: off, so the torch sampler path is taken.
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     return env
 
 

@@ -35,6 +35,7 @@ VLLM_DEPS=(
   partial-json-parser==0.2.1.1.post7 watchfiles==1.3.0 setproctitle==1.3.8
   model-hosting-container-standards==0.1.16 jmespath==1.1.0 prometheus-fastapi-instrumentator==8.1.0
   python-multipart==0.0.34 depyf==0.20.0 astor==0.8.1 dill==0.4.1
+  httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 anyio==4.16.0 idna==3.20   # vllm.entrypoints.llm imports httpx2
   fastapi==0.136.3   # vLLM wants >=0.133,<0.137 (Pagoda's .whl has 0.165: /tmp/vllm_site comes first on vLLM's path)
   # the server stack Pagoda's .whl also carries, so that this bundle stands alone:
   "starlette>=1.0.1,<2" pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection
