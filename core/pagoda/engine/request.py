@@ -52,6 +52,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     block_hashes: list[int] = field(default_factory=list)  # of the full blocks of token_ids, chained
     num_pending_tokens: int = 0  # trailing PLACEHOLDERs: sampled by a step whose tokens are not read yet
+    received_time: float | None = None  # when the engine core took it (time.monotonic)
+    first_launch_time: float | None = None  # when its first step was launched
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -28,6 +28,7 @@ from pagoda.engine.model_runner import ModelRunner, PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.engine.sampler import needs_output_history
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, StepStats
+from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.interfaces.scheduler import SchedulerOutput
 
@@ -62,6 +63,7 @@ class EngineCore:
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
         self.stats = StepStats()
         self._inflight: InflightStep | None = None
+        self.trace = Trace.from_env("core")  # PAGODA_TRACE_DIR: step and first-token timings
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":
@@ -80,6 +82,7 @@ class EngineCore:
             raise RequestError(f"request id {add.request_id!r} is already in use")
         req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
                       priority=add.priority, eos_token_id=self.eos_token_id)
+        req.received_time = time.monotonic()
         self.requests[add.request_id] = req
         self.scheduler.add_request(req)
 
@@ -99,6 +102,7 @@ class EngineCore:
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         """Schedule and launch one step; return the outputs of the step(s) whose tokens were read."""
+        start = time.monotonic()
         scheduled = self.scheduler.schedule()
         outputs: list[EngineCoreOutput] = []
         if self._inflight is not None and _needs_tokens(scheduled):  # e.g. penalties count every output token
@@ -112,6 +116,9 @@ class EngineCore:
         if launched is not None and not self.overlap:
             outputs += self._resolve(launched)
             self._inflight = None
+        if self.trace is not None:
+            self.trace.record(step=start, seconds=time.monotonic() - start, tokens=scheduled.total_tokens,
+                              seqs=len(scheduled.requests), outputs=len(outputs))
         return outputs
 
     def _launch(self, scheduled: SchedulerOutput) -> InflightStep:
@@ -122,6 +129,10 @@ class EngineCore:
         pending = self.runner.launch(scheduled, block_tables, prev)
         self.scheduler.update_from_output(scheduled, dict.fromkeys(pending.rows, PLACEHOLDER))
         positions = [req.num_tokens - 1 for req in pending.requests]
+        now = time.monotonic()
+        for req in scheduled.requests:
+            if req.first_launch_time is None:
+                req.first_launch_time = now
         for req in pending.requests:  # their last token is in flight: free their seats and blocks now
             if req.status is RequestStatus.RUNNING and self._reaches_length(req, req.num_tokens - 1):
                 self.scheduler.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
@@ -142,6 +153,9 @@ class EngineCore:
         return list(outputs.values())
 
     def _add_token(self, out: EngineCoreOutput, req: Request, token: int, index: int, result: RunnerOutput) -> None:
+        if self.trace is not None and index == req.num_prompt_tokens:
+            self.trace.record(request=req.request_id, arrival=req.arrival_time, received=req.received_time,
+                              launched=req.first_launch_time, first_token=time.monotonic())
         out.new_token_ids.append(token)
         out.num_cached_tokens = req.num_cached_tokens
         if req.request_id in result.logprobs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import time
 from typing import AsyncIterator
@@ -20,6 +21,7 @@ from pagoda.engine.output_processor import OutputProcessor
 from pagoda.engine_core.client import AsyncMPClient, EngineDeadError
 from pagoda.engine_core.core import validate_prompt
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutputs
+from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
@@ -52,6 +54,7 @@ class AsyncEngine:
         self.share_metrics = share_metrics
         self.client_id = secrets.token_hex(8)
         self._reporter: asyncio.Task | None = None
+        self.trace = Trace.from_env(f"api_{os.getpid()}")  # PAGODA_TRACE_DIR: when first outputs reach handlers
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -100,7 +103,7 @@ class AsyncEngine:
         self._streams[request_id] = queue
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=True)
         self.metrics.on_added(len(prompt_token_ids))
-        finished = False
+        finished = traced = False
         try:
             await self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
                                             for seq_id, seq_params in sequences])
@@ -111,6 +114,9 @@ class AsyncEngine:
                     item = following if isinstance(following, BaseException) else merge_deltas(item, following)
                 if isinstance(item, BaseException):
                     raise item
+                if self.trace is not None and not traced:
+                    self.trace.record(request=request_id, arrival=arrival, first_output=time.monotonic())
+                    traced = True
                 finished = item.finished
                 yield item
         finally:

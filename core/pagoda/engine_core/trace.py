@@ -1,0 +1,37 @@
+"""Opt-in timing traces for latency investigations: ``PAGODA_TRACE_DIR=/path`` makes the engine
+core write one JSON line per step and per first token (``core.jsonl``) and each API server one
+line per request when its first output reaches the HTTP handler (``api_<pid>.jsonl``). Times are
+``time.monotonic()`` seconds, one clock for all processes of a machine, so the files join on
+request id: arrival (API) -> received (core) -> first launched -> first token read (core) ->
+handed to the HTTP handler (API)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+
+import msgspec
+
+ENV = "PAGODA_TRACE_DIR"
+
+
+class Trace:
+    """Appends JSON lines to one file (buffered; flushed when closed or at exit)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "ab", buffering=1 << 16)  # noqa: SIM115 - lives as long as the process
+        self._encode = msgspec.json.Encoder().encode
+        atexit.register(self.close)
+
+    @classmethod
+    def from_env(cls, name: str) -> "Trace | None":
+        folder = os.environ.get(ENV)
+        return cls(Path(folder) / f"{name}.jsonl") if folder else None
+
+    def record(self, **fields) -> None:
+        self._file.write(self._encode(fields) + b"\n")
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,25 @@
+"""PAGODA_TRACE_DIR: the core writes one line per step and one per first token, in order."""
+
+from __future__ import annotations
+
+import json
+
+from tiny_models import random_prompts
+from pagoda import LLM, SamplingParams
+
+
+def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGODA_TRACE_DIR", str(tmp_path))
+    llm = LLM(model=tiny_models["llama"][0], block_size=8)
+    prompts = random_prompts(5, range(5, 12), seed=3)
+    llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
+                 use_tqdm=False)
+    llm.engine.core.trace.close()
+    lines = [json.loads(line) for line in (tmp_path / "core.jsonl").read_text().splitlines()]
+    steps = [r for r in lines if "step" in r]
+    firsts = [r for r in lines if "request" in r]
+    assert sum(r["outputs"] for r in steps) == 5 * 4  # every output token came out of a traced step
+    assert all(r["seconds"] >= 0 and r["tokens"] >= r["seqs"] for r in steps if r["seqs"])
+    assert len(firsts) == 5 and len({r["request"] for r in firsts}) == 5
+    for r in firsts:
+        assert r["arrival"] <= r["received"] <= r["launched"] <= r["first_token"]
