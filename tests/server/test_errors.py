@@ -39,6 +39,29 @@ def test_bad_sampling_values_are_400_naming_the_field(server, field, value, need
     assert needle in error["message"] and error["param"] == field and error["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("path, field, value", [
+    ("/v1/chat/completions", "response_format", {"type": "json_object"}),
+    ("/v1/chat/completions", "response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+    ("/v1/chat/completions", "tool_choice", "required"),
+    ("/v1/completions", "guided_json", {"type": "object"}),
+    ("/v1/completions", "logit_bias", {"5": 100}),
+    ("/v1/completions", "suffix", " end"),
+])
+def test_fields_asking_for_a_guarantee_are_400_not_ignored(server, path, field, value):
+    body = {"model": MODEL_NAME, field: value, **({"prompt": "t1"} if path == "/v1/completions" else
+                                                  {"messages": [{"role": "user", "content": "t1"}]})}
+    error = error_of(post(server, path, body), 400)
+    assert error["param"] == field and error["code"] == "unsupported_parameter"
+    assert f"remove '{field}'" in error["message"]
+
+
+def test_fields_asking_for_nothing_are_accepted(server):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "t1"}], "max_tokens": 2,
+            "response_format": {"type": "text"}, "tool_choice": "none", "logit_bias": {}, "user": "u", "store": False}
+    assert post(server, "/v1/chat/completions", body).status_code == 200
+
+
 def test_wrong_types_and_missing_fields_are_400(server):
     error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": "two"}), 400)
     assert error["param"] == "n"

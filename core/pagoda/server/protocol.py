@@ -1,6 +1,8 @@
 """Pydantic request models of the OpenAI-compatible API (responses are plain dicts of OpenAI's shape).
 
-Unknown fields are ignored, as OpenAI clients send optional fields Pagoda does not implement.
+Unknown fields are kept aside (``model_extra``): most are ignored, as OpenAI clients send optional
+fields Pagoda does not implement, but those that ask for a guarantee (``response_format``,
+``tools``, ...) are answered with 400 (``pagoda.server.unsupported``).
 Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
 ``min_tokens``, ...) follow vLLM's names.
 """
@@ -19,7 +21,7 @@ class StreamOptions(BaseModel):
 class SamplingFields(BaseModel):
     """Fields shared by completions and chat completions."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     n: int = 1

@@ -10,6 +10,7 @@ from pagoda.sampling_params import SamplingParams
 from pagoda.server.async_engine import AsyncEngine, EngineDeadError
 from pagoda.server.errors import APIError, EngineUnavailable, bad_request
 from pagoda.server.protocol import SamplingFields
+from pagoda.server.unsupported import check_unsupported
 
 
 @dataclass
@@ -53,7 +54,9 @@ class ServerState:
 
 
 def sampling_params(req: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-    """Build SamplingParams from request fields; a bad value is a 400 naming the field."""
+    """Build SamplingParams from request fields; a bad value, or a field asking for what Pagoda
+    cannot do yet, is a 400 naming the field."""
+    check_unsupported(req.model_extra)
     values = {
         "n": req.n, "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,

@@ -1,0 +1,43 @@
+"""Request fields that ask for a guarantee Pagoda cannot give yet: answered with 400, never ignored.
+
+Most unknown fields are harmless to ignore (``user``, ``metadata``, ...), but a client that sends
+``response_format: json_schema`` or ``tools`` relies on the reply honouring them; ignoring them
+would hand it text that silently breaks that contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pagoda.server.errors import APIError
+
+_ANY = lambda v: v is not None  # noqa: E731 - any value asks for something
+_NONEMPTY = bool
+
+
+# field -> (does this value ask for something unsupported?, what it would need)
+GUARANTEES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "response_format": (lambda v: v not in (None, {"type": "text"}),
+                        "structured output (JSON mode, JSON schema) is not implemented yet"),
+    "tools": (_NONEMPTY, "tool calling is not implemented yet"),
+    "tool_choice": (lambda v: v not in (None, "none", "auto"), "tool calling is not implemented yet"),
+    "functions": (_NONEMPTY, "function calling is not implemented yet"),
+    "function_call": (lambda v: v not in (None, "none", "auto"), "function calling is not implemented yet"),
+    "guided_json": (_ANY, "guided decoding is not implemented yet"),
+    "guided_regex": (_ANY, "guided decoding is not implemented yet"),
+    "guided_choice": (_ANY, "guided decoding is not implemented yet"),
+    "guided_grammar": (_ANY, "guided decoding is not implemented yet"),
+    "structured_outputs": (_ANY, "guided decoding is not implemented yet"),
+    "logit_bias": (_NONEMPTY, "logit_bias is not implemented yet"),
+    "suffix": (_NONEMPTY, "completions with a suffix (insertion) are not supported"),
+    "best_of": (lambda v: v not in (None, 1), "best_of is not supported; ask for n choices instead"),
+}
+
+
+def check_unsupported(extra: dict[str, Any] | None) -> None:
+    """Raise a 400 naming the first field (of the request's unknown ones) that asks for a guarantee."""
+    for name, value in (extra or {}).items():
+        rule = GUARANTEES.get(name)
+        if rule is not None and rule[0](value):
+            raise APIError(400, f"'{name}' is not supported by this server: {rule[1]}, so the reply could not "
+                                f"honour it; remove '{name}' from the request", param=name, code="unsupported_parameter")
