@@ -123,25 +123,47 @@ def _dummy_llama_8b(method):
     return load_model(source, config, ctx, model_class("LlamaForCausalLM"), "dummy", "cuda", progress=False), attention
 
 
+def _logprobs_of(method, seqs: list[list[int]]) -> tuple[torch.Tensor, int, int]:
+    """Next-token log-probabilities of ``seqs`` through a dummy Llama-3.1-8B built with ``method``,
+    and its decoder layers' weight bytes and element count (the model is freed before returning)."""
+    model, attention = _dummy_llama_8b(method)
+    layers = [p for n, p in model.named_parameters() if "layers." in n]
+    sizes = sum(p.numel() * p.element_size() for p in layers), sum(p.numel() for p in layers)
+    out = torch.log_softmax(_prefill_logits(model, attention, seqs), dim=-1)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out, *sizes
+
+
+def _kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
+    return float((p_log.exp() * (p_log - q_log)).sum(-1).mean())
+
+
 def test_dummy_llama_8b_fp8_logits_close_to_bf16() -> None:
-    """Online FP8 of the same dummy weights: mean KL(bf16 || fp8) of next-token distributions is small."""
+    """Online FP8 of the same dummy weights against bf16, with the exact FP8 math as the yardstick.
+
+    Untrained random weights make a wide, deep model sensitive to any rounding: FP8 done exactly
+    (the reference path: float32 dequantize-and-multiply of the same FP8 operands, checked against
+    float64 in CI) already moves the next-token distributions by a KL of the order of 0.1 nats at
+    this width (on CPU, 4 layers of hidden 4096 give 0.044). So the GPU kernels (torch._scaled_mm,
+    the Triton per-token quantizer) are bounded relative to it: they must not add error of their own.
+    """
     from pagoda.quantization.unquantized import UnquantizedMethod
 
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, 128000, (n,), generator=g).tolist() for n in (64, 200, 17, 128)]
-    model, attention = _dummy_llama_8b(UnquantizedMethod())
-    ref = torch.log_softmax(_prefill_logits(model, attention, seqs), dim=-1)
-    del model
-    torch.cuda.empty_cache()
-    model, attention = _dummy_llama_8b(Fp8Method(None))
-    weight_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "layers." in n)
-    assert weight_bytes < 0.55 * 2 * sum(p.numel() for n, p in model.named_parameters() if "layers." in n)
-    out = torch.log_softmax(_prefill_logits(model, attention, seqs), dim=-1)
-    kl = (ref.exp() * (ref - out)).sum(-1)  # [tokens]
-    agree = float((ref.argmax(-1) == out.argmax(-1)).float().mean())
-    print(f"\nFP8 vs bf16, dummy Llama-3.1-8B, {len(kl)} tokens: mean KL {float(kl.mean()):.2e} nats, "
-          f"max {float(kl.max()):.2e}; top-1 agreement {agree:.3f}")
-    assert float(kl.mean()) < 0.02 and torch.isfinite(kl).all()
+    bf16, _, _ = _logprobs_of(UnquantizedMethod(), seqs)
+    exact, _, _ = _logprobs_of(Fp8Method(None, backend="reference"), seqs)
+    fp8, fp8_bytes, numel = _logprobs_of(Fp8Method(None), seqs)
+    assert fp8_bytes < 0.55 * 2 * numel  # half of bf16's weight memory
+    kl_exact, kl_kernels, kl_between = _kl(bf16, exact), _kl(bf16, fp8), _kl(exact, fp8)
+    top1 = float((bf16.argmax(-1) == fp8.argmax(-1)).float().mean())
+    print(f"\nFP8 vs bf16, dummy Llama-3.1-8B, {bf16.shape[0]} tokens: mean KL {kl_kernels:.3e} nats "
+          f"(exact FP8 math: {kl_exact:.3e}; kernels vs exact math: {kl_between:.3e}); top-1 agreement {top1:.3f}")
+    assert torch.isfinite(fp8).all()
+    assert kl_kernels <= 1.25 * kl_exact + 0.01
+    assert kl_between <= kl_exact
 
 
 def _runner(llm):
