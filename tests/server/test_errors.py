@@ -62,6 +62,28 @@ def test_fields_asking_for_nothing_are_accepted(server):
     assert post(server, "/v1/chat/completions", body).status_code == 200
 
 
+def test_prompt_plus_max_tokens_past_the_context_is_400_with_the_arithmetic(server):
+    limit = server.engine.max_model_len
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1 t2 t3", "max_tokens": 100_000_000}), 400)
+    assert error["param"] == "max_tokens" and f"maximum context length is {limit} tokens" in error["message"]
+    assert "(3 in the prompt, 100000000 to generate)" in error["message"] and f"at most {limit - 3}" in error["message"]
+    ok = post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1 t2 t3", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+def test_n_beyond_the_per_request_limit_is_400(server):
+    error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": 17, "max_tokens": 1}), 400)
+    assert error["param"] == "n" and "--max-n-per-request" in error["message"]
+    ok = post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": 16, "max_tokens": 1})
+    assert ok.status_code == 200 and len(ok.json()["choices"]) == 16
+
+
+def test_unknown_chat_role_is_400(server):
+    body = {"model": MODEL_NAME, "messages": [{"role": "wizard", "content": "t1"}]}
+    error = error_of(post(server, "/v1/chat/completions", body), 400)
+    assert "role" in (error["param"] or "") and "assistant" in error["message"]  # the allowed roles are named
+
+
 def test_wrong_types_and_missing_fields_are_400(server):
     error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": "two"}), 400)
     assert error["param"] == "n"

@@ -34,6 +34,9 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--api-server-count", type=int, default=1, metavar="N",
                    help="HTTP server processes sharing the port and feeding the one engine core process "
                         "(raise it when tokenizing, detokenizing and streaming JSON is the bottleneck)")
+    g.add_argument("--max-n-per-request", type=int, default=16, metavar="N",
+                   help="most choices (n) one request may ask for; each is a sequence with its own KV blocks, "
+                        "so a larger n from one client takes seats from every other (default 16)")
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
 
@@ -48,6 +51,8 @@ def check_args(args: argparse.Namespace):
         raise ValueError(f"--shutdown-timeout must be >= 0 seconds, got {args.shutdown_timeout}")
     if args.api_server_count < 1:
         raise ValueError(f"--api-server-count must be >= 1, got {args.api_server_count}")
+    if args.max_n_per_request < 1:
+        raise ValueError(f"--max-n-per-request must be >= 1, got {args.max_n_per_request}")
     config = engine_config(args, args.model)
     manager = get_plugin_manager()
     _, platform_cls = manager.registry("platform").select(config.platform)
@@ -92,7 +97,7 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
-                         args.api_server_count)
+                         args.api_server_count, args.max_n_per_request)
     def announce() -> None:
         logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,

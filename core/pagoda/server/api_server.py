@@ -32,6 +32,7 @@ class ApiServerSpec:
     core_pid: int
     info: EngineInfo
     api_server_count: int = 1
+    max_n_per_request: int = 16
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -49,7 +50,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     alive = core_alive or (lambda: pid_alive(spec.core_pid))
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1)
-    app = build_app(engine, spec.served_model_names, spec.api_key)
+    app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()
     server.run(sockets=[sock])

@@ -51,9 +51,10 @@ async def _reply(send, status: int, message: str, code: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None) -> FastAPI:
+def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None,
+              max_n: int = 16) -> FastAPI:
     """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core."""
-    state = ServerState(engine, served_model_names, api_key)
+    state = ServerState(engine, served_model_names, api_key, max_n)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

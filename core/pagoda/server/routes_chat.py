@@ -43,6 +43,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     params = sampling_params(body, max_tokens, _top_logprobs(body))
     text, ids = render_messages(state, body.messages, body.chat_template, body.add_generation_prompt)
     state.validate_prompt(ids)
+    state.check_limits(params, [len(ids)])
     state.check_available()
     request_id = state.engine.next_request_id("chatcmpl")
     stream = state.engine.generate(request_id, ids, params, text, body.priority)

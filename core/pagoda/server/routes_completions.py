@@ -40,6 +40,7 @@ async def create_completion(body: CompletionRequest, request: Request):
     model = state.check_model(body.model)
     params = sampling_params(body, body.max_tokens, body.logprobs)
     prompts = encode_prompts(state, body.prompt)
+    state.check_limits(params, [len(ids) for ids, _ in prompts])
     state.check_available()
     request_id = state.engine.next_request_id("cmpl")
     streams = [state.engine.generate(f"{request_id}-{i}", ids, params, text, body.priority)

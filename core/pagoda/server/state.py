@@ -20,6 +20,7 @@ class ServerState:
     engine: AsyncEngine
     served_model_names: list[str]
     api_key: str | None = None
+    max_n: int = 16  # most choices one request may ask for (--max-n-per-request)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -45,6 +46,20 @@ class ServerState:
         reason = self.engine.unavailable_reason()
         if reason is not None:
             raise EngineUnavailable(reason)
+
+    def check_limits(self, params: SamplingParams, prompt_lens: list[int]) -> None:
+        """400 for work past the server's limits: too many choices, or prompt + max_tokens past the context."""
+        if params.n > self.max_n:
+            raise APIError(400, f"n={params.n} asks for more choices than this server allows per request ({self.max_n}; "
+                                f"the operator can raise it with --max-n-per-request)", param="n")
+        if params.max_tokens is None:
+            return
+        for length in prompt_lens:
+            if length + params.max_tokens > self.max_model_len:
+                raise APIError(400, f"This model's maximum context length is {self.max_model_len} tokens, but the request "
+                                    f"asks for {length + params.max_tokens} ({length} in the prompt, {params.max_tokens} "
+                                    f"to generate): set max_tokens to at most {self.max_model_len - length} or shorten "
+                                    f"the prompt", param="max_tokens")
 
     def validate_prompt(self, token_ids: list[int]) -> None:
         try:
