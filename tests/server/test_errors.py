@@ -84,6 +84,17 @@ def test_unknown_chat_role_is_400(server):
     assert "role" in (error["param"] or "") and "assistant" in error["message"]  # the allowed roles are named
 
 
+def test_body_over_the_limit_is_413_and_the_server_goes_on(server):
+    from pagoda.server.app import MAX_BODY_BYTES
+
+    big = b'{"prompt": "' + b"t1 " * (MAX_BODY_BYTES // 3) + b'"}'
+    response = httpx.post(server.url + "/v1/completions", content=big, headers={**AUTH, "content-type": "application/json"},
+                          timeout=60)
+    error = error_of(response, 413)
+    assert error["code"] == "request_too_large" and str(MAX_BODY_BYTES) in error["message"]
+    assert post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "max_tokens": 1}).status_code == 200
+
+
 def test_wrong_types_and_missing_fields_are_400(server):
     error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "n": "two"}), 400)
     assert error["param"] == "n"

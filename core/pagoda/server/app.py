@@ -15,10 +15,13 @@ from pagoda.server.errors import error_body, install_error_handlers
 from pagoda.server.state import ServerState
 
 OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
+MAX_BODY_BYTES = 16 << 20  # a 128k-token prompt as JSON token ids is ~1 MiB
 
 
 class GateMiddleware:
-    """Plain ASGI middleware: 401 without the right bearer key, 503 while shutting down."""
+    """Plain ASGI middleware: 401 without the right bearer key, 503 while shutting down, 413 for a
+    body declared larger than ``MAX_BODY_BYTES`` (a chunked one is cut off there: the request then
+    reads as a disconnect)."""
 
     def __init__(self, app, state: ServerState) -> None:
         self.app = app
@@ -33,13 +36,33 @@ class GateMiddleware:
                                 code="invalid_api_key")
         if self.state.engine.draining:
             return await _reply(send, 503, "the server is shutting down", code="engine_unavailable")
-        return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            return await _reply(send, 413, f"the request body ({int(declared)} bytes) is larger than the "
+                                           f"{MAX_BODY_BYTES} bytes this server reads", code="request_too_large")
+        return await self.app(scope, _capped(receive), send)
 
     def _authorized(self, scope) -> bool:
         header = dict(scope.get("headers") or []).get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
         given = token.strip() if scheme.lower() == b"bearer" else b""
         return hmac.compare_digest(given, self._key)
+
+
+def _capped(receive):
+    """``receive`` that reports a disconnect once the body passes ``MAX_BODY_BYTES``."""
+    seen = 0
+
+    async def capped_receive():
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY_BYTES:
+                return {"type": "http.disconnect"}
+        return message
+
+    return capped_receive
 
 
 async def _reply(send, status: int, message: str, code: str) -> None:
