@@ -95,8 +95,8 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("api_servers", [1, 2])
-def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model, tmp_path, api_servers):
+@pytest.mark.parametrize("api_servers, sig", [(1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)])
+def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model, tmp_path, api_servers, sig):
     proc, url, log = _start(tiny_chat_model, tmp_path, "--api-server-count", str(api_servers))
     try:
         startup = "".join(log)
@@ -107,7 +107,7 @@ def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_mode
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as response:
             lines = (line for line in response.iter_lines() if line.startswith("data: {"))
             first = next(lines)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)  # Ctrl-C drains the same way
             time.sleep(0.5)
             try:
                 refused = httpx.post(url + "/v1/completions", json={"prompt": "t1"}, timeout=5).status_code
