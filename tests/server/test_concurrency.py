@@ -97,3 +97,21 @@ def test_client_disconnect_aborts_and_frees_kv_blocks(server):
     after = read_metrics(server.url)
     assert metric(after, "pagoda:kv_cache_usage_perc") == 0 and metric(after, "pagoda:num_requests_running") == 0
     assert server.engine.num_pending == 0
+
+
+def test_cancel_before_the_first_token_aborts_and_frees_kv_blocks(server):
+    server.set_step_delay(1.0)  # every step takes a second: the client gives up before any token
+    before = read_metrics(server.url)
+    body = {"model": MODEL_NAME, "prompt": "t60 t62", "max_tokens": 50, "temperature": 0, "stream": True}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.3),
+                              headers={"Authorization": f"Bearer {API_KEY}"}) as response:
+                assert response.status_code == 200
+                next(line for line in response.iter_lines() if line.startswith("data: {"))
+        _wait_for_aborts(server, before, 1)
+    finally:
+        server.set_step_delay(0.0)
+    after = read_metrics(server.url)
+    assert metric(after, "pagoda:kv_cache_usage_perc") == 0 and metric(after, "pagoda:num_requests_running") == 0
+    assert server.engine.num_pending == 0
