@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,12 +37,33 @@ core.EngineCore.step = slow_step
     (["--max-num-seqs", "0"], "max_num_seqs must be >= 1"),
     (["--port", "70000"], "--port must be in [0, 65535]"),
     (["--shutdown-timeout", "-1"], "--shutdown-timeout must be >= 0"),
+    (["--max-n-per-request", "0"], "--max-n-per-request must be >= 1"),
 ])
 def test_bad_flag_values_exit_before_loading(monkeypatch, capsys, tiny_chat_model, flags, needle):
     monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
     assert main(["serve", tiny_chat_model, *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pagoda serve: ") and needle in err and len(err.splitlines()) == 1
+
+
+def test_port_in_use_exits_2_before_loading(monkeypatch, capsys, tiny_chat_model):
+    monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", tiny_chat_model, "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pagoda serve: cannot listen on 127.0.0.1:") and len(err.splitlines()) == 1
+
+
+def test_corrupt_checkpoint_exits_1_naming_the_file(capsys, tiny_chat_model, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_chat_model, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:200])  # cut short: header promises more than there is
+    assert main(["serve", str(broken), "--port", "0"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pagoda serve: ") and weights.name in err and "Traceback" not in err
 
 
 def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_path):
