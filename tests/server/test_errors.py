@@ -33,6 +33,8 @@ def error_of(response: httpx.Response, status: int) -> dict:
     ("logprobs", 50, "logprobs must be"),
     ("max_tokens", 0, "max_tokens must be"),
     ("presence_penalty", 3, "presence_penalty must be"),
+    ("priority", -(2**63) - 1, "greater than or equal to"),  # found by the fuzzer: was a 500 (msgpack overflow)
+    ("seed", 2**64, "less than or equal to"),
 ])
 def test_bad_sampling_values_are_400_naming_the_field(server, field, value, needle):
     error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", field: value}), 400)

@@ -9,9 +9,13 @@ Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repetition_penalty``, `
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Every integer crosses to the engine core as msgpack: a 64-bit signed range, checked here (400)
+# rather than failing to serialize (found by tests/server/test_fuzz.py: priority -2**63 - 1 was a 500).
+Int = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 
 class StreamOptions(BaseModel):
@@ -24,40 +28,40 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    n: int = 1
+    n: Int = 1
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: Int | None = None
     min_p: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
-    seed: int | None = None
+    seed: Int | None = None
     stop: Union[str, list[str], None] = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[Int] | None = None
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: Int = 0
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    priority: int = 0  # with --scheduler priority: lower runs first (vLLM's extension)
+    priority: Int = 0  # with --scheduler priority: lower runs first (vLLM's extension)
 
     @property
     def include_usage_in_stream(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
-PromptInput = Union[str, list[str], list[int], list[list[int]]]
+PromptInput = Union[str, list[str], list[Int], list[list[Int]]]
 
 
 class CompletionRequest(SamplingFields):
     """``POST /v1/completions``."""
 
     prompt: PromptInput
-    max_tokens: int | None = 16
-    logprobs: int | None = None
+    max_tokens: Int | None = 16
+    logprobs: Int | None = None
     echo: bool = False
 
 
@@ -90,10 +94,10 @@ class ChatCompletionRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: Int | None = None
+    max_completion_tokens: Int | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: Int | None = None
     add_generation_prompt: bool = True
     chat_template: str | None = None
 
