@@ -129,10 +129,11 @@ class EngineCore:
         pending = self.runner.launch(scheduled, block_tables, prev)
         self.scheduler.update_from_output(scheduled, dict.fromkeys(pending.rows, PLACEHOLDER))
         positions = [req.num_tokens - 1 for req in pending.requests]
-        now = time.monotonic()
-        for req in scheduled.requests:
-            if req.first_launch_time is None:
-                req.first_launch_time = now
+        if self.trace is not None:  # only traces read it: no per-step loop otherwise
+            now = time.monotonic()
+            for req in scheduled.requests:
+                if req.first_launch_time is None:
+                    req.first_launch_time = now
         for req in pending.requests:  # their last token is in flight: free their seats and blocks now
             if req.status is RequestStatus.RUNNING and self._reaches_length(req, req.num_tokens - 1):
                 self.scheduler.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
