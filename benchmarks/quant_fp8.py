@@ -5,10 +5,16 @@ overhead does not hide small kernels) and reports TFLOP/s (2*M*N*K / time):
 
 - ``bf16``: ``F.linear`` on bf16 weights (the unquantized method)
 - ``fp8_mm_tensor`` / ``fp8_mm_row``: ``torch._scaled_mm`` alone, tensor-wise / row-wise scales
-  (``fp8_mm_row_fast``: with ``use_fast_accum=True``, which the engine does not use)
-- ``fp8_linear``: the whole FP8 layer (per-token activation quantization + row-wise matmul), as the engine
-  runs it (the Triton quantizer when it is available)
+  (``fp8_mm_row_fast``: with ``use_fast_accum=True``, the engine's default)
+- ``fp8_linear``: the whole FP8 layer fed a bf16 input (per-token activation quantization + row-wise
+  matmul, fast accumulation), as the engine runs ``o``
 - ``quant_us`` / ``quant_torch_us``: the activation quantization alone, Triton / torch ops
+
+- ``producer_bf16`` / ``producer_fp8_unfused`` / ``producer_fp8_fused``: the op that makes the layer's
+  input (residual add + RMSNorm for qkv and gate_up, SiLU-and-mul for down; csrc kernels through the
+  CUDA platform's ops): alone, followed by the per-token quantizer, and as one fused Triton kernel
+- ``block_speedup``: (bf16 producer + ``F.linear``) / (fused producer + the FP8 matmul), the
+  producer-and-layer speedup the engine sees (``o`` has no fusable producer: its input is attention's)
 
 and, per M, the share of the FP8 linears' time spent quantizing activations.
 
@@ -103,12 +109,43 @@ def measure(name: str, k: int, n: int, m_values: tuple[int, ...]) -> list[dict]:
         row["quant_torch_us"] = round(graph_us(lambda: quantize_per_row(x)), 2)
         row["quant_us"] = round(graph_us(lambda: fused(x)), 2) if fused else row["quant_torch_us"]
         row["speedup_fp8_linear_over_bf16"] = round(times["bf16"] / times["fp8_linear"], 3)
+        row.update(producer_times(name, m, k, layer, times["bf16"]))
         rows.append(row)
         print(f"{name:8s} M={m:5d}  bf16 {row['bf16_tflops']:7.1f}  fp8 mm tensor {row['fp8_mm_tensor_tflops']:7.1f}"
               f"  row {row['fp8_mm_row_tflops']:7.1f}  fp8 linear {row['fp8_linear_tflops']:7.1f} TFLOP/s"
               f"  (x{row['speedup_fp8_linear_over_bf16']:.2f}; quant {row['quant_us']:.1f} us,"
               f" torch ops {row['quant_torch_us']:.1f} us)", flush=True)
     return rows
+
+
+PRODUCERS = {"qkv": "norm", "gate_up": "norm", "down": "silu"}
+
+
+def producer_times(name: str, m: int, k: int, layer, bf16_linear_us: float) -> dict:
+    """The input's producer, bf16 / then quantized / fused, and the producer+layer speedup."""
+    if name not in PRODUCERS:
+        return {}
+    from pagoda.interfaces.quantization import QuantizedInput
+    from pagoda_platform_cuda.platform import CudaPlatform
+
+    ops, quant = CudaPlatform().custom_ops(), layer.input_quantizer
+    w = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+    if PRODUCERS[name] == "norm":
+        x, res = torch.randn(2, m, k, device="cuda", dtype=torch.bfloat16)
+        variants = {"bf16": lambda: ops.fused_add_rms_norm(x, res, w, 1e-5),
+                    "fp8_unfused": lambda: quant.quantize(ops.fused_add_rms_norm(x, res, w, 1e-5)[0]),
+                    "fp8_fused": lambda: quant.fused_add_rms_norm(ops, x, res, w, 1e-5)}
+    else:
+        x = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16)
+        variants = {"bf16": lambda: ops.silu_and_mul(x), "fp8_unfused": lambda: quant.quantize(ops.silu_and_mul(x)),
+                    "fp8_fused": lambda: quant.silu_and_mul(ops, x)}
+    out = {f"producer_{key}_us": round(graph_us(fn), 2) for key, fn in variants.items()}
+    q = variants["fp8_fused"]()
+    q = q if isinstance(q, QuantizedInput) else q[0]  # the norms also return the residual
+    mm_us = graph_us(lambda: layer(q))
+    out["fp8_mm_quantized_input_us"] = round(mm_us, 2)
+    out["block_speedup"] = round((out["producer_bf16_us"] + bf16_linear_us) / (out["producer_fp8_fused_us"] + mm_us), 3)
+    return out
 
 
 def quant_share(rows: list[dict]) -> dict[int, float]:
@@ -128,6 +165,11 @@ def main() -> None:
     m_values = tuple(int(v) for v in args.m.split(","))
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = [row for name, (k, n) in SHAPES.items() for row in measure(name, k, n, m_values)]
+    for r in rows:
+        if "block_speedup" in r:
+            print(f"{r['layer']:8s} M={r['M']:5d}  producer bf16 {r['producer_bf16_us']:.1f} us, then quantized "
+                  f"{r['producer_fp8_unfused_us']:.1f}, fused {r['producer_fp8_fused_us']:.1f};"
+                  f" producer+layer x{r['block_speedup']:.2f} over bf16")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
               "quant_share_of_fp8_linears": quant_share(rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)

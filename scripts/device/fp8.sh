@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine (tool `run`, carry [".whl"]), from the repo root: pagoda-quant-fp8's GPU tests,
 # the FP8-vs-bf16 GEMM benchmark and `pagoda bench throughput` FP8 vs bf16 on dummy Llama-3.1-8B.
-# Results under $OUT (8 files), a summary table at the end; about 4-5 minutes on an H100.
-#   bash scripts/device/fp8.sh                 (NUM_PROMPTS=1000 for the full 1000 x 1024/128 workload)
+# Results under $OUT, a summary table at the end.
+#   bash scripts/device/fp8.sh                          everything, 500 prompts (about 6 minutes on an H100)
+#   PARTS=tests,gemm bash scripts/device/fp8.sh         about 3 minutes
+#   PARTS=throughput NUM_PROMPTS=1000 VARIANTS="bf16 fp8 fp8_unfused fp8_exact_accum" bash scripts/device/fp8.sh
+# Variants: bf16; fp8 (the defaults: fused producers, fast accumulation); fp8_unfused
+# (PAGODA_FP8_FUSED=0); fp8_exact_accum (PAGODA_FP8_FAST_ACCUM=0).
 set -uo pipefail
+PARTS="${PARTS:-tests,gemm,throughput}"
+VARIANTS="${VARIANTS:-bf16 fp8}"
 OUT="${OUT:-$PWD/fp8_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 MODEL=benchmarks/configs/llama-3.1-8b
@@ -15,22 +21,34 @@ if ! python3 -c "import pagoda_quant_fp8, pagoda_platform_cuda, pagoda_attention
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 
-echo "== GPU tests (plugins/quant_fp8/tests)"
-timeout 240 python3 -m pytest -q -s -p no:cacheprovider plugins/quant_fp8/tests > "$OUT/tests.log" 2>&1
-echo "tests: exit $?"; grep -E "passed|failed|FP8 vs bf16" "$OUT/tests.log" | tail -4
+if [[ ",$PARTS," == *",tests,"* ]]; then
+  echo "== GPU tests (plugins/quant_fp8/tests)"
+  timeout 240 python3 -m pytest -q -s -p no:cacheprovider plugins/quant_fp8/tests > "$OUT/tests.log" 2>&1
+  echo "tests: exit $?"; grep -E "passed|failed|FP8 vs bf16|KL" "$OUT/tests.log" | tail -6
+fi
 
-echo "== GEMM TFLOP/s, FP8 vs bf16, Llama-3.1-8B shapes"
-timeout 120 python3 benchmarks/quant_fp8.py --out "$OUT/quant_fp8_gemm.json" > "$OUT/gemm.log" 2>&1
-echo "gemm: exit $?"
+if [[ ",$PARTS," == *",gemm,"* ]]; then
+  echo "== GEMM TFLOP/s, FP8 vs bf16, Llama-3.1-8B shapes"
+  timeout 180 python3 benchmarks/quant_fp8.py --out "$OUT/quant_fp8_gemm.json" > "$OUT/gemm.log" 2>&1
+  echo "gemm: exit $?"; grep "producer+layer" "$OUT/gemm.log"
+fi
 
-echo "== pagoda bench throughput, $NUM_PROMPTS x 1024/128, bf16 then fp8"
-for quant in bf16 fp8; do
-  flags=(); [ "$quant" = fp8 ] && flags=(--quantization fp8)
-  { echo "### $quant"; timeout 170 pagoda bench throughput "$MODEL" --load-format dummy --attention-backend triton \
-      --max-model-len 2048 --num-prompts "$NUM_PROMPTS" --input-len 1024 --output-len 128 --log-level warning \
-      "${flags[@]}" --result-file "$OUT/throughput_$quant.json"; echo "exit $?"; } >> "$OUT/bench.log" 2>&1
-  tail -1 "$OUT/bench.log" | sed "s/^/throughput $quant: /"
-done
+if [[ ",$PARTS," == *",throughput,"* ]]; then
+  echo "== pagoda bench throughput, $NUM_PROMPTS x 1024/128: $VARIANTS"
+  for variant in $VARIANTS; do
+    flags=(--quantization fp8); envs=()
+    case "$variant" in
+      bf16) flags=() ;;
+      fp8_unfused) envs=(PAGODA_FP8_FUSED=0) ;;
+      fp8_exact_accum) envs=(PAGODA_FP8_FAST_ACCUM=0) ;;
+    esac
+    { echo "### $variant"; env "${envs[@]}" timeout 170 pagoda bench throughput "$MODEL" --load-format dummy \
+        --attention-backend triton --max-model-len 2048 --num-prompts "$NUM_PROMPTS" --input-len 1024 \
+        --output-len 128 --log-level warning "${flags[@]}" --result-file "$OUT/throughput_$variant.json"
+      echo "exit $?"; } >> "$OUT/bench.log" 2>&1
+    tail -1 "$OUT/bench.log" | sed "s/^/throughput $variant: /"
+  done
+fi
 
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -50,11 +68,12 @@ if gemm:
               f"{r['fp8_mm_row_tflops']:8.1f} {r['fp8_linear_tflops']:7.1f} {r['speedup_fp8_linear_over_bf16']:6.2f} "
               f"{r['quant_us']:8.1f}")
     print("activation quantization share of the FP8 linears' time by M:", gemm["quant_share_of_fp8_linears"])
-bf16, fp8 = [(load(f"throughput_{q}.json") or {}).get("pagoda") for q in ("bf16", "fp8")]
+runs = {p.stem.removeprefix("throughput_"): (load(p.name) or {}).get("pagoda") for p in sorted(out.glob("throughput_*.json"))}
 keys = ("requests_per_s", "tokens_per_s", "output_tokens_per_s")
+bf16 = runs.get("bf16")
 print("\nthroughput (dummy Llama-3.1-8B, 1024 in / 128 out)")
-for name, res in (("bf16", bf16), ("fp8", fp8)):
-    print(f"  {name:5s}", "  ".join(f"{k} {res.get(k)}" for k in keys) if res else "no result (see bench.log)")
-if bf16 and fp8 and bf16.get("requests_per_s"):
-    print(f"  fp8 / bf16 requests/s: {fp8['requests_per_s'] / bf16['requests_per_s']:.2f}x (goal >= 1.4x)")
+for name, res in runs.items():
+    ratio = f"  {res['requests_per_s'] / bf16['requests_per_s']:.2f}x bf16" if res and bf16 and name != "bf16" else ""
+    print(f"  {name:16s}", "  ".join(f"{k} {res.get(k)}" for k in keys) + ratio if res else "no result (see bench.log)")
+print("goal: fp8 >= 1.4x bf16")
 PY

@@ -4,7 +4,7 @@ from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, Att
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
-from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
 from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
 __all__ = [
@@ -15,8 +15,10 @@ __all__ = [
     "Capability",
     "CausalLM",
     "ForwardContext",
+    "InputQuantizer",
     "Platform",
     "QuantizationMethod",
+    "QuantizedInput",
     "Scheduler",
     "SchedulerConfig",
     "SchedulerOutput",

@@ -1,15 +1,58 @@
-"""QuantizationMethod: how a linear layer stores its weights and computes ``x @ W.T``."""
+"""QuantizationMethod: how a linear layer stores its weights and computes ``x @ W.T``.
+
+A method whose matmul takes quantized activations (W8A8) can also hand the layer an
+:class:`InputQuantizer`: the producers of that layer's input (RMSNorm, the gated activation) then
+emit the quantized activations directly (one fused kernel instead of a producer kernel plus a
+quantization kernel), and the layer receives a :class:`QuantizedInput` instead of a tensor.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
 
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.platform import Platform
+
+if TYPE_CHECKING:
+    from pagoda.layers.ops import CustomOps
+
+
+class QuantizedInput(NamedTuple):
+    """A linear layer's input, already quantized the way its method computes with."""
+
+    data: torch.Tensor  # e.g. fp8 [num_tokens, in_features]
+    scale: torch.Tensor  # e.g. float32 [num_tokens, 1]
+    dtype: torch.dtype  # the model dtype: the layer's output dtype
+
+
+class InputQuantizer(ABC):
+    """Quantizes a linear layer's input, alone or fused into the kernel that produces it.
+
+    The fused entry points default to the producer's own op followed by :meth:`quantize`;
+    a method overrides them with single kernels. Each must equal that composition up to the
+    rounding of the quantized format.
+    """
+
+    @abstractmethod
+    def quantize(self, x: torch.Tensor) -> QuantizedInput:
+        """``x`` [num_tokens, in_features] in the model dtype."""
+
+    def rms_norm(self, ops: "CustomOps", x: torch.Tensor, weight: torch.Tensor, eps: float) -> QuantizedInput:
+        return self.quantize(ops.rms_norm(x, weight, eps))
+
+    def fused_add_rms_norm(
+        self, ops: "CustomOps", x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[QuantizedInput, torch.Tensor]:
+        """``(quantize(rms_norm(x + residual)), x + residual)``."""
+        normed, residual = ops.fused_add_rms_norm(x, residual, weight, eps)
+        return self.quantize(normed), residual
+
+    def silu_and_mul(self, ops: "CustomOps", x: torch.Tensor) -> QuantizedInput:
+        return self.quantize(ops.silu_and_mul(x))
 
 
 class QuantizationMethod(Capability, ABC):
@@ -37,6 +80,11 @@ class QuantizationMethod(Capability, ABC):
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         """Convert loaded parameters to the layout ``apply`` uses."""
 
+    def input_quantizer(self, layer: nn.Module) -> InputQuantizer | None:
+        """After loading: how ``layer`` wants its input quantized, if its producers may do it
+        (``apply`` then also accepts a :class:`QuantizedInput`); ``None``: plain tensors only."""
+        return None
+
     @abstractmethod
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedInput, bias: torch.Tensor | None) -> torch.Tensor:
         """``x``: ``[num_tokens, in_features]`` -> ``[num_tokens, out_features]``."""

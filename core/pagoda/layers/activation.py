@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from pagoda.errors import ModelLoadError
 from pagoda.layers.ops import CustomOps
+
+if TYPE_CHECKING:
+    from pagoda.interfaces.quantization import InputQuantizer, QuantizedInput
 
 SUPPORTED_ACTIVATIONS = ("silu",)
 
@@ -18,8 +23,9 @@ class SiluAndMul(nn.Module):
         super().__init__()
         self.ops = ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.silu_and_mul(x)
+    def forward(self, x: torch.Tensor, quant: "InputQuantizer | None" = None) -> "torch.Tensor | QuantizedInput":
+        """With ``quant`` (the consuming linear's ``input_quantizer``) the result comes out quantized."""
+        return self.ops.silu_and_mul(x) if quant is None else quant.silu_and_mul(self.ops, x)
 
 
 def gated_activation(hidden_act: str, ops: CustomOps) -> nn.Module:

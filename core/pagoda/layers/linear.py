@@ -29,7 +29,7 @@ from torch import nn
 from pagoda.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from pagoda.interfaces.quantization import QuantizationMethod
+    from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
 
 
 def copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -59,18 +59,20 @@ class LinearBase(nn.Module):
         self.output_sizes = list(output_sizes)
         self.out_features = sum(self.output_sizes)
         self.quant_method = quant_method
+        self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
         quant_method.create_weights(self, in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: [num_tokens, in_features] -> [num_tokens, out_features]."""
+    def forward(self, x: "torch.Tensor | QuantizedInput") -> torch.Tensor:
+        """``x``: [num_tokens, in_features] (or as ``input_quantizer`` made it) -> [num_tokens, out_features]."""
         return self.quant_method.apply(self, x, self.bias)
 
     def process_weights_after_loading(self) -> None:
         self.quant_method.process_weights_after_loading(self)
+        self.input_quantizer = self.quant_method.input_quantizer(self)
 
     def _param(self, name: str) -> nn.Parameter:
         param = self._parameters.get(name)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from pagoda.layers.linear import copy_checked
+
+if TYPE_CHECKING:
+    from pagoda.interfaces.quantization import InputQuantizer
 from pagoda.layers.ops import CustomOps
 
 
@@ -18,10 +23,13 @@ class RMSNorm(nn.Module):
         self.ops = ops
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype), requires_grad=False)
 
-    def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None = None
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """``x``: [num_tokens, hidden]. With ``residual``: returns ``(norm(x + residual), x + residual)``."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, quant: "InputQuantizer | None" = None):
+        """``x``: [num_tokens, hidden]. With ``residual``: returns ``(norm(x + residual), x + residual)``.
+        With ``quant`` (the consuming linear's ``input_quantizer``) the norm comes out quantized."""
+        if quant is not None:
+            if residual is None:
+                return quant.rms_norm(self.ops, x, self.weight, self.eps)
+            return quant.fused_add_rms_norm(self.ops, x, residual, self.weight, self.eps)
         if residual is None:
             return self.ops.rms_norm(x, self.weight, self.eps)
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)

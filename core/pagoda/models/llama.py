@@ -74,7 +74,7 @@ class GatedMLP(nn.Module):
         self.act_fn = gated_activation(getattr(cfg, "hidden_act", "silu"), ctx.ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))  # [T, hidden]
+        return self.down_proj(self.act_fn(self.gate_up_proj(x), self.down_proj.input_quantizer))  # [T, hidden]
 
 
 class DecoderLayer(nn.Module):
@@ -92,12 +92,13 @@ class DecoderLayer(nn.Module):
     def forward(
         self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, fwd: ForwardContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        qkv_quant, gate_up_quant = self.self_attn.qkv_proj.input_quantizer, self.mlp.gate_up_proj.input_quantizer
         if residual is None:
-            residual, x = x, self.input_layernorm(x)
+            residual, x = x, self.input_layernorm(x, quant=qkv_quant)
         else:
-            x, residual = self.input_layernorm(x, residual)
+            x, residual = self.input_layernorm(x, residual, qkv_quant)
         x = self.self_attn(positions, x, fwd)
-        x, residual = self.post_attention_layernorm(x, residual)
+        x, residual = self.post_attention_layernorm(x, residual, gate_up_quant)
         return self.mlp(x), residual
 
 

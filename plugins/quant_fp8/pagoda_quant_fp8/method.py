@@ -15,6 +15,7 @@ maximum. Block-wise checkpoints are dequantized at load and requantized per outp
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 import torch
@@ -22,8 +23,9 @@ from torch import nn
 
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces.platform import Platform
-from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
 from pagoda_quant_fp8 import kernels
+from pagoda_quant_fp8.input_quant import TokenQuantizer, fused_or_plain
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, dequantize_blocks, quantize_per_row
 from pagoda_quant_fp8.scheme import Fp8Scheme, parse_scheme
 
@@ -40,9 +42,11 @@ def _param(data: torch.Tensor, **attrs: Any) -> nn.Parameter:
 class Fp8Method(QuantizationMethod):
     """FP8 W8A8 linear layers (see the module docstring for the layouts).
 
-    ``backend``: ``cuda`` (the engine's: ``torch._scaled_mm`` with the fused Triton per-token
-    quantizer when Triton is there), ``torch`` (``torch._scaled_mm`` with torch ops only; it
-    also runs on CPU) or ``reference`` (float32 dequantize-and-multiply; tests).
+    ``backend``: ``cuda`` (the engine's: ``torch._scaled_mm`` with fast accumulation, and the
+    Triton kernels that quantize activations per token, fused into the RMSNorm and SiLU-and-mul
+    that produce them, when Triton is there), ``torch`` (``torch._scaled_mm`` with torch ops only;
+    it also runs on CPU) or ``reference`` (float32 dequantize-and-multiply; tests).
+    ``PAGODA_FP8_FAST_ACCUM=0`` and ``PAGODA_FP8_FUSED=0`` switch those two off (measurements).
     """
 
     description = "FP8 e4m3 weights and activations (torch._scaled_mm; compute capability >= 8.9)"
@@ -57,6 +61,11 @@ class Fp8Method(QuantizationMethod):
             from pagoda_quant_fp8.triton_quant import fused_per_token_quantizer
 
             self.per_token = fused_per_token_quantizer() or quantize_per_row
+            if _switch("PAGODA_FP8_FAST_ACCUM"):
+                self.matmul = kernels.scaled_mm_fast_accum
+        self.token_quantizer = TokenQuantizer(self.per_token)
+        if backend == "cuda" and self.scheme.activation == "token" and _switch("PAGODA_FP8_FUSED"):
+            self.token_quantizer = fused_or_plain(self.per_token)
 
     @classmethod
     def check(cls, platform: Platform) -> str | None:
@@ -110,13 +119,23 @@ class Fp8Method(QuantizationMethod):
         if self.backend != "reference":
             _check_alignment(layer)
 
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """``x`` [M, K] in the model dtype -> [M, N] in the model dtype."""
-        x_q, x_scale = kernels.quantize_activations(
-            x, self.scheme.activation, getattr(layer, "input_scale", None), layer.fp8_rowwise, self.per_token
-        )
-        out = self.matmul(x_q, x_scale, layer.weight, layer.weight_scale, x.dtype)
+    def input_quantizer(self, layer: nn.Module) -> InputQuantizer | None:
+        """Per-token scales can come from the input's producer; static and tensor-wise ones cannot."""
+        return self.token_quantizer if self.scheme.activation == "token" else None
+
+    def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedInput, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x`` [M, K] in the model dtype (or quantized by ``input_quantizer``) -> [M, N] in the model dtype."""
+        if not isinstance(x, QuantizedInput):
+            x = QuantizedInput(*kernels.quantize_activations(
+                x, self.scheme.activation, getattr(layer, "input_scale", None), layer.fp8_rowwise, self.per_token
+            ), x.dtype)
+        out = self.matmul(x.data, x.scale, layer.weight, layer.weight_scale, x.dtype)
         return out if bias is None else out.add_(bias)
+
+
+def _switch(name: str) -> bool:
+    """An on-by-default environment switch: off for 0/false/no/off."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _merge_shard_scales(scales: torch.Tensor, output_sizes: list[int]) -> torch.Tensor:
