@@ -1,11 +1,15 @@
 """Benchmark AWQ int4 linear layers against the bf16 dense matmul at Llama-3.1-8B shapes (GPU).
 
-For each projection (fused qkv, o, fused gate/up, down) and token count M = 1, 4, 16, 64, 256, the
-time of ``x @ W`` with bf16 weights (``F.linear``, cuBLAS) and with AWQ weights (group 128) by each
-kernel: ``cuda`` (csrc GEMV, M <= 8), ``triton`` (fused dequant + tl.dot), ``dense`` (dequantize W,
-then cuBLAS). Timed as CUDA-graph replays (as the engine runs decode steps) over enough copies of
-the weights that they stream from memory rather than L2. Writes JSON (``--out``) with the speedup
-of the best kernel over bf16 per shape and the best kernel per M (the dispatch table).
+For each projection (fused qkv, o, fused gate/up, down) and token count M = 1, 2, 4, 8, 16, 64, 256,
+the time of ``x @ W`` with bf16 weights (``F.linear``, cuBLAS) and with AWQ weights (group 128) by
+each kernel: on the tiles layout ``tiles`` (tensor cores, csrc ``awq_tiles_gemm``, its own split-K
+plan) and ``tiles_dense`` (dequantize W, then cuBLAS); on the checkpoint layout ``cuda`` (csrc GEMV,
+M <= 8), ``triton`` (fused dequant + tl.dot), ``dense`` (dequantize W, then cuBLAS). Timed as
+CUDA-graph replays (as the engine runs decode steps) over enough copies of the weights that they
+stream from memory rather than L2. At M = 1 and 16 the tiles kernel is also timed at forced K
+splits (``tiles_splits``: the data for its split heuristic, with the split it chose). Writes JSON
+(``--out``) with the speedup of the best kernel over bf16 per shape, the best kernel per M (the
+dispatch tables), and the tiles kernel's weight bandwidth.
 
     python benchmarks/quant_awq.py --out $OUT/quant_awq.json
 """
@@ -22,10 +26,18 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "quant_awq"))
-from pagoda_quant_awq.dispatch import CUDA_MAX_TOKENS, awq_linear, cuda_extension  # noqa: E402
+from pagoda_quant_awq.dispatch import (  # noqa: E402
+    CUDA_MAX_TOKENS,
+    awq_linear,
+    awq_tiles_linear,
+    cuda_extension,
+    tiles_extension,
+)
+from pagoda_quant_awq.tiles import AwqTiles  # noqa: E402
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
-TOKENS = (1, 4, 16, 64, 256)
+TOKENS = (1, 2, 4, 8, 16, 64, 256)
+SWEEP_TOKENS, SWEEP_SPLITS = (1, 16), (1, 2, 4, 8, 16)
 GROUP = 128
 STREAM_BYTES = 512 << 20  # weights touched per timed call: well past the 50 MB L2
 
@@ -50,10 +62,23 @@ def awq_weights(k: int, n: int, count: int):
     return out
 
 
+def tiles_weights(k: int, n: int, count: int) -> list[AwqTiles]:
+    """Random weights already in the tiles layout (random bits are as good as repacked ones to time)."""
+    out = []
+    for _ in range(count):
+        weights = torch.randint(-(2**31), 2**31 - 1, (n // 64, k // 16, 32, 4), dtype=torch.int32, device="cuda")
+        zeros = torch.randint(-(2**31), 2**31 - 1, (k // GROUP, n // 64, 8), dtype=torch.int32, device="cuda")
+        scales = (torch.rand(k // GROUP, n // 64, 8, 8, device="cuda") * 0.02).to(torch.bfloat16)
+        out.append(AwqTiles(weights, scales, zeros, torch.zeros(n // 64, dtype=torch.int32, device="cuda"), GROUP))
+    return out
+
+
 def bench_shape(name: str, k: int, n: int) -> list[dict]:
     dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies_for(n * k * 2))]
     quant = awq_weights(k, n, copies_for(n * k // 2))
-    kernels = ["triton", "dense"] + (["cuda"] if cuda_extension() is not None else [])
+    tiles = tiles_weights(k, n, copies_for(n * k // 2)) if tiles_extension() is not None else []
+    kernels = (["tiles", "tiles_dense"] if tiles else []) + ["triton", "dense"] + (["cuda"] if cuda_extension() is not None else [])
+    awq_bytes = n * k // 2 + (k // GROUP) * n * 2 + (k // GROUP) * n // 2  # int4 + scales + zeros
     rows = []
     for m in TOKENS:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -61,15 +86,26 @@ def bench_shape(name: str, k: int, n: int) -> list[dict]:
         for kernel in kernels:
             if kernel == "cuda" and m > CUDA_MAX_TOKENS:
                 continue
-            fns = [lambda q=q: awq_linear(x, *q, GROUP, kernel=kernel) for q in quant]
+            if kernel.startswith("tiles"):
+                fns = [lambda t=t: awq_tiles_linear(x, t, kernel=kernel) for t in tiles]
+            else:
+                fns = [lambda q=q: awq_linear(x, *q, GROUP, kernel=kernel) for q in quant]
             row[f"{kernel}_us"] = 1e3 * graphed_ms(fns)
+        if tiles:
+            row["tiles_plan"] = tiles_extension().awq_tiles_plan(m, n, k, GROUP, 0, torch.cuda.current_device())
+            row["tiles_weight_gbps"] = awq_bytes / row["tiles_us"] / 1e3
+            if m in SWEEP_TOKENS:
+                row["tiles_splits"] = {split: 1e3 * graphed_ms([lambda t=t: awq_tiles_linear(x, t, kernel="tiles", split_k=split)
+                                                                for t in tiles]) for split in SWEEP_SPLITS}
         best = min((key for key in row if key.endswith("_us") and key != "bf16_us"), key=row.get)
         row["best"], row["speedup"] = best[:-3], row["bf16_us"] / row[best]
         rows.append(row)
         print(f"{name:8s} M={m:4d} bf16 {row['bf16_us']:8.1f} us | " + " | ".join(
-            f"{kn} {row[kn + '_us']:8.1f}" for kn in kernels if kn + "_us" in row) + f" | best {row['best']} x{row['speedup']:.2f}",
+            f"{kn} {row[kn + '_us']:8.1f}" for kn in kernels if kn + "_us" in row) + f" | best {row['best']} x{row['speedup']:.2f}"
+            + (f" | tiles plan {row['tiles_plan']} {row['tiles_weight_gbps']:.0f} GB/s" if tiles else "")
+            + (" | splits " + " ".join(f"{s}:{us:.1f}" for s, us in row["tiles_splits"].items()) if "tiles_splits" in row else ""),
             flush=True)
-    del dense, quant
+    del dense, quant, tiles
     torch.cuda.empty_cache()
     return rows
 

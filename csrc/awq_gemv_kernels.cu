@@ -206,18 +206,6 @@ void dispatch_awq_rows(const at::Tensor& x, const at::Tensor& qweight, const at:
   }
 }
 
-// Streaming multiprocessors of `device` (queried once per device).
-inline int sm_count(int device) {
-  static int counts[64] = {};
-  if (device < 0 || device >= 64) return 132;
-  if (counts[device] == 0) {
-    int n = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    counts[device] = n;
-  }
-  return counts[device];
-}
-
 void check_awq_inputs(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qzeros,
                       const at::Tensor& scales, int64_t group) {
   check_cuda(x, "x");

@@ -16,4 +16,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("value"), py::arg("kv_cache"), py::arg("slot_mapping"));
   m.def("awq_gemv", &awq_gemv, "x @ dequant(AWQ int4 W) for 1..8 tokens", py::arg("x"), py::arg("qweight"),
         py::arg("qzeros"), py::arg("scales"), py::arg("group_size"));
+#ifndef USE_ROCM
+  m.def("awq_tiles_gemm", &awq_tiles_gemm, "x @ dequant(AWQ int4 W in the tiles layout), tensor cores",
+        py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("zeros"), py::arg("locks"),
+        py::arg("group_size"), py::arg("split_k") = 0);
+  m.def("awq_tiles_dequantize", &awq_tiles_dequantize, "AWQ tiles -> dense W [K, N]", py::arg("weights"),
+        py::arg("scales"), py::arg("zeros"), py::arg("group_size"));
+  m.def("awq_tiles_plan", &awq_tiles_plan, "(m16 tiles per block, K splits) of awq_tiles_gemm", py::arg("m"),
+        py::arg("n"), py::arg("k"), py::arg("group_size"), py::arg("split_k") = 0, py::arg("device") = 0);
+#endif
+#ifndef USE_ROCM
+  m.def("flash_attention", &flash_attention, "paged attention on tensor cores: split-KV decodes, then prefills",
+        py::arg("out"), py::arg("query"), py::arg("kv_cache"), py::arg("block_tables"), py::arg("query_start_loc"),
+        py::arg("seq_lens"), py::arg("num_decodes"), py::arg("scale"), py::arg("window"), py::arg("num_splits"),
+        py::arg("part_out") = py::none(), py::arg("part_lse") = py::none());
+#endif
 }

@@ -26,3 +26,31 @@ void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tenso
 // qweight int32 [K, N/8], qzeros int32 [K/group, N/8] (AutoAWQ nibble order), scales fp16 [K/group, N].
 at::Tensor awq_gemv(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qzeros,
                     const at::Tensor& scales, int64_t group_size);
+
+#ifndef USE_ROCM  // kernels/awq_tiles.cu uses mma.sync (nvidia_only in manifest.txt)
+// AWQ int4 in the tiles layout (pagoda_quant_awq.tiles.repack) on tensor cores, any number of tokens:
+// x [m, K] fp16/bf16 (rows 16-byte aligned) -> [m, N]; weights int32 [N/64, K/16, 32, 4], scales
+// [K/group, N/64, 8, 8] in x's dtype, zeros int32 [K/group, N/64, 8], locks int32 [N/64] (zeros, left
+// zero). split_k 0: the kernel's own plan; > 0 forces the number of K splits.
+at::Tensor awq_tiles_gemm(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& scales,
+                          const at::Tensor& zeros, at::Tensor& locks, int64_t group_size, int64_t split_k);
+// The tiles dequantized to W [K, N] in the scales' dtype (for the dense-matmul path of large batches).
+at::Tensor awq_tiles_dequantize(const at::Tensor& weights, const at::Tensor& scales, const at::Tensor& zeros,
+                                int64_t group_size);
+// (m16 tiles per block, K splits) that awq_tiles_gemm uses for this shape on `device`.
+std::vector<int64_t> awq_tiles_plan(int64_t m, int64_t n, int64_t k, int64_t group_size, int64_t split_k,
+                                    int64_t device);
+#endif
+
+#ifndef USE_ROCM  // csrc/attention uses mma.sync and cp.async (nvidia_only in manifest.txt)
+// Paged attention (flash kernels, fp16/bf16, head sizes 64/128/256): decodes are sequences
+// [0, num_decodes) (one query token each, split-KV over num_splits slices with fp32 scratch part_out
+// [num_decodes, num_heads, num_splits, head_size] and part_lse [.., num_splits] when num_splits > 1),
+// then prefills. query/out [num_tokens, num_heads, head_size]; kv_cache [2, num_blocks, block_size,
+// num_kv_heads, head_size]; block_tables [num_seqs, max_blocks], query_start_loc [num_seqs + 1] and
+// seq_lens [num_seqs] int32; window 0: none. No host synchronisation.
+void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& kv_cache,
+                     const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                     int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
+                     const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse);
+#endif

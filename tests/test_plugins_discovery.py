@@ -163,7 +163,8 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
         assert info["status"] == "loaded", info
         assert (info["distribution"], info["version"]) == ("pagoda-" + folder.replace("_", "-"), "0.1.0")
         assert info["module"] == f"pagoda_{folder}.plugin"
-        registers = {"attention_triton": {"attention": ["triton"]}, "platform_cuda": {"platform": ["cuda"]},
+        registers = {"attention_triton": {"attention": ["triton"]}, "attention_flash": {"attention": ["flash"]},
+                     "platform_cuda": {"platform": ["cuda"]},
                      "platform_rocm": {"platform": ["rocm"]},
                      "quant_awq": {"quantization": ["awq"]}, "quant_fp8": {"quantization": ["fp8"]}}.get(folder, {})
         assert info["registers"] == registers, "first-party plugins register nothing until their capability lands"
@@ -193,7 +194,7 @@ def error(fn):
 
 pm = PluginManager()
 print(json.dumps({
-    "registers_nothing": error(lambda: pm.registry("attention").get("flash")),
+    "flash_on_cpu": error(lambda: pm.registry("attention").select("flash", platform=CpuPlatform())),
     "disabled": error(lambda: PluginManager(block="attention-triton").registry("attention").get("triton")),
     "incompatible": error(lambda: pm.registry("platform").select("fake-platform")),
     "auto": pm.registry("attention").select("auto", platform=CpuPlatform())[0],
@@ -203,7 +204,8 @@ print(json.dumps({
 
 def test_selection_errors_with_installed_plugins(first_party: Env) -> None:
     out = json.loads(first_party.python(SELECTION_PROBE))
-    assert "pagoda-attention-flash 0.1.0 is installed but does not register 'flash'" in out["registers_nothing"]
+    assert out["flash_on_cpu"].startswith("IncompatibleChoiceError: Attention backend 'flash' cannot be used here: "
+                                          "flash needs an NVIDIA GPU"), out["flash_on_cpu"]
     assert "plugin 'attention-triton' is disabled" in out["disabled"]
     assert out["incompatible"].startswith("IncompatibleChoiceError: Platform 'fake-platform' cannot be used here")
     assert "set FAKE_PLATFORM_AVAILABLE=1" in out["incompatible"]

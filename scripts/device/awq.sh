@@ -1,35 +1,38 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root, after
 #   source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton plugins/quant_awq
-# (installs it itself when pagoda_quant_awq is missing): AWQ kernel tests (gpu + CPU-side), the int4
-# vs bf16 linear benchmark, and batch-1 decode latency of dummy Llama-3.1-8B, AWQ vs bf16.
-# Results and logs under $OUT (6 files); a summary table at the end. About 5 minutes.
+# (installs it itself when pagoda_quant_awq is missing): AWQ kernel tests (gpu + CPU-side, the nvcc
+# compile check included), the int4 vs bf16 linear benchmark (tiles tensor-core kernel, CUDA GEMV,
+# Triton, dense paths; a split-K sweep of the tiles kernel), and batch-1 decode latency of dummy
+# Llama-3.1-8B, AWQ vs bf16. Results and logs under $OUT; a summary table at the end. Every step
+# runs under `timeout`; the timeouts add up to 9 minutes (typically about 6).
 #   bash scripts/device/awq.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/awq_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 if ! python3 -c "import pagoda_quant_awq" 2>/dev/null; then
   rm -rf plugins/*/build plugins/*/*.egg-info
-  timeout 300 bash -c "source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton plugins/quant_awq" \
+  timeout 150 bash -c "source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton plugins/quant_awq" \
     > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 fi
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-  timeout 120 python3 -c "from pagoda_quant_awq.dispatch import cuda_extension as c; print('awq_gemv kernel:', c() is not None)"
+  timeout 30 python3 -c "from pagoda_quant_awq.dispatch import cuda_extension as c, tiles_extension as t; print('awq_gemv kernel:', c() is not None, '| awq_tiles kernels:', t() is not None)"
 } 2>&1 | tee "$OUT/device.txt"
 
-timeout 140 python3 -m pytest -q -p no:cacheprovider -rs plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
 echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
+grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
 
-timeout 80 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
+timeout 100 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
 
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 1024 --max-num-seqs 8 --batch-sizes 1
         --input-len 128 --output-len 32 --repeats 2 --log-level warning)
 # the -awq config is the same model with an AWQ quantization_config (group 128): detected, no flag
-timeout 70 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]}" --result-file "$OUT/latency_awq.json" > /dev/null 2> "$OUT/latency.log"
+timeout 60 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]}" --result-file "$OUT/latency_awq.json" > /dev/null 2> "$OUT/latency.log"
 echo "latency awq: exit $?"
-timeout 70 pagoda bench latency benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --result-file "$OUT/latency_bf16.json" > /dev/null 2>> "$OUT/latency.log"
+timeout 60 pagoda bench latency benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --result-file "$OUT/latency_bf16.json" > /dev/null 2>> "$OUT/latency.log"
 echo "latency bf16: exit $?"
 
 python3 - "$OUT" <<'PY'
@@ -44,11 +47,14 @@ def load(name):
 bench = load("quant_awq.json")
 if bench:
     print("\nint4 (AWQ, g128) vs bf16, Llama-3.1-8B projections, microseconds per call (CUDA graphs)")
-    print(f"{'layer':8s} {'M':>4s} {'bf16':>8s} {'cuda':>8s} {'triton':>8s} {'dense':>8s}  best    speedup")
+    cols = ("bf16", "tiles", "tiles_dense", "cuda", "triton", "dense")
+    print(f"{'layer':8s} {'M':>4s} " + " ".join(f"{c:>11s}" for c in cols) + "  best         speedup  tiles GB/s  plan")
     for r in bench["shapes"]:
-        cell = lambda k: f"{r[k]:8.1f}" if k in r else f"{'-':>8s}"
-        print(f"{r['layer']:8s} {r['m']:4d} {cell('bf16_us')} {cell('cuda_us')} {cell('triton_us')} {cell('dense_us')}"
-              f"  {r['best']:7s} x{r['speedup']:.2f}")
+        cell = lambda k: f"{r[k]:11.1f}" if k in r else f"{'-':>11s}"
+        print(f"{r['layer']:8s} {r['m']:4d} " + " ".join(cell(c + "_us") for c in cols)
+              + f"  {r['best']:11s}  x{r['speedup']:.2f}  {r.get('tiles_weight_gbps', 0):9.0f}  {r.get('tiles_plan', '')}")
+        if "tiles_splits" in r:
+            print(f"{'':14s}tiles at forced splits: " + ", ".join(f"{s}: {us:.1f}" for s, us in r["tiles_splits"].items()))
     if "decoder_layer" in bench:
         print("decoder layer (4 projections): " + ", ".join(f"M={r['m']} x{r['speedup_best']:.2f} ({r['best']})"
                                                          for r in bench["decoder_layer"]))

@@ -2,8 +2,8 @@
 
 ``csrc/manifest.txt`` lists every source to compile, one per line, with an optional
 ``nvidia_only: <why>`` for sources that use NVIDIA-only instructions (pagoda-platform-rocm
-leaves those out). Sources under ``kernels/`` are device code without torch headers; the rest
-is the torch binding layer. Both GPU platform plugins read the list from here, so a new kernel
+leaves those out). Sources under ``kernels/`` and ``attention/`` are device code without torch headers;
+the rest is the torch binding layer. Both GPU platform plugins read the list from here, so a new kernel
 joins both builds with one line.
 """
 
@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Callable
 
 MANIFEST = "manifest.txt"
-KERNEL_LAYER = "kernels/"  # sources here include no torch header
+KERNEL_LAYER = ("kernels/", "attention/")  # sources here include no torch header
 NVIDIA_ONLY = "nvidia_only:"
 
 

@@ -1,11 +1,21 @@
 """Pagoda plugin 'attention-flash' (distribution pagoda-attention-flash).
 
-It will register the attention backend ``flash``: FlashAttention-style fused attention over the
-paged KV cache, the fastest choice on GPUs that support it (highest ``auto`` priority there),
-through the ``register_attention_backends`` hook; ``check()`` will say why it cannot run (no
-supported GPU, an unsupported dtype or head size).
-
-It registers nothing yet: the capability lands in a later release, and until then this module
-implements no hook, so ``pagoda plugins`` lists it as loaded with nothing registered, and
-selecting 'flash' fails with "installed but does not register 'flash' (yet)".
+Registers the attention backend ``flash``: FlashAttention-style kernels over the paged KV cache,
+written in CUDA C++ under ``csrc/attention/`` and built by pagoda-platform-cuda, through the
+``register_attention_backends`` hook. Priority 100: ``auto`` picks it on NVIDIA GPUs of compute
+capability 8.0+ (Ampere, Ada, Hopper) for fp16/bf16 models with head size 64, 128 or 256;
+``check()`` says why not elsewhere (no CUDA GPU, an older GPU, ROCm, float32, another head size,
+kernels not built).
 """
+
+from __future__ import annotations
+
+from pagoda.hookspecs import hookimpl
+
+
+@hookimpl
+def register_attention_backends(register) -> None:
+    """``flash``: imported here, not at module top, so ``pagoda plugins`` stays light."""
+    from pagoda_attention_flash.backend import FlashAttentionBackend
+
+    register("flash", FlashAttentionBackend)

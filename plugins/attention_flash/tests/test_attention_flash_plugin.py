@@ -1,14 +1,114 @@
-"""pagoda-attention-flash: the plugin loads through entry-point discovery and registers nothing yet."""
+"""pagoda-attention-flash: the plugin registers 'flash'; check() refuses, with the reason, every
+place the kernels cannot run (CPU, older GPUs, ROCm, float32, other head sizes, kernels not built)
+and ``auto`` ranks it below triton until it is faster."""
 
 from __future__ import annotations
 
-import importlib
+import pytest
+import torch
 
+from pagoda.interfaces.attention import AttentionSpec
+from pagoda.platforms.cpu import CpuPlatform
+from pagoda.plugins.manager import PluginManager
 from pagoda.testing import load_installed_plugin
 
+pytest.importorskip("pagoda_attention_flash", reason="pagoda-attention-flash is not installed")
+from pagoda_attention_flash import kernels  # noqa: E402
+from pagoda_attention_flash.backend import FlashAttentionBackend  # noqa: E402
 
-def test_installed_plugin_is_listed() -> None:
+SPEC = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+
+
+class _FakeGpu(CpuPlatform):
+    """A CUDA platform as check() sees it: device type, csrc kernels built, a capability."""
+
+    device_type = "cuda"
+
+    def __init__(self, csrc_reason: str | None = None) -> None:
+        self.csrc_reason = csrc_reason
+
+    def csrc_kernel_reason(self, name: str) -> str | None:
+        assert name == "attention"
+        return self.csrc_reason
+
+    def device(self) -> torch.device:
+        return torch.device("cuda", 0)
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch):
+    """torch looks like a CUDA build with an sm_90 GPU and the kernels built (nothing compiles)."""
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(kernels, "extension", lambda: (object(), None))
+    return monkeypatch
+
+
+def test_installed_plugin_registers_flash() -> None:
     info = load_installed_plugin("pagoda-attention-flash", "attention-flash")
     assert info.module == "pagoda_attention_flash.plugin"
-    assert "registers nothing yet" in importlib.import_module(info.module).__doc__
-    assert info.registers == {}  # no hook pretends to register what a later issue brings
+    assert info.registers == {"attention": ["flash"]}
+    assert FlashAttentionBackend.priority == 40 and FlashAttentionBackend.supports_graphs
+
+
+def test_check_refuses_cpu_and_rocm() -> None:
+    assert FlashAttentionBackend.check(CpuPlatform(), SPEC).startswith("flash needs an NVIDIA GPU")
+    rocm = "csrc/attention/flash_decode.cu uses NVIDIA-only instructions (mma.sync), so the ROCm build leaves it out"
+    assert FlashAttentionBackend.check(_FakeGpu(csrc_reason=rocm), SPEC) == rocm
+
+
+def test_check_accepts_sm90_and_refuses_sm75(gpu) -> None:
+    assert FlashAttentionBackend.check(_FakeGpu(), SPEC) is None
+    gpu.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    reason = FlashAttentionBackend.check(_FakeGpu(), SPEC)
+    assert "compute capability >= 8.0" in reason and "sm_75" in reason
+
+
+@pytest.mark.parametrize(
+    "spec,expected",
+    [(AttentionSpec(8, 2, 128, 0.1, 16, torch.float32), "float16 and bfloat16, not float32"),
+     (AttentionSpec(8, 2, 96, 0.1, 16, torch.float16), "head sizes 64, 128, 256, not 96"),
+     (AttentionSpec(6, 4, 64, 0.1, 16, torch.float16), "6 query heads are not a multiple of 4 kv heads")],
+    ids=["float32", "head96", "gqa-ratio"],
+)
+def test_check_refuses_unsupported_specs(gpu, spec: AttentionSpec, expected: str) -> None:
+    assert expected in FlashAttentionBackend.check(_FakeGpu(), spec)
+
+
+def test_check_refuses_head_256_without_the_shared_memory(gpu) -> None:
+    from types import SimpleNamespace
+
+    spec = AttentionSpec(8, 1, 256, 0.0625, 16, torch.bfloat16)
+    gpu.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(shared_memory_per_block_optin=227 * 1024))
+    assert FlashAttentionBackend.check(_FakeGpu(), spec) is None
+    gpu.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(shared_memory_per_block_optin=99 * 1024))
+    assert "head size 256 needs 136 KiB of shared memory per block; this GPU has 99 KiB" in FlashAttentionBackend.check(_FakeGpu(), spec)
+
+
+def test_check_names_missing_kernels(gpu) -> None:
+    gpu.setattr(kernels, "extension", lambda: (None, "the csrc kernels are unavailable (no nvcc)"))
+    assert FlashAttentionBackend.check(_FakeGpu(), SPEC) == "the csrc kernels are unavailable (no nvcc)"
+
+
+def test_auto_keeps_triton_ahead_of_flash_until_flash_is_faster(gpu) -> None:
+    attention = PluginManager().registry("attention")
+    chosen = attention.select("auto", platform=_FakeGpu(), spec=SPEC)[0]
+    assert chosen == ("triton" if attention.reason_against("triton", platform=_FakeGpu(), spec=SPEC) is None else "flash")
+    fp32 = AttentionSpec(8, 2, 128, 0.1, 16, torch.float32)
+    assert attention.select("auto", platform=_FakeGpu(), spec=fp32)[0] != "flash"
+
+
+def test_split_plan_counts_programs_per_sequence() -> None:
+    """A group of 20 q heads per kv head takes two decode programs: the plan sees 2 x kv heads."""
+    spec = AttentionSpec(40, 2, 64, 0.125, 16, torch.float16)
+    backend = FlashAttentionBackend.__new__(FlashAttentionBackend)
+    backend.spec, backend.force_num_splits, backend.num_sms = spec, None, 132
+    from pagoda.interfaces.attention import AttentionMetadata
+
+    seq_lens = torch.tensor([32768], dtype=torch.int32)
+    meta = AttentionMetadata(torch.zeros(1, dtype=torch.long), torch.zeros(1, 2048, dtype=torch.int32),
+                             torch.tensor([0, 1], dtype=torch.int32), seq_lens, 1, 32768, num_decodes=1)
+    plan = backend.prepare(meta).extra
+    assert plan.num_splits == 64  # ceil(2 * 132 / 4) = 66 -> 64 (the cap)
+    part_o, part_lse = plan.decode_scratch
+    assert part_o.shape == (1, 40, 64, 64) and part_lse.shape == (1, 40, 64)

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.attention.split_kv import decode_scratch
 from pagoda_attention_triton.tile import attend_tile, dot_precision, window_start
 
 def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
@@ -91,18 +92,6 @@ def _reduce_kernel(
     parts = tl.load(part_o_ptr + row[:, None] * HEAD_P + offs_d[None, :])  # [NUM_SPLITS, HEAD_P]
     out = tl.sum(parts * w[:, None], 0) / tl.maximum(tl.sum(w, 0), 1e-30)
     tl.store(o_ptr + seq * stride_ot + head * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD)
-
-
-def decode_scratch(
-    num_decodes: int, num_heads: int, head_size: int, num_splits: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """fp32 partial outputs ``[num_decodes, num_heads, num_splits, head_p]`` and their LSE, if split."""
-    if num_splits <= 1 or num_decodes == 0:
-        return None
-    head_p = triton.next_power_of_2(head_size)
-    part_o = torch.empty(num_decodes, num_heads, num_splits, head_p, dtype=torch.float32, device=device)
-    part_lse = torch.empty(num_decodes, num_heads, num_splits, dtype=torch.float32, device=device)
-    return part_o, part_lse
 
 
 def decode_attention(

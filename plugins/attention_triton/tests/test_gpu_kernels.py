@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from paged_batches import make_batch, reference, rel_error
+from pagoda.attention.testing import make_batch, reference, rel_error
 from pagoda.interfaces.attention import AttentionSpec
 from test_kernels import PLATFORM, run_backend
 

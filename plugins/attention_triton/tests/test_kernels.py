@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from paged_batches import make_batch, reference, rel_error
+from pagoda.attention.testing import make_batch, reference, rel_error
 from pagoda.interfaces.attention import AttentionSpec
 from pagoda.platforms.cpu import CpuPlatform
 from pagoda_attention_triton.backend import TritonAttentionBackend

@@ -1,10 +1,15 @@
 """Which AWQ kernel computes a product of a given shape, and the call itself.
 
-Kernels: ``cuda`` (the GEMV of pagoda-platform-cuda's csrc, CUDA cores, few tokens), ``triton``
-(dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the dense matmul) and
-``reference`` (torch, CPU). :data:`TABLE` maps the token count to the kernel, measured on an H100
-by ``benchmarks/quant_awq.py`` (see docs/quant_awq.md); ``PAGODA_AWQ_KERNEL`` forces one kernel
-(``cuda`` only where it applies: 1..8 fp16/bf16 tokens).
+Two weight layouts (docs/quant_awq.md). With ``PAGODA_AWQ_KERNEL=tiles`` (or ``tiles_dense``) on
+NVIDIA GPUs (sm_80+, fp16/bf16 models, N a multiple of 64, pagoda-platform-cuda's kernels built)
+every layer is repacked at load into the *tiles* layout (:mod:`pagoda_quant_awq.tiles`) and runs ``tiles`` (the tensor-core kernel, csrc
+``awq_tiles_gemm``) or ``tiles_dense`` (dequantize to W, then the dense matmul), by
+:data:`TILES_TABLE`. Otherwise the checkpoint's layout stays and runs ``cuda`` (the CUDA-core GEMV,
+few tokens), ``triton`` (dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the
+dense matmul) or ``reference`` (torch, CPU), by :data:`TABLE`. Both tables are measured by
+``benchmarks/quant_awq.py``. ``PAGODA_AWQ_KERNEL`` forces one kernel (``cuda`` only where it
+applies: 1..8 fp16/bf16 tokens); forcing a checkpoint-layout kernel also keeps layers from being
+repacked at load.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ import torch
 from pagoda_quant_awq.reference import awq_linear_reference
 
 ENV_FORCE = "PAGODA_AWQ_KERNEL"
-KERNELS = ("cuda", "triton", "dense", "reference")
+TILES_KERNELS = ("tiles", "tiles_dense")
+KERNELS = TILES_KERNELS + ("cuda", "triton", "dense", "reference")
 CUDA_MAX_TOKENS = 8  # the GEMV kernel is compiled for 1..8 tokens
 # (largest token count, kernel), first match wins. H100, 2026-11-23 (benchmarks/results/h100_2026-11-23_awq): the CUDA GEMV wins only at M = 1, Triton up to
 # 16-64 tokens, the dequantize + dense matmul beyond (decoder-layer totals)
 TABLE: tuple[tuple[int, str], ...] = ((1, "cuda"), (32, "triton"), (1 << 62, "dense"))
+# The same for layers in the tiles layout (opt-in): the tensor-core kernel up to 16 tokens, where the
+# H100 measured it at 0.93-1.30x bf16 by layer; dequantize + cuBLAS above (it fell to 0.3-0.7x at 64+).
+TILES_TABLE: tuple[tuple[int, str], ...] = ((16, "tiles"), (1 << 62, "tiles_dense"))
 
 
 @functools.cache
@@ -39,11 +48,70 @@ def cuda_extension():
     return ext if hasattr(ext, "awq_gemv") else None
 
 
-def choose_kernel(m: int, device: torch.device, dtype: torch.dtype) -> str:
-    """The kernel for ``m`` tokens on ``device``: the forced one, else the table's, else a fallback."""
-    forced = os.environ.get(ENV_FORCE)
+def forced_kernel() -> str | None:
+    """``PAGODA_AWQ_KERNEL``, checked."""
+    forced = os.environ.get(ENV_FORCE) or None
     if forced and forced not in KERNELS:
         raise ValueError(f"{ENV_FORCE}={forced!r}: choose one of {', '.join(KERNELS)}")
+    return forced
+
+
+def tiles_reason(device: torch.device, dtype: torch.dtype, k: int, n: int, group_size: int) -> str | None:
+    """``None`` if a ``[k, n]`` layer on ``device`` is repacked into the tiles layout, else why not."""
+    from pagoda_quant_awq.tiles import tiles_fit
+
+    forced = forced_kernel()
+    if forced not in TILES_KERNELS:  # measured slower end to end (docs/quant_awq.md): opt-in for now
+        return f"the tiles layout is opt-in ({ENV_FORCE}=tiles or tiles_dense)"
+    if device.type != "cuda":
+        return "the tiles kernels are for NVIDIA GPUs"  # (ROCm builds leave them out: tiles_extension is None)
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"the tiles kernels compute in fp16/bf16, not {dtype}"
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return "the tiles kernels need compute capability 8.0 (mma.sync m16n8k16)"
+    if tiles_extension() is None:
+        return "pagoda-platform-cuda's kernels (with awq_tiles_gemm) are not built here"
+    return tiles_fit(k, n, group_size)
+
+
+@functools.cache
+def tiles_extension():
+    """pagoda-platform-cuda's compiled module if it has the tiles kernels, else ``None``."""
+    ext = cuda_extension()
+    return ext if ext is not None and hasattr(ext, "awq_tiles_gemm") else None
+
+
+def choose_tiles_kernel(m: int) -> str:
+    """``tiles`` or ``tiles_dense`` for ``m`` tokens of a layer in the tiles layout."""
+    forced = forced_kernel()
+    if forced in TILES_KERNELS:
+        return forced
+    return next(name for limit, name in TILES_TABLE if m <= limit)
+
+
+def awq_tiles_linear(x: torch.Tensor, tiles, bias: torch.Tensor | None = None, kernel: str | None = None,
+                     split_k: int = 0) -> torch.Tensor:
+    """``x`` [tokens, in] -> [tokens, out] = x @ dequant(W) (+ bias) for a layer in the tiles layout
+    (:class:`pagoda_quant_awq.tiles.AwqTiles`); ``split_k`` > 0 forces the kernel's K split."""
+    ext = tiles_extension()
+    if ext is None:
+        raise RuntimeError("the AWQ tiles kernels are unavailable: install pagoda-platform-cuda with its kernels built")
+    kernel = kernel or choose_tiles_kernel(x.shape[0])
+    if kernel == "tiles_dense":
+        out = x @ ext.awq_tiles_dequantize(tiles.weights, tiles.scales, tiles.zeros, tiles.group_size)
+    else:
+        if x.stride(-1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:  # rows read 16 bytes at a time
+            x = x.clone(memory_format=torch.contiguous_format)
+        out = ext.awq_tiles_gemm(x, tiles.weights, tiles.scales, tiles.zeros, tiles.locks, tiles.group_size, split_k)
+    return out if bias is None else out + bias
+
+
+def choose_kernel(m: int, device: torch.device, dtype: torch.dtype) -> str:
+    """The kernel for ``m`` tokens of a layer in the checkpoint's layout on ``device``: the forced
+    one, else the table's, else a fallback."""
+    forced = forced_kernel()
+    if forced in TILES_KERNELS:
+        forced = None  # this layer was not repacked (see tiles_reason): the table decides
     if forced and (forced != "cuda" or _gemv_applies(m, dtype)):
         return forced
     if device.type != "cuda":

@@ -6,9 +6,11 @@ layers: both packed tensors are packed along the output axis, 8 columns per int3
 - ``qweight`` int32 ``[in, out/8]``, ``qzeros`` int32 ``[in/group, out/8]`` (AWQ nibble order),
 - ``scales`` ``[in/group, out]`` (fp16 in the checkpoint; kept fp16 for fp16/bf16 models).
 
-``apply`` runs the kernel that :mod:`pagoda_quant_awq.dispatch` picks for the batch size: the CUDA
-GEMV for a few tokens, the Triton fused kernel, or dequantize + dense matmul; on CPU the torch
-reference.
+``process_weights_after_loading`` repacks them, where the tensor-core kernel runs (NVIDIA sm_80+,
+fp16/bf16, see ``dispatch.tiles_reason``), into the tiles layout (:mod:`pagoda_quant_awq.tiles`):
+``awq_weights``, ``awq_scales``, ``awq_zeros`` and the buffer ``awq_locks`` replace the three
+checkpoint tensors. ``apply`` runs the kernel that :mod:`pagoda_quant_awq.dispatch` picks for the
+layout and batch size; on CPU the torch reference.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pagoda.errors import ModelLoadError
 from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda_quant_awq.config import AwqConfig
 from pagoda_quant_awq.packing import PACK
+from pagoda_quant_awq.tiles import AwqTiles
 
 
 class AwqMethod(QuantizationMethod):
@@ -38,11 +41,35 @@ class AwqMethod(QuantizationMethod):
         layer.scales = nn.Parameter(torch.empty(in_features // group, out_features, dtype=scale_dtype),
                                     requires_grad=False)
         layer.scales.output_dim = 1
+        layer.awq_dtype = dtype
+
+    def process_weights_after_loading(self, layer: nn.Module) -> None:
+        from pagoda_quant_awq.dispatch import tiles_reason
+        from pagoda_quant_awq.tiles import repack
+
+        k, n = layer.qweight.shape[0], layer.scales.shape[1]
+        if tiles_reason(layer.qweight.device, layer.awq_dtype, k, n, self.config.group_size) is not None:
+            return  # the checkpoint layout stays (CPU, fp32, other GPUs, N not a multiple of 64)
+        tiles = repack(layer.qweight.data, layer.qzeros.data, layer.scales.data, self.config.group_size,
+                       layer.awq_dtype)
+        for name in ("qweight", "qzeros", "scales"):
+            delattr(layer, name)
+        layer.awq_weights = nn.Parameter(tiles.weights, requires_grad=False)
+        layer.awq_scales = nn.Parameter(tiles.scales, requires_grad=False)
+        layer.awq_zeros = nn.Parameter(tiles.zeros, requires_grad=False)
+        layer.register_buffer("awq_locks", tiles.locks, persistent=False)
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        from pagoda_quant_awq.dispatch import awq_linear
+        from pagoda_quant_awq.dispatch import awq_linear, awq_tiles_linear
 
+        if hasattr(layer, "awq_weights"):
+            return awq_tiles_linear(x, tiles_of(layer, self.config.group_size), bias)
         return awq_linear(x, layer.qweight, layer.qzeros, layer.scales, self.config.group_size, bias)
+
+
+def tiles_of(layer: nn.Module, group_size: int) -> AwqTiles:
+    """The tiles-layout tensors of a repacked layer."""
+    return AwqTiles(layer.awq_weights, layer.awq_scales, layer.awq_zeros, layer.awq_locks, group_size)
 
 
 def _packed(data: torch.Tensor) -> nn.Parameter:

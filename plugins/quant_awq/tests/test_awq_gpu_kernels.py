@@ -1,13 +1,15 @@
-"""GPU: the CUDA GEMV and the Triton kernels against the float64 product at Llama-3.1-8B shapes, and a
-tiny AWQ Llama generating on CUDA like its dequantized weights."""
+"""GPU: the tensor-core tiles kernel, the CUDA GEMV and the Triton kernels against the float64 product
+at Llama-3.1-8B shapes, and a tiny AWQ Llama generating on CUDA (CUDA graphs) like its dequantized
+weights and like the reference path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pagoda_quant_awq.dispatch import awq_linear, cuda_extension
+from pagoda_quant_awq.dispatch import awq_linear, awq_tiles_linear, cuda_extension, tiles_extension
 from pagoda_quant_awq.packing import dequantize
+from pagoda_quant_awq.tiles import dequantize_tiles, repack
 
 pytestmark = pytest.mark.gpu
 # (in, out) of Llama-3.1-8B's fused qkv, o, fused gate/up and down projections
@@ -32,6 +34,87 @@ def _check(kernel: str, m: int, shape: str, dtype: torch.dtype, group: int = 128
     assert got.dtype == dtype and got.shape == (m, n)
     err = ((got.double() - expected).abs().max() / expected.abs().max()).item()
     assert err < TOL[dtype], f"{kernel} m={m} {shape} {dtype}: relative error {err:.2e}"
+
+
+def _check_tiles(kernel: str, m: int, shape: str, dtype: torch.dtype, group: int = 128, split_k: int = 0) -> None:
+    k, n = SHAPES[shape]
+    qweight, qzeros, scales = _random_awq(k, n, group, seed=m + group)
+    tiles = repack(qweight, qzeros, scales, group, dtype)
+    x = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1)).to(dtype)
+    expected = x.double() @ dequantize(qweight, qzeros, scales, group, torch.float64)  # [m, n]
+    got = awq_tiles_linear(x, tiles, kernel=kernel, split_k=split_k)
+    assert got.dtype == dtype and got.shape == (m, n)
+    err = ((got.double() - expected).abs().max() / expected.abs().max()).item()
+    assert err < TOL[dtype], f"{kernel} m={m} {shape} {dtype} g{group} split {split_k}: relative error {err:.2e}"
+    # against the exact product of the weights the kernel uses (bf16: scales rounded to bf16)
+    exact = x.double() @ dequantize_tiles(tiles).double()
+    rows = exact.abs().amax(1, keepdim=True)
+    assert ((got.double() - exact).abs() <= exact.abs() * torch.finfo(dtype).eps + rows * 1e-4).all()
+    assert not tiles.locks.any(), "the split-K counters must be back at zero"
+
+
+@pytest.fixture
+def tiles_kernels() -> None:
+    if tiles_extension() is None:
+        pytest.skip("pagoda-platform-cuda's kernels (with awq_tiles_gemm) are not built here")
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 64, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiles_gemm_at_llama_8b_shapes(tiles_kernels, shape: str, m: int, dtype: torch.dtype) -> None:
+    _check_tiles("tiles", m, shape, dtype)
+
+
+@pytest.mark.parametrize("group", [32, 64])
+@pytest.mark.parametrize("m", [1, 5, 16, 33])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiles_gemm_group_sizes(tiles_kernels, group: int, m: int, dtype: torch.dtype) -> None:
+    _check_tiles("tiles", m, "down", dtype, group)
+    _check_tiles("tiles", m, "qkv", dtype, group)
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 3, 7, 64])
+@pytest.mark.parametrize("m", [1, 16, 40])
+def test_tiles_gemm_forced_splits(tiles_kernels, split_k: int, m: int) -> None:
+    """Every split count (uneven ones too, and more than the shape allows: clamped) sums the same."""
+    _check_tiles("tiles", m, "o", torch.bfloat16, 128, split_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiles_dequantize_is_exact(tiles_kernels, dtype: torch.dtype) -> None:
+    qweight, qzeros, scales = _random_awq(4096, 6144, 64)
+    tiles = repack(qweight, qzeros, scales, 64, dtype)
+    got = tiles_extension().awq_tiles_dequantize(tiles.weights, tiles.scales, tiles.zeros, 64)
+    assert torch.equal(got, dequantize_tiles(tiles))
+    if dtype == torch.float16:
+        assert torch.equal(got, dequantize(qweight, qzeros, scales, 64, torch.float16))
+
+
+@pytest.mark.parametrize("shape", ["qkv", "down"])
+def test_tiles_dense_path(tiles_kernels, shape: str) -> None:
+    _check_tiles("tiles_dense", 256, shape, torch.bfloat16)
+
+
+def test_tiles_gemm_under_cuda_graph_replays(tiles_kernels) -> None:
+    """Split-K counters and scratch survive graph capture and repeated replays."""
+    k, n = SHAPES["o"]
+    tiles = repack(*_random_awq(k, n, 128), 128, torch.bfloat16)
+    x = torch.randn(4, k, device="cuda", dtype=torch.bfloat16)
+    eager = awq_tiles_linear(x, tiles, kernel="tiles", split_k=4)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        awq_tiles_linear(x, tiles, kernel="tiles", split_k=4)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = awq_tiles_linear(x, tiles, kernel="tiles", split_k=4)
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager), "split sums run in a fixed order: replays are bit-identical"
+    assert not tiles.locks.any()
 
 
 @pytest.fixture
@@ -78,7 +161,8 @@ def test_tiny_awq_llama_on_cuda(checkpoints_on_gpu) -> None:
     assert greedy(awq) == greedy(dense)
 
 
-@pytest.mark.parametrize("dtype, kernel", [("float16", "cuda"), ("bfloat16", "cuda"), ("bfloat16", "triton")])
+@pytest.mark.parametrize("dtype, kernel", [("float16", "cuda"), ("bfloat16", "cuda"), ("bfloat16", "triton"),
+                                           ("float16", "tiles"), ("bfloat16", "tiles"), ("bfloat16", "tiles_dense")])
 def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest.MonkeyPatch, dtype: str,
                                          kernel: str) -> None:
     """Decode steps (CUDA graphs) through one kernel: the tokens' logprobs match the dense model's."""
@@ -86,8 +170,43 @@ def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest
 
     if kernel == "cuda" and cuda_extension() is None:
         pytest.skip("pagoda-platform-cuda's kernels (with awq_gemv) are not built here")
+    if kernel.startswith("tiles") and tiles_extension() is None:
+        pytest.skip("pagoda-platform-cuda's kernels (with awq_tiles_gemm) are not built here")
     monkeypatch.setenv("PAGODA_AWQ_KERNEL", kernel)
     awq, dense = checkpoints_on_gpu
     gap = logprob_gap(awq, dense, [5, 17, 99, 3, 42, 7], 8, dtype=dtype, platform="cuda", block_size=16,
                       max_num_seqs=4, max_num_batched_tokens=64)
     assert gap < 0.1, f"logprob gap {gap:.3f}"
+
+
+def test_tiny_awq_llama_tiles_equal_the_reference_path(tiles_kernels, checkpoints_on_gpu,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Greedy decoding through CUDA graphs in float16, where the tiles layout dequantizes bit-exactly:
+    the repacked layers (opt-in, PAGODA_AWQ_KERNEL=tiles) give the reference path's tokens; by
+    default layers keep the checkpoint's layout. (bfloat16 rounds the scales once more at the
+    repack: its logprobs are checked in test_tiny_awq_llama_logprobs_on_cuda.)"""
+    from pagoda import LLM, SamplingParams
+    from pagoda_quant_awq.method import AwqMethod
+
+    awq, _ = checkpoints_on_gpu
+    params = SamplingParams(temperature=0, max_tokens=12)
+    prompts = [[5, 17, 99, 3], list(range(40, 70)), [7, 7, 8]]
+    kwargs = dict(dtype="float16", platform="cuda", block_size=16, max_num_seqs=4, max_num_batched_tokens=64)
+
+    def greedy(kernel: str | None):
+        if kernel is None:
+            monkeypatch.delenv("PAGODA_AWQ_KERNEL", raising=False)
+        else:
+            monkeypatch.setenv("PAGODA_AWQ_KERNEL", kernel)
+        llm = LLM(model=str(awq), **kwargs)
+        layer = dict(llm.engine.core.parts.model.named_modules())["model.layers.0.mlp.down_proj"]
+        assert isinstance(layer.quant_method, AwqMethod)
+        repacked = hasattr(layer, "awq_weights")
+        return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)], repacked
+
+    tiles, repacked = greedy("tiles")
+    assert repacked, "PAGODA_AWQ_KERNEL=tiles repacks fp16/bf16 layers on an sm_80+ GPU"
+    assert not greedy(None)[1], "the tiles layout is opt-in"
+    reference, repacked = greedy("reference")
+    assert not repacked
+    assert tiles == reference

@@ -45,5 +45,22 @@ def test_forced_kernel(monkeypatch) -> None:
     assert dispatch.choose_kernel(9, torch.device("cuda"), torch.bfloat16) == "triton"
     assert dispatch.choose_kernel(4, torch.device("cuda"), torch.float32) == "triton"  # the GEMV takes no fp32
     monkeypatch.setenv(dispatch.ENV_FORCE, "fast")
-    with pytest.raises(ValueError, match="PAGODA_AWQ_KERNEL='fast': choose one of cuda, triton, dense, reference"):
+    with pytest.raises(ValueError, match="PAGODA_AWQ_KERNEL='fast': choose one of tiles, tiles_dense, cuda, triton, dense, reference"):
         dispatch.choose_kernel(1, cpu, torch.float32)
+
+
+def test_tiles_layout_choice(monkeypatch) -> None:
+    from pagoda_quant_awq import dispatch
+
+    cuda = torch.device("cuda")
+    monkeypatch.delenv(dispatch.ENV_FORCE, raising=False)  # the tiles layout is opt-in
+    assert "opt-in" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
+    monkeypatch.setenv(dispatch.ENV_FORCE, "triton")  # a checkpoint-layout kernel keeps layers unpacked
+    assert "opt-in" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
+    monkeypatch.setenv(dispatch.ENV_FORCE, "tiles")
+    assert "NVIDIA GPUs" in dispatch.tiles_reason(torch.device("cpu"), torch.bfloat16, 4096, 4096, 128)
+    assert dispatch.choose_tiles_kernel(4096) == "tiles"
+    assert dispatch.choose_kernel(4, cuda, torch.float32) == "triton"  # an unpacked (fp32) layer: the table
+    monkeypatch.delenv(dispatch.ENV_FORCE)
+    limit, kernel = dispatch.TILES_TABLE[0]
+    assert (dispatch.choose_tiles_kernel(1), dispatch.choose_tiles_kernel(limit + 1)) == (kernel, "tiles_dense")

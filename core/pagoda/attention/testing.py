@@ -1,4 +1,4 @@
-"""Random paged batches and a float64 reference for the attention kernels' tests."""
+"""Random paged batches and a float64 reference for the attention backends' tests (triton, flash)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,247 @@
+// Device helpers of the flash attention kernels (torch-free, NVIDIA sm_80+ only):
+// cp.async copies into shared memory, ldmatrix fragment loads, mma.sync m16n8k16 with fp32
+// accumulators, the swizzled shared-memory layout of a [rows, D] tile, and the paged K/V row address.
+//
+// Fragment layouts of mma.sync.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4), each
+// register holding two 16-bit values (the lower column in the low half):
+//   A (16 x 16, row major): a0 (row g, cols 2t..2t+1), a1 (row g+8, same), a2 (row g, cols 2t+8..),
+//                           a3 (row g+8, cols 2t+8..)
+//   B (16 x 8, k x n):      b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
+//   C (16 x 8, fp32):       c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, cols 2t, 2t+1)
+// scripts and tests emulate these in numpy (plugins/attention_flash/tests/test_fragment_layouts.py).
+#pragma once
+
+#include <cstdint>
+
+#include "../compat.h"
+
+// The instructions below exist from sm_80 on; for older targets the kernels compile to a trap so
+// that one extension still builds for every architecture of TORCH_CUDA_ARCH_LIST.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define PAGODA_FLASH_ENABLED 1
+#else
+#define PAGODA_FLASH_ENABLED 0
+#endif
+
+namespace pagoda {
+namespace flash {
+
+constexpr int kWarpSize = 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- shared-memory tiles ---------------------------------------------------------------------
+// A tile of `rows` x D 16-bit values is stored as rows of D / 8 chunks of 16 bytes; chunk c of row r
+// sits at chunk position c ^ (r % 8), so the 8 rows an ldmatrix reads (or a cp.async writes) fall
+// in 8 different bank groups. Needs D / 8 >= 8 (D >= 64).
+template <int D>
+PAGODA_INLINE int swizzle(int row, int chunk) {
+  static_assert(D % 64 == 0, "the swizzle needs at least 8 chunks of 16 bytes per row");
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// ---- asynchronous copies -----------------------------------------------------------------------
+// 16 bytes global -> shared; `valid == false` writes 16 zero bytes and reads nothing (`src` must
+// still be a mapped address: callers pass the tensor's base pointer then).
+PAGODA_INLINE void cp_async16(void* dst, const void* src, bool valid) {
+#if PAGODA_FLASH_ENABLED
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
+#endif
+}
+
+PAGODA_INLINE void cp_async_commit() {
+#if PAGODA_FLASH_ENABLED
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+PAGODA_INLINE void cp_async_wait() {
+#if PAGODA_FLASH_ENABLED
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// ---- fragment loads ------------------------------------------------------------------------------
+// Four 8x8 matrices of 16-bit values; lanes 8i..8i+7 give the row addresses of matrix i, and
+// register i receives (row lane/4, cols 2(lane%4)..+1) of matrix i (with .trans: (rows 2(lane%4)..+1,
+// col lane/4), i.e. the transpose).
+PAGODA_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
+#if PAGODA_FLASH_ENABLED
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(src));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+PAGODA_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) {
+#if PAGODA_FLASH_ENABLED
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(src));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#endif
+}
+
+// ---- tensor-core product -------------------------------------------------------------------------
+// c (16 x 8, fp32) += a (16 x 16) * b (16 x 8), 16-bit inputs of type T.
+template <typename T>
+PAGODA_INLINE void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+PAGODA_INLINE void mma_16816<half_t>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if PAGODA_FLASH_ENABLED
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+template <>
+PAGODA_INLINE void mma_16816<bf16_t>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if PAGODA_FLASH_ENABLED
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two floats rounded to T (nearest even) in one register: `lo` in the low half.
+template <typename T>
+PAGODA_INLINE uint32_t pack2(float lo, float hi);
+
+template <>
+PAGODA_INLINE uint32_t pack2<half_t>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <>
+PAGODA_INLINE uint32_t pack2<bf16_t>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---- warp reductions over the 4 lanes of a quad (the lanes that share a fragment row) ------------
+PAGODA_INLINE float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+PAGODA_INLINE float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---- the paged cache -----------------------------------------------------------------------------
+// Element offset of key position `pos` of one sequence in a cache half (K or V) laid out
+// [num_blocks, block_size, num_kv_heads, head_size], already offset to the kv head.
+PAGODA_INLINE int64_t paged_row(const int32_t* block_table_row, int pos, int block_size, int64_t stride_block,
+                                int64_t stride_token) {
+  const int page = __ldg(block_table_row + pos / block_size);
+  return static_cast<int64_t>(page) * stride_block + static_cast<int64_t>(pos % block_size) * stride_token;
+}
+
+// ---- online softmax ------------------------------------------------------------------------------
+// Rows g and g + 8 of a warp's 16-row fragment: running max `m` (log2 domain), this lane's partial
+// sum `l` (summed over the quad at the end) and the fp32 output accumulator `o` [D / 8][4].
+// `s` [N / 8][4] holds the scores of N keys already scaled by scale * log2(e) and masked (-inf).
+// Rescales `o` and `l`, turns `s` into probabilities p = 2^(s - m) in place.
+template <int N, int D>
+PAGODA_INLINE void online_softmax(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float row_max = m[half];
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) row_max = fmaxf(row_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+    row_max = quad_max(row_max);
+    // a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0, alpha = 1 or 0)
+    const float base = row_max == -INFINITY ? 0.0f : row_max;
+    const float alpha = exp2f(m[half] - base);
+    m[half] = row_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      s[nt][2 * half] = exp2f(s[nt][2 * half] - base);
+      s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - base);
+      sum += s[nt][2 * half] + s[nt][2 * half + 1];
+    }
+    l[half] = l[half] * alpha + sum;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][2 * half] *= alpha;
+      o[dt][2 * half + 1] *= alpha;
+    }
+  }
+}
+
+// The probabilities of 16 keys (score tiles 2k and 2k + 1) as the A fragment of P @ V.
+template <typename T>
+PAGODA_INLINE void probs_to_a(const float (&lo)[4], const float (&hi)[4], uint32_t (&a)[4]) {
+  a[0] = pack2<T>(lo[0], lo[1]);
+  a[1] = pack2<T>(lo[2], lo[3]);
+  a[2] = pack2<T>(hi[0], hi[1]);
+  a[3] = pack2<T>(hi[2], hi[3]);
+}
+
+// ---- products over shared-memory tiles -----------------------------------------------------------
+// A fragment of rows row0..row0+15, columns 16k..16k+15 of a swizzled [*, D] tile.
+template <int D>
+PAGODA_INLINE void load_a(uint32_t (&a)[4], const void* tile, int row0, int k, int lane) {
+  const auto* base = static_cast<const uint16_t*>(tile);
+  ldmatrix_x4(a, base + swizzle<D>(row0 + (lane & 15), 2 * k + (lane >> 4)));
+}
+
+// s[2p], s[2p+1] += a (16 rows x dims 16k..16k+15) @ K^T for keys key0 + 16p .. +15 of a swizzled
+// K tile [keys, D] (so K rows are the B operand's columns: no transpose).
+template <typename T, int D>
+PAGODA_INLINE void qk_step(float (&s0)[4], float (&s1)[4], const uint32_t (&a)[4], const void* k_tile, int key0,
+                           int k, int lane) {
+  const auto* base = static_cast<const uint16_t*>(k_tile);
+  const int i = lane >> 3;
+  uint32_t b[4];
+  ldmatrix_x4(b, base + swizzle<D>(key0 + (lane & 7) + 8 * (i >> 1), 2 * k + (i & 1)));
+  mma_16816<T>(s0, a, b[0], b[1]);
+  mma_16816<T>(s1, a, b[2], b[3]);
+}
+
+// o[dt] += p (16 rows x keys key0..key0+15) @ V[key0.., all D dims] of a swizzled V tile [keys, D].
+template <typename T, int D>
+PAGODA_INLINE void pv_step(float (&o)[D / 8][4], const uint32_t (&p)[4], const void* v_tile, int key0, int lane) {
+  const auto* base = static_cast<const uint16_t*>(v_tile);
+  const int i = lane >> 3;
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, base + swizzle<D>(key0 + (lane & 7) + 8 * (i & 1), 2 * dp + (i >> 1)));
+    mma_16816<T>(o[2 * dp], p, b[0], b[1]);
+    mma_16816<T>(o[2 * dp + 1], p, b[2], b[3]);
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------------------
+// Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
+// (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
+// The kernel is a template argument so that each instantiation keeps its own flags (every
+// instantiation has the same function-pointer type: keyed by type, the first opt-in hid the rest).
+template <auto Kernel>
+void allow_shared_memory(int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static bool done[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 64 && !done[device]) {
+    cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    done[device] = true;
+  }
+}
+
+}  // namespace flash
+}  // namespace pagoda

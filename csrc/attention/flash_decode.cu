@@ -1,0 +1,290 @@
+// Paged decode attention on tensor cores (mma.sync m16n8k16, sm_80+), GQA-aware, with split-KV.
+//
+// A program (128 threads, 4 warps) owns one decode sequence, one kv head, up to 16 of the q heads
+// that share it (the rows of one m16 fragment; a group of more than 16 heads takes several
+// programs) and one of `num_splits` slices of the context: every K/V byte is read once for all the
+// q heads of a kv head. Within the slice, warp w takes the 16-key tiles w, w + 4, w + 8, ...; each
+// warp streams its tiles through its own STAGES-deep cp.async ring in shared memory (no block-wide
+// barrier in the loop) and keeps its own running max, sum and fp32 output rows. At the end the four
+// warps are merged through shared memory. With one split the program writes the output; otherwise
+// it writes its normalised fp32 partial output and log2-sum-exp, and flash_decode_reduce_kernel
+// combines the splits with weights 2^(lse_s - max lse).
+//
+// The slice bounds come from seq_lens on the device, so any num_splits is correct; the launch
+// shape depends on (num_decodes, num_splits) only: CUDA-graph safe, no host synchronisation.
+#include <algorithm>
+
+#include "flash_attention.h"
+#include "flash_common.cuh"
+
+namespace pagoda {
+namespace flash {
+
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeWarps = kDecodeThreads / kWarpSize;
+constexpr int kDecodeKeys = 16;  // keys per warp tile (the k of one P V product)
+constexpr int kDecodeRows = 16;  // q heads per program (the m of the fragments)
+
+template <int D>
+struct DecodeTile {
+  // shared memory per program: D 64: 50 KiB, 128: 68 KiB (fits the 99 KiB of sm_86/sm_89), 256: 136 KiB
+  // (sm_80/sm_90 only: the backend's check() asks for it)
+  static constexpr int kStages = D <= 64 ? 3 : 2;
+  static constexpr int kStageElems = 2 * kDecodeKeys * D;  // K then V tile
+  static constexpr int kRingBytes = kDecodeWarps * kStages * kStageElems * 2;
+  static constexpr int kMergeBytes = kDecodeWarps * kDecodeRows * (D + 2) * 4;  // fp32 rows, max, sum
+  static constexpr int kSmemBytes = kDecodeRows * D * 2 + (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes);
+};
+
+// cp.async this lane's share of a 16-key K and V tile (keys key0.., zeros from key_hi on).
+template <int D>
+PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const uint16_t* v_base,
+                                const int32_t* bt_row, int key0, int key_hi, int block_size, int64_t stride_block,
+                                int64_t stride_token, int lane) {
+  constexpr int kChunks = D / 8;
+  constexpr int kPasses = kDecodeKeys * kChunks / kWarpSize;
+  uint16_t* k_tile = stage;
+  uint16_t* v_tile = stage + kDecodeKeys * D;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int i = lane + pass * kWarpSize;
+    const int r = i / kChunks, c = i % kChunks;
+    const int pos = key0 + r;
+    const bool valid = pos < key_hi;
+    const int64_t row = valid ? paged_row(bt_row, pos, block_size, stride_block, stride_token) + c * 8 : 0;
+    cp_async16(k_tile + swizzle<D>(r, c), k_base + row, valid);
+    cp_async16(v_tile + swizzle<D>(r, c), v_base + row, valid);
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kDecodeThreads)
+    flash_decode_kernel(FlashAttentionArgs p, int num_splits, float* part_out, float* part_lse) {
+#if PAGODA_FLASH_ENABLED
+  using Tile = DecodeTile<D>;
+  constexpr int STAGES = Tile::kStages;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* s_q = smem;  // [16, D]
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  uint16_t* ring = smem + kDecodeRows * D + warp * STAGES * Tile::kStageElems;
+
+  const int seq = blockIdx.x;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int row_blocks = (group + kDecodeRows - 1) / kDecodeRows;
+  const int kv_head = blockIdx.y / row_blocks;
+  const int first_row = (blockIdx.y % row_blocks) * kDecodeRows;  // within the group
+  const int rows = min(group - first_row, kDecodeRows);
+  const int head0 = kv_head * group + first_row;  // q head of row 0
+  const int split = blockIdx.z;
+
+  const int seq_len = p.seq_lens[seq];
+  const int lo = p.window > 0 ? max(seq_len - p.window, 0) : 0;
+  const int per_split = ((seq_len - lo + num_splits - 1) / num_splits + 63) / 64 * 64;
+  const int key_lo = lo + split * per_split;
+  const int key_hi = min(key_lo + per_split, seq_len);
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kDecodeKeys - 1) / kDecodeKeys : 0;
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+
+  // Q rows of this program (zeros for rows past the group), then the first tiles of each warp
+  const auto* q_base = static_cast<const uint16_t*>(p.query) + seq * p.q_stride_token;
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int pass = 0; pass < kDecodeRows * kChunks / kDecodeThreads; ++pass) {
+    const int i = threadIdx.x + pass * kDecodeThreads;
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = r < rows;
+    cp_async16(s_q + swizzle<D>(r, c), q_base + (valid ? (head0 + r) * p.q_stride_head + c * 8 : 0), valid);
+  }
+  cp_async_commit();
+
+  const auto* k_base = static_cast<const uint16_t*>(p.k_cache) + kv_head * p.cache_stride_head;
+  const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
+  const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
+  auto tile_key0 = [&](int i) { return key_lo + (warp + i * kDecodeWarps) * kDecodeKeys; };
+  auto issue = [&](int i) {
+    if (i < my_tiles) {
+      load_kv_tile<D>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, tile_key0(i), key_hi,
+                      p.block_size, p.cache_stride_block, p.cache_stride_token, lane);
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+  };
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) issue(i);
+  cp_async_wait<STAGES - 1>();  // Q (the oldest group)
+  __syncthreads();
+
+  constexpr bool kQInRegisters = D <= 128;
+  uint32_t q_frag[kQInRegisters ? D / 16 : 1][4];
+  if constexpr (kQInRegisters) {
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) load_a<D>(q_frag[k], s_q, 0, k, lane);
+  }
+  float o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale = p.scale * kLog2e;
+
+  for (int i = 0; i < my_tiles; ++i) {
+    __syncwarp();  // every lane is done with the stage the next issue overwrites
+    issue(i + STAGES - 1);
+    cp_async_wait<STAGES - 1>();  // tile i
+    __syncwarp();
+    const uint16_t* k_tile = ring + (i % STAGES) * Tile::kStageElems;
+    const uint16_t* v_tile = k_tile + kDecodeKeys * D;
+
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+      uint32_t a[4];
+      if constexpr (kQInRegisters) {
+        a[0] = q_frag[k][0], a[1] = q_frag[k][1], a[2] = q_frag[k][2], a[3] = q_frag[k][3];
+      } else {
+        load_a<D>(a, s_q, 0, k, lane);
+      }
+      qk_step<T, D>(s[0], s[1], a, k_tile, 0, k, lane);
+    }
+    const int key0 = tile_key0(i);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + 8 * nt + 2 * (lane % 4) + (e & 1);
+        s[nt][e] = key < key_hi ? s[nt][e] * scale : -INFINITY;  // every key in range is visible
+      }
+    }
+    online_softmax<kDecodeKeys, D>(s, m, l, o);
+    uint32_t prob[4];
+    probs_to_a<T>(s[0], s[1], prob);
+    pv_step<T, D>(o, prob, v_tile, 0, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the rings are reused below
+
+  // merge the warps: each writes its rows (fp32), max and sum; then every thread combines columns
+  float* merge_o = reinterpret_cast<float*>(smem + kDecodeRows * D);  // [warps][16][D]
+  float* merge_m = merge_o + kDecodeWarps * kDecodeRows * D;          // [warps][16]
+  float* merge_l = merge_m + kDecodeWarps * kDecodeRows;              // [warps][16]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = lane / 4 + 8 * half;
+    const float sum = quad_sum(l[half]);
+    float* row = merge_o + (warp * kDecodeRows + r) * D + 2 * (lane % 4);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<float2*>(row + 8 * dt) = make_float2(o[dt][2 * half], o[dt][2 * half + 1]);
+    }
+    if (lane % 4 == 0) {
+      merge_m[warp * kDecodeRows + r] = m[half];
+      merge_l[warp * kDecodeRows + r] = sum;
+    }
+  }
+  __syncthreads();
+
+  constexpr int kQuads = kDecodeRows * D / 4;
+#pragma unroll
+  for (int pass = 0; pass < kQuads / kDecodeThreads; ++pass) {
+    const int i = threadIdx.x + pass * kDecodeThreads;
+    const int r = i / (D / 4), c = (i % (D / 4)) * 4;
+    if (r >= rows) continue;
+    float row_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) row_max = fmaxf(row_max, merge_m[w * kDecodeRows + r]);
+    const float base = row_max == -INFINITY ? 0.0f : row_max;
+    float sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float weight = exp2f(merge_m[w * kDecodeRows + r] - base);  // 0 for a warp that saw nothing
+      const float4 part = *reinterpret_cast<const float4*>(merge_o + (w * kDecodeRows + r) * D + c);
+      sum += weight * merge_l[w * kDecodeRows + r];
+      acc.x += weight * part.x, acc.y += weight * part.y, acc.z += weight * part.z, acc.w += weight * part.w;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int head = head0 + r;
+    if (num_splits == 1) {
+      uint2 packed;
+      packed.x = pack2<T>(acc.x * inv, acc.y * inv);
+      packed.y = pack2<T>(acc.z * inv, acc.w * inv);
+      auto* out = static_cast<uint16_t*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + c;
+      *reinterpret_cast<uint2*>(out) = packed;
+    } else {
+      const int64_t slot = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits + split;
+      *reinterpret_cast<float4*>(part_out + slot * D + c) =
+          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (c == 0) part_lse[slot] = sum > 0.0f ? row_max + log2f(sum) : -INFINITY;
+    }
+  }
+#else
+  __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
+#endif
+}
+
+// out[seq, head] = sum_s 2^(lse_s - max) * part_out[s] / sum_s 2^(lse_s - max); one program per
+// (sequence, q head), one thread per 4 columns.
+template <typename T, int D>
+__global__ void __launch_bounds__(D / 4)
+    flash_decode_reduce_kernel(FlashAttentionArgs p, int num_splits, const float* part_out, const float* part_lse) {
+  const int seq = blockIdx.x, head = blockIdx.y;
+  const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
+  float row_max = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) row_max = fmaxf(row_max, part_lse[first + s]);
+  const float base = row_max == -INFINITY ? 0.0f : row_max;
+  const int c = threadIdx.x * 4;
+  float sum = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s = 0; s < num_splits; ++s) {
+    const float weight = exp2f(part_lse[first + s] - base);  // 0 for an empty split (-inf)
+    const float4 part = *reinterpret_cast<const float4*>(part_out + (first + s) * D + c);
+    sum += weight;
+    acc.x += weight * part.x, acc.y += weight * part.y, acc.z += weight * part.z, acc.w += weight * part.w;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  T* out = static_cast<T*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + c;
+  out[0] = from_float<T>(acc.x * inv);
+  out[1] = from_float<T>(acc.y * inv);
+  out[2] = from_float<T>(acc.z * inv);
+  out[3] = from_float<T>(acc.w * inv);
+}
+
+template <typename T, int D>
+void launch_decode(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+                   float* part_lse, cudaStream_t stream) {
+  const int bytes = DecodeTile<D>::kSmemBytes;
+  auto kernel = flash_decode_kernel<T, D>;
+  allow_shared_memory<flash_decode_kernel<T, D>>(bytes);
+  const int group = args.num_heads / args.num_kv_heads;
+  const dim3 grid(num_decodes, args.num_kv_heads * ((group + kDecodeRows - 1) / kDecodeRows), num_splits);
+  kernel<<<grid, kDecodeThreads, bytes, stream>>>(args, num_splits, part_out, part_lse);
+  if (num_splits > 1) {
+    flash_decode_reduce_kernel<T, D><<<dim3(num_decodes, args.num_heads), D / 4, 0, stream>>>(args, num_splits,
+                                                                                              part_out, part_lse);
+  }
+}
+
+template <typename T>
+void launch_decode_head(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+                        float* part_lse, cudaStream_t stream) {
+  switch (args.head_size) {
+    case 64: return launch_decode<T, 64>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    case 128: return launch_decode<T, 128>(args, num_decodes, num_splits, part_out, part_lse, stream);
+#ifndef PAGODA_FLASH_MINIMAL  // CI's compile check builds fewer head sizes
+    case 256: return launch_decode<T, 256>(args, num_decodes, num_splits, part_out, part_lse, stream);
+#endif
+    default: return;  // the torch layer checks flash_supports_head_size first
+  }
+}
+
+}  // namespace flash
+
+void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_splits,
+                         float* part_out, float* part_lse, cudaStream_t stream) {
+  if (num_decodes <= 0) return;
+  if (dtype == DType::kBFloat16) {
+    flash::launch_decode_head<bf16_t>(args, num_decodes, num_splits, part_out, part_lse, stream);
+  } else if (dtype == DType::kFloat16) {
+    flash::launch_decode_head<half_t>(args, num_decodes, num_splits, part_out, part_lse, stream);
+  }
+}
+
+}  // namespace pagoda

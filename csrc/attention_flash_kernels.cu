@@ -1,0 +1,105 @@
+// Torch layer of the flash attention kernels (csrc/attention/): tensor checks, then the decode and
+// prefill launchers on the current stream. No host synchronisation (CUDA-graph safe).
+#include "attention/flash_attention.h"
+#include "dispatch.h"
+#include "ops.h"
+
+namespace {
+
+// [.., D] with a contiguous last dimension, every other stride a multiple of 8 elements and the data
+// 16-byte aligned: the kernels move 16-byte chunks of rows.
+void check_rows(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), "flash_attention: ", name, " must be a CUDA tensor");
+  TORCH_CHECK(t.stride(-1) == 1, "flash_attention: ", name, " must be contiguous in its last dimension");
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
+    TORCH_CHECK(t.stride(d) % 8 == 0, "flash_attention: ", name, " strides must be multiples of 8 elements");
+  }
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0, "flash_attention: ", name,
+              " must be 16-byte aligned");
+}
+
+void check_int32(const at::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kInt && t.dim() == dim && t.stride(-1) == 1,
+              "flash_attention: ", name, " must be a CUDA int32 tensor of ", dim, " dimension(s), last contiguous");
+}
+
+}  // namespace
+
+void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& kv_cache,
+                     const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                     int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
+                     const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse) {
+  using namespace pagoda;
+  TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes(), "flash_attention: query and out must be [num_tokens, num_heads, head_size]");
+  TORCH_CHECK(kv_cache.dim() == 5 && kv_cache.size(0) == 2 && kv_cache.size(4) == query.size(2),
+              "flash_attention: kv_cache must be [2, num_blocks, block_size, num_kv_heads, head_size]");
+  TORCH_CHECK(query.scalar_type() == kv_cache.scalar_type() && out.scalar_type() == kv_cache.scalar_type(),
+              "flash_attention: query, out and kv_cache must share a dtype");
+  TORCH_CHECK(query.scalar_type() == at::kHalf || query.scalar_type() == at::kBFloat16,
+              "flash_attention: dtype ", query.scalar_type(), " is not float16 or bfloat16");
+  check_rows(query, "query");
+  check_rows(out, "out");
+  check_rows(kv_cache, "kv_cache");
+  check_int32(block_tables, "block_tables", 2);
+  check_int32(query_start_loc, "query_start_loc", 1);
+  check_int32(seq_lens, "seq_lens", 1);
+  const int64_t num_tokens = query.size(0), num_seqs = seq_lens.size(0);
+  const int64_t num_heads = query.size(1), num_kv_heads = kv_cache.size(3), head_size = query.size(2);
+  TORCH_CHECK(flash_supports_head_size(static_cast<int>(head_size)), "flash_attention: head size ", head_size,
+              " is not 64, 128 or 256");
+  TORCH_CHECK(num_heads % num_kv_heads == 0, "flash_attention: ", num_heads, " q heads are not a multiple of ",
+              num_kv_heads, " kv heads");
+  TORCH_CHECK(query_start_loc.size(0) == num_seqs + 1 && block_tables.size(0) >= num_seqs,
+              "flash_attention: query_start_loc must have num_seqs + 1 entries, block_tables num_seqs rows");
+  TORCH_CHECK(0 <= num_decodes && num_decodes <= num_seqs && num_decodes <= num_tokens,
+              "flash_attention: num_decodes out of range");
+  TORCH_CHECK(num_splits >= 1 && num_splits <= 1024, "flash_attention: num_splits must be in 1..1024");
+  float* part_out_ptr = nullptr;
+  float* part_lse_ptr = nullptr;
+  if (num_splits > 1 && num_decodes > 0) {
+    TORCH_CHECK(part_out.has_value() && part_lse.has_value(), "flash_attention: split-KV needs part_out and part_lse");
+    const int64_t rows = num_decodes * num_heads * num_splits;
+    TORCH_CHECK(part_out->is_cuda() && part_out->scalar_type() == at::kFloat && part_out->is_contiguous() &&
+                    part_out->numel() >= rows * head_size,
+                "flash_attention: part_out must be contiguous float32 with num_decodes * num_heads * num_splits * head_size elements");
+    TORCH_CHECK(part_lse->is_cuda() && part_lse->scalar_type() == at::kFloat && part_lse->is_contiguous() &&
+                    part_lse->numel() >= rows,
+                "flash_attention: part_lse must be contiguous float32 with num_decodes * num_heads * num_splits elements");
+    part_out_ptr = part_out->data_ptr<float>();
+    part_lse_ptr = part_lse->data_ptr<float>();
+  }
+  if (num_tokens == 0 || num_seqs == 0) return;
+
+  FlashAttentionArgs args{};
+  args.query = query.data_ptr();
+  args.out = out.data_ptr();
+  args.k_cache = kv_cache.data_ptr();
+  args.v_cache = static_cast<const char*>(kv_cache.data_ptr()) + kv_cache.stride(0) * kv_cache.element_size();
+  args.block_tables = block_tables.data_ptr<int32_t>();
+  args.query_start_loc = query_start_loc.data_ptr<int32_t>();
+  args.seq_lens = seq_lens.data_ptr<int32_t>();
+  args.q_stride_token = query.stride(0);
+  args.q_stride_head = query.stride(1);
+  args.o_stride_token = out.stride(0);
+  args.o_stride_head = out.stride(1);
+  args.cache_stride_block = kv_cache.stride(1);
+  args.cache_stride_token = kv_cache.stride(2);
+  args.cache_stride_head = kv_cache.stride(3);
+  args.block_table_stride = block_tables.stride(0);
+  args.num_heads = static_cast<int>(num_heads);
+  args.num_kv_heads = static_cast<int>(num_kv_heads);
+  args.head_size = static_cast<int>(head_size);
+  args.block_size = static_cast<int>(kv_cache.size(2));
+  args.scale = static_cast<float>(scale);
+  args.window = static_cast<int>(window > 0 ? window : 0);
+
+  const DType dtype = query.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
+  const c10::cuda::OptionalCUDAGuard guard(query.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  launch_flash_decode(dtype, args, static_cast<int>(num_decodes), static_cast<int>(num_splits), part_out_ptr,
+                      part_lse_ptr, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_flash_prefill(dtype, args, static_cast<int>(num_decodes), static_cast<int>(num_seqs),
+                       num_tokens - num_decodes, stream);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}

@@ -1,0 +1,107 @@
+"""``FlashAttentionBackend``: paged attention on tensor cores from csrc/attention (NVIDIA sm_80+)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from pagoda.attention.split_kv import StepPlan, choose_num_splits, decode_scratch
+from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.platform import Platform
+
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_SIZES = (64, 128, 256)
+MIN_CAPABILITY = (8, 0)  # mma.sync m16n8k16 on bf16, ldmatrix, cp.async
+DECODE_ROWS = 16  # q heads per decode program (a larger GQA group takes several programs)
+# Shared memory the decode kernel of head size 256 asks for (csrc/attention/flash_decode.cu,
+# DecodeTile<256>): sm_80/sm_90 have it, the 99 KiB GPUs (sm_86, sm_89) do not.
+HEAD256_SHARED_MEMORY = 16 * 256 * 2 + 4 * 2 * 2 * 16 * 256 * 2
+
+
+class FlashAttentionBackend(AttentionBackend):
+    """FlashAttention-2-style kernels: tiled prefill over cached prefixes, GQA split-KV decode.
+
+    Same metadata contract as ``triton``: ``forward`` writes this step's K/V (the platform's csrc
+    KV write), then one op runs the decodes (tokens ``:num_decodes``) and the prefills. Graph
+    safety: launch shapes depend on the token count, ``num_decodes`` and ``num_splits`` (chosen in
+    ``prepare()`` from ``metadata.max_seq_len``, an upper bound, or ``force_num_splits``); the
+    kernels read lengths and block tables on the device; no host synchronisation.
+    """
+
+    description = "FlashAttention-style CUDA kernels from csrc/attention (tensor cores; NVIDIA sm_80+, fp16/bf16)"
+    # Below triton (50) until these kernels are faster than it: on the H100 (2026-11-23,
+    # docs/attention_flash.md) prefill ran at 0.34-0.44x torch's SDPA flash and decode at
+    # 0.58-0.98x triton. `--attention-backend flash` selects it explicitly.
+    priority = 40
+    supports_graphs: ClassVar[bool] = True
+
+    def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
+        super().__init__(spec, platform)
+        self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
+        self.num_sms = platform.compute_units()
+        self.ops = platform.custom_ops()  # the csrc KV write
+
+    @classmethod
+    def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
+        reason = _platform_reason(platform)
+        if reason is None and spec is not None:
+            reason = _spec_reason(spec) or _shared_memory_reason(platform, spec)
+        if reason is None:
+            from pagoda_attention_flash.kernels import extension
+
+            reason = extension()[1]  # last: the first call may compile the kernels
+        return reason
+
+    def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
+        s, d = self.spec, metadata.num_decodes
+        programs_per_seq = s.num_kv_heads * -(-(s.num_heads // s.num_kv_heads) // DECODE_ROWS)
+        splits = self.force_num_splits or choose_num_splits(d, programs_per_seq, metadata.max_seq_len, self.num_sms)
+        scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
+        metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
+        return metadata
+
+    def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        from pagoda_attention_flash.kernels import flash_attention
+
+        plan = metadata.extra if isinstance(metadata.extra, StepPlan) else self.prepare(metadata).extra
+        m = metadata
+        self.ops.reshape_and_cache(key, value, kv_cache, m.slot_mapping)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # [num_tokens, num_heads, head_size]
+        flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
+                        self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch)
+        return out
+
+
+def _platform_reason(platform: Platform | None) -> str | None:
+    if platform is None or platform.device_type != "cuda":
+        return "flash needs an NVIDIA GPU (compute capability >= 8.0) on the cuda platform"
+    reason = platform.csrc_kernel_reason("attention")  # e.g. ROCm: csrc/attention is NVIDIA-only
+    if reason:
+        return reason
+    major, minor = torch.cuda.get_device_capability(platform.device())
+    if (major, minor) < MIN_CAPABILITY:
+        return (f"flash needs compute capability >= 8.0 (mma.sync bf16/fp16, cp.async); this GPU is sm_{major}{minor}; "
+                "use --attention-backend triton")
+    return None
+
+
+def _spec_reason(spec: AttentionSpec) -> str | None:
+    if spec.dtype not in DTYPES:
+        return (f"flash attention supports float16 and bfloat16, not {str(spec.dtype).removeprefix('torch.')} "
+                "(use --attention-backend triton)")
+    if spec.head_size not in HEAD_SIZES:
+        return f"flash attention supports head sizes {', '.join(map(str, HEAD_SIZES))}, not {spec.head_size}"
+    if spec.num_heads % spec.num_kv_heads:
+        return f"{spec.num_heads} query heads are not a multiple of {spec.num_kv_heads} kv heads"
+    return None
+
+
+def _shared_memory_reason(platform: Platform, spec: AttentionSpec) -> str | None:
+    if spec.head_size != 256:
+        return None
+    available = torch.cuda.get_device_properties(platform.device()).shared_memory_per_block_optin
+    if available < HEAD256_SHARED_MEMORY:
+        return (f"flash attention with head size 256 needs {HEAD256_SHARED_MEMORY // 1024} KiB of shared memory per "
+                f"block; this GPU has {available // 1024} KiB (use --attention-backend triton)")
+    return None

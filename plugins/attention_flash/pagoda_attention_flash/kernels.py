@@ -1,0 +1,59 @@
+"""The flash kernels of csrc/attention, as built into pagoda-platform-cuda's extension module.
+
+:func:`extension` finds the module (``None`` and a reason when it is unavailable);
+:func:`flash_attention` is the call the backend makes every layer (no host synchronisation).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import torch
+
+OP = "flash_attention"
+
+
+@functools.cache
+def extension() -> tuple[ModuleType | None, str | None]:
+    """(pagoda-platform-cuda's compiled module with the flash kernels, None) or (None, why not)."""
+    try:
+        from pagoda_platform_cuda.build import ExtensionUnavailable, load_extension
+    except ImportError:
+        return None, "pagoda-platform-cuda is not installed (it builds the csrc kernels)"
+    try:
+        ext = load_extension()
+    except ExtensionUnavailable as error:
+        return None, f"the csrc kernels are unavailable ({error})"
+    if not hasattr(ext, OP):
+        return None, "the installed csrc kernels predate csrc/attention; reinstall pagoda-platform-cuda"
+    return ext, None
+
+
+def rows_aligned(t: torch.Tensor) -> bool:
+    """The kernels move 16-byte chunks of rows: last dim contiguous, other strides multiples of 8."""
+    return t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0
+
+
+def flash_attention(
+    out: torch.Tensor,  # [num_tokens, num_heads, head_size], written
+    query: torch.Tensor,  # [num_tokens, num_heads, head_size]; tokens :num_decodes are decodes
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks] int32
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32
+    num_decodes: int,
+    scale: float,
+    window: int | None,
+    num_splits: int,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None,
+) -> None:
+    """Split-KV decode of the first ``num_decodes`` sequences, then (chunked) prefill of the rest."""
+    ext, reason = extension()
+    if ext is None:
+        raise RuntimeError(f"flash attention kernels unavailable: {reason}")
+    if not rows_aligned(query):
+        query = query.contiguous()
+    part_out, part_lse = scratch if scratch is not None else (None, None)
+    ext.flash_attention(out, query, kv_cache, block_tables, query_start_loc, seq_lens, num_decodes, scale,
+                        window or 0, num_splits if scratch is not None else 1, part_out, part_lse)

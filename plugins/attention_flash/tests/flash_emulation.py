@@ -1,0 +1,161 @@
+"""A torch model of the flash kernels' control flow (csrc/attention/flash_prefill.cu and
+flash_decode.cu), program by program: the query-block search, key ranges, block-table addressing
+with zero-filled rows past the range, mask conditions, split-KV slices, the per-warp online
+softmax, the merge of the warps and the split reduction. Tensor-core products are plain fp32
+matmuls here (their lane layouts are tested in test_fragment_layouts.py); probabilities are rounded
+to the cache dtype before P @ V, as in the kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+BLOCK_M = 64  # query tokens per prefill program
+DECODE_KEYS, DECODE_ROWS, DECODE_WARPS = 16, 16, 4
+LOG2E = 1.4426950408889634
+NEG_INF = float("-inf")
+
+
+def prefill_block_n(head_size: int) -> int:
+    return 64 if head_size <= 128 else 32
+
+
+def find_query_block(qsl: list[int], pid: int, seq_lo: int, seq_hi: int) -> tuple[int, int]:
+    base, lo, hi = qsl[seq_lo], seq_lo, seq_hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if (qsl[mid] - base) // BLOCK_M + mid - seq_lo <= pid:
+            lo = mid
+        else:
+            hi = mid
+    return lo, pid - ((qsl[lo] - base) // BLOCK_M + lo - seq_lo)
+
+
+def paged_rows(half: torch.Tensor, bt_row: torch.Tensor, positions: torch.Tensor, key_hi: int, kv_head: int) -> torch.Tensor:
+    """[len(positions), D] fp32 rows of one cache half (K or V), zeros where ``pos >= key_hi``."""
+    block_size = half.shape[1]
+    valid = positions < key_hi
+    pos = torch.where(valid, positions, 0)
+    rows = half[bt_row[pos // block_size].long(), pos % block_size, kv_head].float()
+    return torch.where(valid[:, None], rows, 0.0)
+
+
+class Softmax:
+    """Running max (log2 domain), sum and fp32 output of some rows (one warp's fragment rows)."""
+
+    def __init__(self, rows: int, d: int) -> None:
+        self.m = torch.full((rows,), NEG_INF)
+        self.l = torch.zeros(rows)
+        self.o = torch.zeros(rows, d)
+
+    def update(self, s: torch.Tensor, v: torch.Tensor, dtype: torch.dtype) -> None:
+        row_max = torch.maximum(self.m, s.max(1).values)
+        base = torch.where(row_max == NEG_INF, 0.0, row_max)
+        alpha = torch.exp2(self.m - base)
+        p = torch.exp2(s - base[:, None])
+        self.l = self.l * alpha + p.sum(1)
+        self.o = self.o * alpha[:, None] + p.to(dtype).float() @ v
+        self.m = row_max
+
+
+def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_decodes, scale, window) -> None:
+    num_tokens, num_heads, d = query.shape
+    num_kv_heads, bn = kv_cache.shape[3], prefill_block_n(d)
+    qsl, seq_lens = qsl_t.tolist(), seq_lens_t.tolist()
+    num_seqs = len(seq_lens)
+    grid_x = (num_tokens - num_decodes) // BLOCK_M + (num_seqs - num_decodes)
+    scale2 = scale * LOG2E
+    for x in range(grid_x):
+        seq, block = find_query_block(qsl, grid_x - 1 - x, num_decodes, num_seqs)
+        q_start, q_len, seq_len = qsl[seq], qsl[seq + 1] - qsl[seq], seq_lens[seq]
+        m0 = block * BLOCK_M
+        if m0 >= q_len:
+            continue
+        first_pos = seq_len - q_len + m0
+        last_pos = seq_len - q_len + min(m0 + BLOCK_M, q_len) - 1
+        key_hi = last_pos + 1
+        key_lo = max(first_pos - window + 1, 0) // bn * bn if window > 0 else 0
+        rows = torch.arange(BLOCK_M)
+        tok_ok = m0 + rows < q_len
+        pos = first_pos + rows
+        tokens = q_start + m0 + rows[tok_ok]
+        for head in range(num_heads):
+            kv_head = head // (num_heads // num_kv_heads)
+            q = torch.zeros(BLOCK_M, d)
+            q[tok_ok] = query[tokens, head].float()
+            state = Softmax(BLOCK_M, d)
+            for key0 in range(key_lo, key_hi, bn):
+                keys = key0 + torch.arange(bn)
+                k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
+                v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
+                s = (q @ k.T) * scale2
+                if key0 + bn - 1 > first_pos or (window > 0 and key0 <= last_pos - window):
+                    visible = keys[None, :] <= pos[:, None]
+                    if window > 0:
+                        visible &= keys[None, :] > pos[:, None] - window
+                    s = torch.where(visible, s, NEG_INF)
+                state.update(s, v, kv_cache.dtype)
+            inv = torch.where(state.l > 0, 1.0 / state.l, 0.0)
+            out[tokens, head] = (state.o * inv[:, None])[tok_ok].to(out.dtype)
+
+
+def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, scale, window, num_splits) -> None:
+    _, num_heads, d = query.shape
+    num_kv_heads = kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    row_blocks = -(-group // DECODE_ROWS)
+    seq_lens = seq_lens_t.tolist()
+    part_o = torch.full((num_decodes, num_heads, num_splits, d), float("nan"))
+    part_lse = torch.full((num_decodes, num_heads, num_splits), float("nan"))
+    for seq in range(num_decodes):
+        seq_len = seq_lens[seq]
+        lo = max(seq_len - window, 0) if window > 0 else 0
+        per_split = ((seq_len - lo + num_splits - 1) // num_splits + 63) // 64 * 64
+        for y in range(num_kv_heads * row_blocks):
+            kv_head, first_row = y // row_blocks, (y % row_blocks) * DECODE_ROWS
+            rows = min(group - first_row, DECODE_ROWS)
+            head0 = kv_head * group + first_row
+            q = torch.zeros(DECODE_ROWS, d)
+            q[:rows] = query[seq, head0 : head0 + rows].float()
+            for split in range(num_splits):
+                key_lo = lo + split * per_split
+                key_hi = min(key_lo + per_split, seq_len)
+                num_tiles = -(-(key_hi - key_lo) // DECODE_KEYS) if key_hi > key_lo else 0
+                warps = [Softmax(DECODE_ROWS, d) for _ in range(DECODE_WARPS)]
+                for w, state in enumerate(warps):
+                    for tile in range(w, num_tiles, DECODE_WARPS):
+                        keys = key_lo + tile * DECODE_KEYS + torch.arange(DECODE_KEYS)
+                        k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
+                        v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
+                        s = torch.where(keys[None, :] < key_hi, (q @ k.T) * (scale * LOG2E), NEG_INF)
+                        state.update(s, v, kv_cache.dtype)
+                row_max = torch.stack([w.m for w in warps]).max(0).values
+                base = torch.where(row_max == NEG_INF, 0.0, row_max)
+                weights = [torch.exp2(w.m - base) for w in warps]
+                total = sum(wt * w.l for wt, w in zip(weights, warps))
+                acc = sum(wt[:, None] * w.o for wt, w in zip(weights, warps))
+                inv = torch.where(total > 0, 1.0 / total, 0.0)
+                result = (acc * inv[:, None])[:rows]
+                if num_splits == 1:
+                    out[seq, head0 : head0 + rows] = result.to(out.dtype)
+                else:
+                    part_o[seq, head0 : head0 + rows, split] = result
+                    lse = torch.where(total > 0, row_max + torch.log2(torch.where(total > 0, total, 1.0)), NEG_INF)
+                    part_lse[seq, head0 : head0 + rows, split] = lse[:rows]
+    if num_splits > 1:
+        row_max = part_lse.max(-1, keepdim=True).values
+        w = torch.exp2(part_lse - torch.where(row_max == NEG_INF, 0.0, row_max))
+        total = w.sum(-1, keepdim=True)
+        merged = (part_o * w[..., None]).sum(2) / torch.where(total > 0, total, math.inf)
+        out[:num_decodes] = merged.to(out.dtype)
+
+
+def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_splits: int) -> torch.Tensor:
+    """What ``flash_attention`` writes for a whole mixed batch (the KV already written)."""
+    out = torch.full(query.shape, float("nan"), dtype=query.dtype)
+    m = metadata
+    emulate_decode(out, query, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, scale, window or 0, num_splits)
+    emulate_prefill(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, scale, window or 0)
+    return out

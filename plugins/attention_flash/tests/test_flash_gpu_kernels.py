@@ -1,0 +1,148 @@
+"""The flash kernels on a real GPU (marked ``gpu``: skipped without CUDA) against the float64
+reference: random varlen batches with shuffled block tables and cached prefixes, GQA 1/4/8 (and a
+group of 20 q heads), head sizes 64/128/256, fp16 and bf16, sliding windows, split-KV decode.
+
+Outputs and split scratch are NaN-filled before each run, and cache slots outside every sequence
+are NaN too (the kernels must neither read them nor leave an output unwritten); every case runs
+twice and must be bit-identical (no races). ``PAGODA_REQUIRE_FLASH=1`` (the device script) turns
+a missing kernel build into a failure instead of a skip.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from pagoda.attention.testing import make_batch, reference, rel_error
+from pagoda.interfaces.attention import AttentionSpec
+
+pytestmark = pytest.mark.gpu
+
+TOLS = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative L2 error bounds
+MIXED = [(1, 3000), (1, 17), (1, 1024), (1, 700), (512, 512), (300, 2100), (77, 1500), (1000, 1000), (1, 5)]
+LONG_DECODES = [(1, 16000), (1, 9000), (1, 1), (1, 4097)]
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    """(the CUDA platform, the kernels module)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    platform_mod = pytest.importorskip("pagoda_platform_cuda.platform", reason="pagoda-platform-cuda is not installed")
+    from pagoda_attention_flash.kernels import extension
+
+    ext, reason = extension()
+    if ext is None:
+        if os.environ.get("PAGODA_REQUIRE_FLASH") == "1":
+            pytest.fail(f"flash kernels unavailable: {reason}")
+        pytest.skip(f"flash kernels unavailable: {reason}")
+    return platform_mod.CudaPlatform(), ext
+
+
+def poison_unused_slots(batch, spec: AttentionSpec) -> None:
+    """NaN in every cache slot that no sequence's context covers (spare blocks, page tails)."""
+    m = batch.metadata
+    used = torch.zeros(batch.kv_cache.shape[1] * spec.block_size, dtype=torch.bool, device=batch.kv_cache.device)
+    for table, seq_len in zip(m.block_tables.tolist(), m.seq_lens.tolist()):
+        pos = torch.arange(seq_len, device=used.device)
+        blocks = torch.tensor(table, device=used.device)[pos // spec.block_size]
+        used[blocks * spec.block_size + pos % spec.block_size] = True
+    for half in batch.kv_cache:
+        half.view(-1, spec.num_kv_heads, spec.head_size)[~used] = float("nan")
+
+
+def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None) -> torch.Tensor:
+    """KV write, then the attention op into a NaN-filled output (NaN-filled scratch too)."""
+    from pagoda_attention_flash.backend import FlashAttentionBackend
+    from pagoda_attention_flash.kernels import flash_attention
+
+    platform, _ = cuda
+    backend = FlashAttentionBackend(spec, platform)
+    backend.force_num_splits = splits
+    m = backend.prepare(batch.metadata)
+    plan = m.extra
+    if plan.decode_scratch is not None:
+        for t in plan.decode_scratch:
+            t.fill_(float("nan"))
+    backend.ops.reshape_and_cache(batch.key, batch.value, batch.kv_cache, m.slot_mapping)
+    out = torch.full(batch.query.shape, float("nan"), dtype=spec.dtype, device="cuda")
+    flash_attention(out, batch.query, batch.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
+                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch)
+    torch.cuda.synchronize()
+    return out
+
+
+def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = None) -> None:
+    batch = make_batch(spec, seqs, "cuda", seed=seed)
+    poison_unused_slots(batch, spec)
+    first = run_poisoned(cuda, spec, batch, splits)
+    assert rel_error(first, reference(spec, batch, "cuda")) < TOLS[spec.dtype]
+    again = run_poisoned(cuda, spec, batch, splits)
+    assert torch.equal(first, again), "two runs differ: a race or an uninitialised read"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize(
+    "heads,kv_heads,head,block,window",
+    [(32, 32, 64, 16, None), (32, 8, 128, 16, None), (32, 4, 128, 32, None), (16, 2, 256, 16, None),
+     (32, 8, 128, 16, 512), (40, 2, 64, 16, None), (8, 8, 256, 32, 300)],
+    ids=["mha-d64", "gqa4-d128", "gqa8-d128-b32", "gqa8-d256", "gqa4-window512", "group20-d64", "mha-d256-window300"],
+)
+def test_mixed_batches_against_the_reference(cuda, dtype, heads, kv_heads, head, block, window) -> None:
+    spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, dtype, window)
+    check_case(cuda, spec, MIXED, seed=heads + head)
+
+
+@pytest.mark.parametrize("splits", [None, 1, 8, 32])
+@pytest.mark.parametrize("head", [64, 128, 256])
+def test_split_kv_decode_long_contexts(cuda, splits, head) -> None:
+    spec = AttentionSpec(32, 8, head, head**-0.5, 16, torch.bfloat16)
+    check_case(cuda, spec, LONG_DECODES, seed=11 + head, splits=splits)
+
+
+@pytest.mark.parametrize("q_len", [1, 15, 64, 65, 200])
+def test_chunked_prefill_after_long_cached_prefix(cuda, q_len) -> None:
+    """Prefix caching and chunked prefill: a few new tokens after thousands of cached ones."""
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.float16)
+    check_case(cuda, spec, [(1, 40), (q_len, 5000), (q_len + 3, 700), (2, 2)], seed=q_len)
+
+
+def test_prefill_only_and_decode_only_batches(cuda) -> None:
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+    check_case(cuda, spec, [(700, 700), (64, 64), (3, 3)], seed=21)
+    check_case(cuda, spec, [(1, n) for n in (1, 2, 63, 64, 65, 1000, 2049)], seed=22)
+
+
+def test_decode_replays_in_a_cuda_graph(cuda) -> None:
+    """Capture one decode step; replay after changing lengths in place: equal to eager."""
+    from pagoda_attention_flash.backend import FlashAttentionBackend
+
+    platform, _ = cuda
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+    batch = make_batch(spec, [(1, 3000), (1, 100), (1, 5000), (1, 64)], "cuda", seed=12)
+    backend = FlashAttentionBackend(spec, platform)
+    backend.force_num_splits = 8
+    metadata = backend.prepare(batch.metadata)
+    args = (batch.query, batch.key, batch.value, batch.kv_cache, metadata)
+    backend.forward(*args)  # warm-up outside the capture (shared-memory opt-in, extension load)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = backend.forward(*args)
+    metadata.seq_lens.sub_(torch.tensor([1000, 50, 7, 1], dtype=torch.int32, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = backend.forward(*args)
+    assert torch.equal(out, expected)
+    assert rel_error(expected, reference(spec, _shortened(batch, metadata), "cuda")) < TOLS[spec.dtype]
+
+
+def _shortened(batch, metadata):
+    """The batch as the reference sees it after seq_lens shrank: contexts cut to the new lengths."""
+    from dataclasses import replace
+
+    lens = metadata.seq_lens.tolist()
+    return replace(batch, full_keys=[k[:n] for k, n in zip(batch.full_keys, lens)],
+                   full_values=[v[:n] for v, n in zip(batch.full_values, lens)])

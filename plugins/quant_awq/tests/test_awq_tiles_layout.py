@@ -1,0 +1,119 @@
+"""The tiles layout on CPU: the repack against AutoAWQ's format, and the emulated tensor-core kernel
+(tests/tile_emulator.py: the kernel's addressing, bit tricks and reductions, the MMA by PTX's
+fragment layouts) against the reference dequantization and float64 products."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from awq_quantizer import quantize
+from tile_emulator import emulate_dequantize, emulate_gemm
+
+from pagoda_quant_awq.packing import dequantize, unpack_int4
+from pagoda_quant_awq.tiles import (
+    PERMUTATION,
+    AwqTiles,
+    b_fragment_coords,
+    dequantize_tiles,
+    nibble_coords,
+    repack,
+    tiles_fit,
+    unpack_tiles,
+)
+
+
+def _random_awq(k: int, n: int, group: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32, generator=g)
+    qzeros = torch.randint(-(2**31), 2**31 - 1, (k // group, n // 8), dtype=torch.int32, generator=g)
+    scales = (torch.rand(k // group, n, generator=g) * 0.02 + 0.001).half()
+    return qweight, qzeros, scales
+
+
+def test_each_lane_word_holds_its_b_fragments() -> None:
+    assert sorted(PERMUTATION.reshape(-1).tolist()) == list(range(16 * 64)), "a permutation of the 16 x 64 block"
+    for lane in (0, 5, 31):
+        for word in range(4):
+            for pair in range(4):
+                lo, hi = nibble_coords(lane, word, pair), nibble_coords(lane, word, pair + 4)
+                tile, reg = 2 * word + (pair >> 1), pair & 1
+                assert lo == (b_fragment_coords(lane, reg, 0)[0], 8 * tile + (lane >> 2))
+                assert hi == (lo[0] + 1, lo[1]), "the high half is the next row of the same column"
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_repack_round_trips_and_dequantizes_like_the_reference(group: int) -> None:
+    qweight, qzeros, scales = _random_awq(256, 192, group, seed=group)
+    tiles = repack(qweight, qzeros, scales, group, torch.float16)
+    assert tiles.weights.shape == (3, 16, 32, 4) and tiles.scales.shape == (256 // group, 3, 8, 8)
+    q, z, s = unpack_tiles(tiles)
+    assert torch.equal(q, unpack_int4(qweight).long()) and torch.equal(z, unpack_int4(qzeros).long())
+    assert torch.equal(s, scales)
+    # fp16: (q - z) * s has one rounding either way: bit-identical to the reference
+    assert torch.equal(dequantize_tiles(tiles), dequantize(qweight, qzeros, scales, group, torch.float16))
+    bf16 = repack(qweight, qzeros, scales, group, torch.bfloat16)
+    exact = dequantize(qweight, qzeros, scales, group, torch.float64)
+    got = dequantize_tiles(bf16).double()  # scale rounded to bf16 first: within 2 bf16 steps
+    assert ((got - exact).abs() <= exact.abs() * 2**-7 + 1e-12).all()
+
+
+def test_repack_of_the_quantizer_matches_its_integers() -> None:
+    quant = quantize(torch.randn(128, 64) * 0.1, 32)  # [out 128, in 64]
+    tiles = repack(quant.qweight, quant.qzeros, quant.scales, 32, torch.float16)
+    q, z, _ = unpack_tiles(tiles)
+    assert torch.equal(q, quant.q) and torch.equal(z, quant.zeros)
+
+
+def test_tiles_fit() -> None:
+    assert tiles_fit(4096, 6144, 128) is None
+    assert "multiple of 64" in tiles_fit(64, 72, 32)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        repack(*_random_awq(64, 72, 32), 32, torch.float16)
+    with pytest.raises(ValueError, match="fp16/bf16"):
+        repack(*_random_awq(64, 64, 32), 32, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("group", [32, 128])
+def test_emulated_dequantize_kernel(dtype: torch.dtype, group: int) -> None:
+    tiles = repack(*_random_awq(256, 128, group, seed=3), group, dtype)
+    assert torch.equal(emulate_dequantize(tiles), dequantize_tiles(tiles))
+
+
+def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, m_tiles: int, split: int) -> None:
+    tiles = repack(*_random_awq(k, n, group, seed=m + split), group, dtype)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    got = emulate_gemm(x, tiles, m_tiles, split)
+    expected = x.double() @ dequantize_tiles(tiles).double()  # [m, n]
+    assert got.dtype == dtype and got.shape == (m, n)
+    eps = torch.finfo(dtype).eps
+    err = (got.double() - expected).abs()
+    # fp32 accumulation, one rounding to the dtype: within one step of the dtype (relative to the row)
+    bound = expected.abs() * eps + expected.abs().amax(1, keepdim=True) * 1e-5
+    assert (err <= bound).all(), f"max error {err.max():.3e}"
+
+
+@pytest.mark.parametrize("m, k, n, group, m_tiles, split", [
+    (1, 256, 128, 128, 1, 1),  # decode, one block
+    (3, 256, 192, 64, 1, 2),  # three strips (a half-empty column block), K split in two
+    (16, 128, 128, 32, 1, 1),  # a whole m16 tile, several groups per warp slice
+    (5, 512, 64, 32, 1, 3),  # an uneven split (16 groups over 12 slices), a lone strip
+    (20, 128, 256, 32, 2, 1),  # MT = 2 (4 x 2 warps), rows 20..31 padded
+    (40, 128, 256, 64, 2, 2),  # two m-blocks sharing the split counters
+])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_emulated_gemm_vs_float64(m, k, n, group, m_tiles, split, dtype) -> None:
+    _check_gemm(m, k, n, group, dtype, m_tiles, split)
+
+
+def test_emulated_gemm_long_slices_cross_chunks() -> None:
+    # K = 1024 in one slice per warp (64 steps / 4 warps = 16 steps: one chunk) and in 2 splits x 4
+    # warps with group 32 (uneven: 32 groups over 8 slices); then 2048 (two chunks per warp)
+    _check_gemm(2, 1024, 128, 32, torch.float16, 1, 1)
+    _check_gemm(2, 2048, 64, 128, torch.bfloat16, 1, 1)
+
+
+def test_awq_tiles_properties() -> None:
+    tiles: AwqTiles = repack(*_random_awq(128, 256, 64), 64, torch.bfloat16)
+    assert (tiles.k, tiles.n, tiles.dtype, tiles.group_size) == (128, 256, torch.bfloat16, 64)
+    assert tiles.locks.shape == (4,) and not tiles.locks.any()
