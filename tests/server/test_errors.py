@@ -177,3 +177,19 @@ async def _crash_scenario(url: str, crash, needle: str) -> None:
     with pytest.raises(openai.APIStatusError) as info:
         await whole
     assert info.value.status_code == 503 and needle in info.value.message
+
+
+def test_new_requests_while_draining_are_503_and_health_says_so(server):
+    """What SIGTERM sets (DrainingServer.handle_exit): a request on a connection still open gets
+    503; /health turns 503; /metrics stays open. (The SIGTERM drills in test_serve_cli.py also
+    accept a refused connection, which is what a new connection meets once uvicorn stops listening.)"""
+    server.engine.draining = True
+    try:
+        error = error_of(post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1"}), 503)
+        assert error["code"] == "engine_unavailable" and "shutting down" in error["message"]
+        health = httpx.get(server.url + "/health", timeout=10)
+        assert health.status_code == 503 and "shutting down" in health.json()["error"]["message"]
+        assert httpx.get(server.url + "/metrics", timeout=10).status_code == 200
+    finally:
+        server.engine.draining = False
+    assert post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "t1", "max_tokens": 1}).status_code == 200

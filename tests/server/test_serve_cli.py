@@ -8,9 +8,6 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 
 import httpx
@@ -18,18 +15,7 @@ import pytest
 
 from pagoda.cli.main import main
 from pagoda.engine_core.client import CoreProcess
-
-# Every process of the server (the engine core's too, which is spawned) imports this as
-# sitecustomize: each engine step is slowed down so that a request is surely in flight at SIGTERM.
-SLOW_STEPS = """
-import time
-from pagoda.engine_core import core
-real_step = core.EngineCore.step
-def slow_step(self):
-    time.sleep(0.02)
-    return real_step(self)
-core.EngineCore.step = slow_step
-"""
+from serve_process import start_serve
 
 
 @pytest.mark.parametrize("flags, needle", [
@@ -38,6 +24,7 @@ core.EngineCore.step = slow_step
     (["--port", "70000"], "--port must be in [0, 65535]"),
     (["--shutdown-timeout", "-1"], "--shutdown-timeout must be >= 0"),
     (["--max-n-per-request", "0"], "--max-n-per-request must be >= 1"),
+    (["--request-timeout", "0"], "--request-timeout must be > 0 seconds"),
 ])
 def test_bad_flag_values_exit_before_loading(monkeypatch, capsys, tiny_chat_model, flags, needle):
     monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
@@ -56,14 +43,32 @@ def test_port_in_use_exits_2_before_loading(monkeypatch, capsys, tiny_chat_model
     assert err.startswith("pagoda serve: cannot listen on 127.0.0.1:") and len(err.splitlines()) == 1
 
 
-def test_corrupt_checkpoint_exits_1_naming_the_file(capsys, tiny_chat_model, tmp_path):
+def _cut_safetensors(model: str, tmp_path) -> tuple[str, str]:
     broken = tmp_path / "broken"
-    shutil.copytree(tiny_chat_model, broken)
+    shutil.copytree(model, broken)
     weights = next(broken.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:200])  # cut short: header promises more than there is
-    assert main(["serve", str(broken), "--port", "0"]) == 1
+    return str(broken), weights.name
+
+
+def _cut_gguf(_model: str, tmp_path) -> tuple[str, str]:
+    from pagoda.loader import resolve_model
+
+    source = resolve_model(None)  # the embedded SmolLM2 GGUF
+    if source.gguf_path is None:
+        pytest.skip("the embedded model is not a GGUF file")
+    broken = tmp_path / "cut-short.gguf"
+    with open(source.gguf_path, "rb") as whole:
+        broken.write_bytes(whole.read(8 << 20))  # header and tokenizer intact, most tensor data missing
+    return str(broken), broken.name
+
+
+@pytest.mark.parametrize("cut", [_cut_safetensors, _cut_gguf], ids=["safetensors", "gguf"])
+def test_corrupt_checkpoint_exits_1_naming_the_file(capsys, tiny_chat_model, tmp_path, cut):
+    model, file_name = cut(tiny_chat_model, tmp_path)
+    assert main(["serve", model, "--port", "0"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("pagoda serve: ") and weights.name in err and "Traceback" not in err
+    assert err.startswith("pagoda serve: ") and file_name in err and "Traceback" not in err
 
 
 def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_path):
@@ -75,52 +80,9 @@ def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_
     assert "is not a local file or folder" in capsys.readouterr().err
 
 
-def _start(model: str, tmp_path, *flags: str) -> tuple[subprocess.Popen, str, list[str]]:
-    (tmp_path / "sitecustomize.py").write_text(SLOW_STEPS)
-    path = os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pagoda.cli.main", "serve", model, "--port", "0", "--served-model-name", "tiny",
-         "--block-size", "8", "--shutdown-timeout", "90", *flags],  # drains finish on a loaded CI machine
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path},
-    )
-    try:
-        return _wait_until_serving(proc)
-    except BaseException:
-        proc.kill()  # never leave a server (and its engine core) behind
-        proc.wait()
-        raise
-
-
-def _wait_until_serving(proc: subprocess.Popen) -> tuple[subprocess.Popen, str, list[str]]:
-    log: list[str] = []
-    deadline = time.monotonic() + 180  # two processes import torch; CI machines are small
-    for line in proc.stdout:
-        log.append(line)
-        match = re.search(r"Serving tiny at (http://\S+)/v1", line)
-        if match:
-            url = match.group(1)
-            break
-        assert time.monotonic() < deadline, "".join(log)
-    else:
-        pytest.fail("the server exited early:\n" + "".join(log))
-    threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()  # keep the pipe drained
-    while not _healthy(url):
-        assert time.monotonic() < deadline, "".join(log)
-        time.sleep(0.05)
-    return proc, url, log
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.mark.parametrize("api_servers, sig", [(1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)])
 def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_model, tmp_path, api_servers, sig):
-    proc, url, log = _start(tiny_chat_model, tmp_path, "--api-server-count", str(api_servers))
+    proc, url, log = start_serve(tiny_chat_model, tmp_path, "--api-server-count", str(api_servers))
     try:
         startup = "".join(log)
         assert re.search(r"Pagoda engine: platform \S+.*attention torch.*quantization none.*KV cache \d+ blocks x 8 = \d+ tokens",
@@ -166,7 +128,7 @@ def _process_exists(pid: int) -> bool:
 
 def test_engine_core_exits_when_the_server_process_is_killed(tiny_chat_model, tmp_path):
     """A server killed outright (no chance to shut the core down) leaves no engine core behind."""
-    proc, url, log = _start(tiny_chat_model, tmp_path)
+    proc, url, log = start_serve(tiny_chat_model, tmp_path)
     core_pid = int(re.search(r"engine core pid (\d+)", "".join(log)).group(1))
     proc.kill()
     proc.wait()
@@ -178,7 +140,7 @@ def test_engine_core_exits_when_the_server_process_is_killed(tiny_chat_model, tm
 
 def test_metrics_count_the_requests_of_every_api_server(tiny_chat_model, tmp_path):
     """Each scrape lands on one of two API server processes; every one counts all requests."""
-    proc, url, log = _start(tiny_chat_model, tmp_path, "--api-server-count", "2")
+    proc, url, log = start_serve(tiny_chat_model, tmp_path, "--api-server-count", "2")
     try:
         body = {"model": "tiny", "prompt": "t1 t2", "max_tokens": 3, "temperature": 0}
         for _ in range(6):  # a connection each: the kernel hands them to either process

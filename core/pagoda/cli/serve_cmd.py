@@ -37,6 +37,9 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--max-n-per-request", type=int, default=16, metavar="N",
                    help="most choices (n) one request may ask for; each is a sequence with its own KV blocks, "
                         "so a larger n from one client takes seats from every other (default 16)")
+    g.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a request still running SECONDS after it arrived (queueing included) and free its "
+                        "KV blocks; its client gets 504 (on a stream: an error event, then [DONE]). Off by default")
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
 
@@ -53,6 +56,8 @@ def check_args(args: argparse.Namespace):
         raise ValueError(f"--api-server-count must be >= 1, got {args.api_server_count}")
     if args.max_n_per_request < 1:
         raise ValueError(f"--max-n-per-request must be >= 1, got {args.max_n_per_request}")
+    if args.request_timeout is not None and not args.request_timeout > 0:
+        raise ValueError(f"--request-timeout must be > 0 seconds (leave it out for no limit), got {args.request_timeout}")
     config = engine_config(args, args.model)
     manager = get_plugin_manager()
     _, platform_cls = manager.registry("platform").select(config.platform)
@@ -97,7 +102,7 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
-                         args.api_server_count, args.max_n_per_request)
+                         args.api_server_count, args.max_n_per_request, args.request_timeout)
     def announce() -> None:
         logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,

@@ -33,6 +33,7 @@ class ApiServerSpec:
     info: EngineInfo
     api_server_count: int = 1
     max_n_per_request: int = 16
+    request_timeout: float | None = None  # seconds; None: no limit
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -49,7 +50,8 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
     alive = core_alive or (lambda: pid_alive(spec.core_pid))
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
-                         ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1)
+                         ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
+                         request_timeout=spec.request_timeout)
     app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()

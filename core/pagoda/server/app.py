@@ -12,6 +12,7 @@ from pagoda import __version__
 from pagoda.server import routes_chat, routes_completions, routes_misc
 from pagoda.server.async_engine import AsyncEngine
 from pagoda.server.errors import error_body, install_error_handlers
+from pagoda.server.openapi import install_openapi
 from pagoda.server.state import ServerState
 
 OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
@@ -91,6 +92,7 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
     app = FastAPI(title="Pagoda", version=__version__, lifespan=lifespan)
     app.state.pagoda = state
     install_error_handlers(app)
+    install_openapi(app)
     for module in (routes_completions, routes_chat, routes_misc):
         app.include_router(module.router)
     app.add_middleware(GateMiddleware, state=state)

@@ -6,6 +6,8 @@ batch of core outputs, detokenizes it and matches stop strings here, in the serv
 (:class:`~pagoda.engine.output_processor.OutputProcessor`) and puts each request's delta on its
 ``asyncio.Queue``. A consumer that falls behind gets its queued deltas merged into one. If the
 core dies, every pending request fails with :class:`EngineDeadError` and new ones are refused.
+With ``request_timeout`` (``--request-timeout``) a timer puts :class:`RequestTimeout` on a request's
+queue once it has run that long: the consumer raises it and the request is aborted in the core.
 """
 
 from __future__ import annotations
@@ -29,17 +31,28 @@ from pagoda.server.metrics import ServerMetrics
 
 logger = logging.getLogger("pagoda.server")
 
-__all__ = ["AsyncEngine", "EngineDeadError"]
+__all__ = ["AsyncEngine", "EngineDeadError", "RequestTimeout"]
 METRICS_REPORT_S = 1.0  # how often an API server reports its counters when there are several
 METRICS_WAIT_S = 2.0  # how long /metrics waits for the other API servers' reports
+
+
+class RequestTimeout(Exception):
+    """A request ran longer than ``--request-timeout`` seconds (it is aborted in the core)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request ran longer than this server's request timeout ({seconds:g} s, set by "
+                         f"--request-timeout) and was stopped; ask for fewer tokens (max_tokens), or ask the "
+                         f"operator to raise --request-timeout")
+        self.seconds = seconds
 
 
 class AsyncEngine:
     """Serve many asyncio tasks from one engine core process."""
 
     def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None,
-                 share_metrics: bool = False) -> None:
+                 share_metrics: bool = False, request_timeout: float | None = None) -> None:
         self.client = client
+        self.request_timeout = request_timeout  # seconds from arrival; None: no limit
         self.tokenizer = tokenizer
         self.info = client.info
         self.max_model_len = client.info.max_model_len
@@ -104,6 +117,7 @@ class AsyncEngine:
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=True)
         self.metrics.on_added(len(prompt_token_ids))
         finished = traced = False
+        timer = self._arm_timeout(queue)
         try:
             await self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
                                             for seq_id, seq_params in sequences])
@@ -120,8 +134,17 @@ class AsyncEngine:
                 finished = item.finished
                 yield item
         finally:
+            if timer is not None:
+                timer.cancel()
             if not finished:
                 await self.abort(request_id)
+
+    def _arm_timeout(self, queue: asyncio.Queue) -> asyncio.TimerHandle | None:
+        """Put RequestTimeout on ``queue`` after ``request_timeout`` seconds (one timer, nothing per token)."""
+        if not self.request_timeout:
+            return None
+        return asyncio.get_running_loop().call_later(self.request_timeout, queue.put_nowait,
+                                                     RequestTimeout(self.request_timeout))
 
     async def abort(self, request_id: str) -> None:
         """Stop a request: its sequences are aborted in the core (freeing their KV blocks)."""

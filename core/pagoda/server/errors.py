@@ -20,6 +20,7 @@ ERROR_TYPES = {
     405: "invalid_request_error",
     500: "server_error",
     503: "service_unavailable",
+    504: "timeout_error",
 }
 
 

@@ -1,4 +1,4 @@
-"""Pydantic request models of the OpenAI-compatible API (responses are plain dicts of OpenAI's shape).
+"""Pydantic request models of the OpenAI-compatible API (the response models are in ``responses.py``).
 
 Unknown fields are kept aside (``model_extra``): most are ignored, as OpenAI clients send optional
 fields Pagoda does not implement, but those that ask for a guarantee (``response_format``,

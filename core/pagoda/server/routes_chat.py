@@ -9,9 +9,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from pagoda.server.accumulate import collect
-from pagoda.entrypoints.chat_template import render_chat
+from pagoda.entrypoints.chat_template import ChatTemplateError, render_chat
 from pagoda.server.errors import APIError, error_body
+from pagoda.server.openapi import event_stream
 from pagoda.server.protocol import ChatCompletionRequest, ChatMessage
+from pagoda.server.responses import ChatCompletionChunk, ChatCompletionResponse
 from pagoda.server.state import ServerState, engine_error, sampling_params, usage
 from pagoda.server.streaming import SSE_DONE, chat_logprobs, merge, sse, unless_disconnected
 
@@ -20,11 +22,13 @@ router = APIRouter()
 
 def render_messages(state: ServerState, messages: list[ChatMessage], chat_template: str | None = None,
                     add_generation_prompt: bool = True) -> tuple[str, list[int]]:
-    """The prompt text and ids of a conversation; 400 when it cannot be rendered."""
+    """The prompt text and ids of a conversation; 400 when the template cannot render it faithfully."""
     try:
         return render_chat(state.tokenizer, [m.as_template_dict() for m in messages], chat_template,
                            add_generation_prompt)
-    except Exception as exc:  # no template, or the template rejects the conversation
+    except ChatTemplateError as exc:  # no template, it raises, or it drops a message
+        raise APIError(400, str(exc), param=exc.param) from exc
+    except Exception as exc:  # anything else the template trips over (a TypeError in a filter, ...)
         raise APIError(400, f"cannot render the chat template: {exc}", param="messages") from exc
 
 
@@ -34,7 +38,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
     return (body.top_logprobs or 0) if body.logprobs else None
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=event_stream(ChatCompletionChunk))
 async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     """OpenAI's chat completions endpoint (``stream``, ``n``, ``logprobs``/``top_logprobs``, vLLM's extras)."""
     state: ServerState = request.app.state.pagoda

@@ -10,7 +10,9 @@ from fastapi.responses import StreamingResponse
 
 from pagoda.server.accumulate import choice_index, collect
 from pagoda.server.errors import APIError, error_body
+from pagoda.server.openapi import event_stream
 from pagoda.server.protocol import CompletionRequest, PromptInput
+from pagoda.server.responses import CompletionChunk, CompletionResponse
 from pagoda.server.state import ServerState, engine_error, sampling_params, usage
 from pagoda.server.streaming import SSE_DONE, completion_logprobs, merge, sse, unless_disconnected
 
@@ -33,7 +35,7 @@ def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[list[i
     return encoded
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", response_model=CompletionResponse, responses=event_stream(CompletionChunk))
 async def create_completion(body: CompletionRequest, request: Request):
     """OpenAI's completions endpoint (``stream``, ``n``, ``logprobs``, ``echo``, vLLM's extra sampling fields)."""
     state: ServerState = request.app.state.pagoda

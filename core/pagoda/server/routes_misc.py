@@ -7,7 +7,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from pagoda import __version__
 from pagoda.server.errors import APIError, error_body
+from pagoda.server.openapi import ERRORS
 from pagoda.server.protocol import DetokenizeRequest, TokenizeRequest
+from pagoda.server.responses import (DetokenizeResponse, ErrorResponse, HealthResponse, ModelList, TokenizeResponse,
+                                     VersionResponse)
 from pagoda.server.routes_chat import render_messages
 from pagoda.server.state import ServerState
 
@@ -18,7 +21,7 @@ def _state(request: Request) -> ServerState:
     return request.app.state.pagoda
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=ModelList, responses=ERRORS)
 async def list_models(request: Request) -> dict:
     state = _state(request)
     data = [{"id": name, "object": "model", "created": state.created, "owned_by": "pagoda",
@@ -26,7 +29,7 @@ async def list_models(request: Request) -> dict:
     return {"object": "list", "data": data}
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", response_model=TokenizeResponse, responses=ERRORS)
 async def tokenize(body: TokenizeRequest, request: Request) -> dict:
     """Token ids of ``prompt``, or of ``messages`` rendered with the chat template."""
     state = _state(request)
@@ -40,7 +43,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict:
     return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len}
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", response_model=DetokenizeResponse, responses=ERRORS)
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict:
     state = _state(request)
     state.check_model(body.model)
@@ -51,7 +54,8 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict:
     return {"prompt": state.tokenizer.decode(body.tokens)}
 
 
-@router.get("/health")
+@router.get("/health", response_model=HealthResponse,
+            responses={503: {"model": ErrorResponse, "description": "the engine failed, or the server is draining"}})
 async def health(request: Request):
     reason = _state(request).engine.unavailable_reason()
     if reason is not None:
@@ -59,12 +63,12 @@ async def health(request: Request):
     return {"status": "ok"}
 
 
-@router.get("/version")
+@router.get("/version", response_model=VersionResponse, responses=ERRORS)
 async def version() -> dict:
     return {"version": __version__}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request) -> PlainTextResponse:
     body = await _state(request).engine.render_metrics()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")

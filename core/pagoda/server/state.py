@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams
-from pagoda.server.async_engine import AsyncEngine, EngineDeadError
+from pagoda.server.async_engine import AsyncEngine, EngineDeadError, RequestTimeout
 from pagoda.server.errors import APIError, EngineUnavailable, bad_request
 from pagoda.server.protocol import SamplingFields
 from pagoda.server.unsupported import check_unsupported
@@ -93,6 +93,8 @@ def engine_error(exc: BaseException) -> APIError:
         return exc
     if isinstance(exc, EngineDeadError):
         return EngineUnavailable(str(exc))
+    if isinstance(exc, RequestTimeout):
+        return APIError(504, str(exc), code="request_timeout")
     if isinstance(exc, ValueError):
         return bad_request(exc)
     return APIError(500, f"internal error: {type(exc).__name__}: {exc}")
