@@ -7,6 +7,9 @@ from dataclasses import dataclass, fields
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dtype
+# mp: spawn one worker process per extra rank on this host; torchrun: the ranks were started by
+# torchrun (one host or several), rank 0 runs the engine; auto: torchrun when its variables are set
+EXECUTOR_BACKENDS = ("auto", "mp", "torchrun")
 
 
 @dataclass
@@ -34,6 +37,8 @@ class EngineConfig:
     scheduler: str = "fcfs"
     platform: str = "auto"
     overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
+    tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
+    distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
 
     def __post_init__(self) -> None:
         self.validate()
@@ -54,6 +59,10 @@ class EngineConfig:
         _require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "in (0, 1]")
         _require(self.kv_cache_memory is None or self.kv_cache_memory > 0, "kv_cache_memory", self.kv_cache_memory, "> 0 bytes")
         _require(isinstance(self.seed, int), "seed", self.seed, "an integer")
+        _require(isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1,
+                 "tensor_parallel_size", self.tensor_parallel_size, "an integer >= 1")
+        _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
+                 self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
 
     @classmethod
     def field_names(cls) -> list[str]:

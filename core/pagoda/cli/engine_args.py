@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pagoda.config import DTYPES, KV_CACHE_DTYPES, LOAD_FORMATS, EngineConfig
+from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, EngineConfig
 from pagoda.plugins.manager import PluginManager
 
 DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
@@ -47,10 +47,33 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
                    help="request scheduling policy: fcfs, or priority (lower value first)")
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
+    g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
+                   help="split every layer over this many devices (one process per device; docs/distributed.md)")
+    g.add_argument("--distributed-executor-backend", default="auto", choices=EXECUTOR_BACKENDS,
+                   help="how tensor-parallel ranks start: mp (worker processes on this host), torchrun (started "
+                        "by torchrun, on one host or several); auto: torchrun when launched by it, else mp")
 
 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
-    """Build (and validate) an EngineConfig from parsed flags."""
+    """Build (and validate) an EngineConfig from parsed flags.
+
+    Under torchrun, every rank runs the same command; ranks > 0 become tensor-parallel workers
+    here (before any command loads a model or opens a port) and exit when the engine stops.
+    """
+    config = _engine_config(args, model)
+    from pagoda.executor.workers import launched_by_torchrun, use_torchrun
+
+    if config.tensor_parallel_size > 1 and launched_by_torchrun() and use_torchrun(config):
+        import os
+
+        if int(os.environ["RANK"]) > 0:
+            from pagoda.executor.worker import run_torchrun_worker
+
+            raise SystemExit(run_torchrun_worker(config))
+    return config
+
+
+def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
     return EngineConfig(
         model=model,
         tokenizer=args.tokenizer,
@@ -71,4 +94,6 @@ def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         scheduler=args.scheduler,
         platform=args.platform,
         overlap_steps=args.overlap_steps,
+        tensor_parallel_size=args.tensor_parallel_size,
+        distributed_executor_backend=args.distributed_executor_backend,
     )

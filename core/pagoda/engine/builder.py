@@ -1,4 +1,9 @@
-"""Build an engine's parts from an EngineConfig: platform, model, attention, KV cache, scheduler."""
+"""Build an engine's parts from an EngineConfig: platform, model, attention, KV cache, scheduler.
+
+Under tensor parallelism every rank builds a :class:`ModelShard` (its part of the model, its KV
+cache) with :func:`build_model_shard`, in the same order (loading, profiling and cache sizing
+run collectives); rank 0, the driver, also builds the tokenizer and the scheduler.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from pagoda.config import EngineConfig
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.profiling import profile_activation_bytes
 from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
-from pagoda.models.spec import attention_spec, num_kv_cache_layers
+from pagoda.models.spec import attention_spec, check_tensor_parallel, num_kv_cache_layers
 from pagoda.plugins import get_plugin_manager
 from pagoda.quantization.select import resolve_quantization
 
@@ -37,6 +43,22 @@ class EngineParts:
     kv_caches: list[torch.Tensor]
     kv_cache: KVCacheManager
     scheduler: Scheduler
+    tp: TensorParallel = SINGLE
+    workers: object = None  # pagoda.executor.workers.WorkerGroup of the other ranks (tensor_parallel_size > 1)
+
+
+@dataclass
+class ModelShard:
+    """What each tensor-parallel rank builds: its part of the model and its KV cache."""
+
+    dtype: torch.dtype
+    max_model_len: int
+    attention: AttentionBackend
+    attention_name: str
+    quant_name: str
+    model: CausalLM
+    kv_caches: list[torch.Tensor]
+    num_blocks: int
 
 
 def select_platform(config: EngineConfig) -> Platform:
@@ -71,15 +93,49 @@ def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
 
 
 def build_engine_parts(config: EngineConfig) -> EngineParts:
-    """Everything heavy happens here, in order: config -> platform -> backends -> weights -> cache."""
-    plugins = get_plugin_manager()
+    """Everything heavy happens here, in order: config -> platform -> (ranks) -> backends -> weights -> cache."""
     platform = select_platform(config)
     source = resolve_model(config.model)
     hf_config = load_hf_config(source)
+    workers = None
+    if config.tensor_parallel_size > 1:
+        from pagoda.executor.workers import start_workers
+
+        check_tensor_parallel(hf_config, config.tensor_parallel_size)  # before any process starts
+        workers = start_workers(config, platform)
+    try:
+        return _build_driver_parts(config, platform, source, hf_config, workers)
+    except BaseException:
+        if workers is not None:
+            workers.shutdown()
+        raise
+
+
+def _build_driver_parts(config, platform, source, hf_config, workers) -> EngineParts:
+    tp = workers.tp if workers is not None else SINGLE
     tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
+    shard = build_model_shard(config, platform, source, hf_config, tp)
+    kv_cache = KVCacheManager(shard.num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
+    tp_note = f" | tensor parallel {tp.size} ranks" if tp.size > 1 else ""
+    logger.info(
+        "Pagoda engine: platform %s | attention %s | quantization %s | dtype %s | KV cache %d blocks x %d = %d tokens"
+        " | max_model_len %d%s", platform.describe(), shard.attention_name, shard.quant_name,
+        str(shard.dtype).removeprefix("torch."), kv_cache.num_blocks, config.block_size,
+        kv_cache.num_blocks * config.block_size, shard.max_model_len, tp_note,
+    )
+    scheduler_cls = get_plugin_manager().registry("scheduler").get(config.scheduler)
+    scheduler = scheduler_cls(_scheduler_config(config, shard.max_model_len), kv_cache)
+    return EngineParts(config, platform, source, hf_config, tokenizer, shard.dtype, shard.max_model_len,
+                       shard.attention, shard.model, shard.kv_caches, kv_cache, scheduler, tp, workers)
+
+
+def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSource, hf_config,
+                      tp: TensorParallel = SINGLE) -> ModelShard:
+    """Attention backend, quantization method, this rank's weights and KV cache (every rank runs this)."""
+    plugins = get_plugin_manager()
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
-    spec = attention_spec(hf_config, config.block_size, dtype)
+    spec = attention_spec(hf_config, config.block_size, dtype, tp.size)
     attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
     _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
     attention = backend_cls(spec, platform)
@@ -87,23 +143,15 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
     model_cls = _model_class(hf_config)
-    ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention)
-    model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device())
-    kv_caches, kv_cache = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model)
-    capacity = kv_cache.num_blocks * config.block_size
+    ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
+    model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
+    kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp)
+    capacity = num_blocks * config.block_size
     if capacity < max_model_len:
-        logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
+        if tp.rank == 0:
+            logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
         max_model_len = capacity
-    logger.info(
-        "Pagoda engine: platform %s | attention %s | quantization %s | dtype %s | KV cache %d blocks x %d = %d tokens"
-        " | max_model_len %d", platform.describe(), attention_name, quant_name,
-        str(dtype).removeprefix("torch."), kv_cache.num_blocks, config.block_size,
-        kv_cache.num_blocks * config.block_size, max_model_len,
-    )
-    scheduler_cls = plugins.registry("scheduler").get(config.scheduler)
-    scheduler = scheduler_cls(_scheduler_config(config, max_model_len), kv_cache)
-    return EngineParts(config, platform, source, hf_config, tokenizer, dtype, max_model_len, attention, model,
-                       kv_caches, kv_cache, scheduler)
+    return ModelShard(dtype, max_model_len, attention, attention_name, quant_name, model, kv_caches, num_blocks)
 
 
 def _check_kv_cache_dtype(kv_cache_dtype: str, name: str, backend_cls: type[AttentionBackend]) -> None:
@@ -137,10 +185,12 @@ def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConf
     )
 
 
-def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None):
-    """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use).
+def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None, tp: TensorParallel = SINGLE):
+    """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use);
+    returns the per-layer cache tensors and the number of blocks.
 
     The budget leaves room for the activations of the largest step, measured with ``model``.
+    Tensor-parallel ranks agree on the smallest block count (the scheduler hands out block ids).
     """
     layers = num_kv_cache_layers(hf_config)
     per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
@@ -151,7 +201,7 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
                                                     config.block_size, layers, max_model_len)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
-    num_blocks = min(budget // per_block, useful)
+    num_blocks = tp.min_int(min(budget // per_block, useful), platform.device())
     if num_blocks < 1:
         raise ValueError(
             f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes; "
@@ -159,5 +209,4 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
         )
     device = platform.device()
     kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks), dtype=attention.spec.dtype, device=device) for _ in range(layers)]
-    manager = KVCacheManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
-    return kv_caches, manager
+    return kv_caches, num_blocks

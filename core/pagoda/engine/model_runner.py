@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.engine.batch import StepInputs, pack_host_inputs, stage
 from pagoda.engine.request import Request
 from pagoda.engine.sampler import DeviceSample, Sampler, SamplerOutput, SamplingRow, prompt_logprobs
@@ -38,6 +39,7 @@ class ModelRunner:
         kv_caches: list[torch.Tensor],
         block_size: int,
         seed: int,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         self.model = model
         self.attention = attention
@@ -45,6 +47,7 @@ class ModelRunner:
         self.device = platform.device()
         self.kv_caches = kv_caches
         self.block_size = block_size
+        self.tp = tp  # every rank runs the same steps; the tokens sampled on rank 0 are the step's
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
@@ -76,6 +79,7 @@ class ModelRunner:
             index = inputs.sample_token_index
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
             sample = self.sampler.sample(logits, [self._row(req) for req in requests])
+            self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
         return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
 
     def _fill_placeholders(self, out: SchedulerOutput, inputs: StepInputs, prev: PendingStep) -> None:

@@ -83,6 +83,9 @@ class InprocClient(EngineCoreClient):
     def call_utility(self, method: str, *args: Any) -> Any:
         return getattr(self.core, method)(*args)
 
+    def shutdown(self) -> None:
+        self.core.shutdown()
+
 
 class CoreProcess:
     """The engine core in a child process (spawned: the parent may hold CUDA or threads)."""

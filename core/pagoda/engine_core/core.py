@@ -24,12 +24,13 @@ import msgspec
 
 from pagoda.config import EngineConfig
 from pagoda.engine.builder import EngineParts, build_engine_parts
-from pagoda.engine.model_runner import ModelRunner, PendingStep, RunnerOutput
+from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.engine.sampler import needs_output_history
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, StepStats
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
+from pagoda.executor import make_executor
 from pagoda.interfaces.scheduler import SchedulerOutput
 
 logger = logging.getLogger("pagoda")
@@ -54,10 +55,13 @@ class EngineCore:
         self.max_model_len = parts.max_model_len
         self.scheduler = parts.scheduler
         self.kv_cache = parts.kv_cache
-        self.runner = ModelRunner(parts.model, parts.attention, parts.platform, parts.kv_caches,
-                                  self.config.block_size, self.config.seed)
-        if _use_graphs(parts):
-            self.runner.capture_decode_graphs(parts.max_model_len, self.config.max_num_seqs)
+        try:
+            self.executor = make_executor(parts)  # this rank's runner (+ the other ranks under TP)
+        except BaseException:
+            if parts.workers is not None:
+                parts.workers.shutdown()
+            raise
+        self.runner = self.executor.runner
         self.overlap = self.config.overlap_steps
         self.eos_token_id = _eos_token_id(parts)
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
@@ -94,7 +98,7 @@ class EngineCore:
                 continue
             if not req.status.finished:
                 self.scheduler.finish(request_id, RequestStatus.FINISHED_ABORTED)
-            self.runner.release(request_id)
+            self.executor.release(request_id)
 
     def has_unfinished(self) -> bool:
         return bool(self.requests) or self._inflight is not None
@@ -126,7 +130,7 @@ class EngineCore:
         self.stats.prompt_tokens += _num_prompt_tokens(scheduled)
         self.stats.num_preemptions += len(scheduled.preempted)
         prev = self._inflight.pending if self._inflight is not None else None
-        pending = self.runner.launch(scheduled, block_tables, prev)
+        pending = self.executor.launch(scheduled, block_tables, prev)
         self.scheduler.update_from_output(scheduled, dict.fromkeys(pending.rows, PLACEHOLDER))
         positions = [req.num_tokens - 1 for req in pending.requests]
         if self.trace is not None:  # only traces read it: no per-step loop otherwise
@@ -190,7 +194,7 @@ class EngineCore:
             req.status = status
         else:
             self.scheduler.finish(req.request_id, status)
-        self.runner.release(req.request_id)
+        self.executor.release(req.request_id)
 
     # -- utilities (front ends call these between steps) --------------------------------------
     def snapshot_stats(self) -> StepStats:
@@ -209,6 +213,10 @@ class EngineCore:
     def reset_prefix_cache(self) -> None:
         self.kv_cache.reset_prefix_cache()
 
+    def shutdown(self) -> None:
+        """Stop the other tensor-parallel ranks, if any (idempotent)."""
+        self.executor.shutdown()
+
 
 def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int) -> None:
     """Raise RequestError naming what is wrong with a prompt and how to fix it."""
@@ -222,17 +230,6 @@ def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size:
     if max(prompt_token_ids) >= vocab_size or min(prompt_token_ids) < 0:
         raise RequestError(f"prompt token ids must be in [0, {vocab_size}); "
                            f"got {min(prompt_token_ids)}..{max(prompt_token_ids)}")
-
-
-def _use_graphs(parts: EngineParts) -> bool:
-    """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
-    if parts.config.enforce_eager or not parts.platform.supports_graphs():
-        return False
-    if not parts.attention.supports_graphs:
-        logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
-                    type(parts.attention).__name__)
-        return False
-    return True
 
 
 def _needs_tokens(scheduled: SchedulerOutput) -> bool:

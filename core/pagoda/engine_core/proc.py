@@ -59,6 +59,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
     try:
         loop.run()
     finally:
+        core.shutdown()  # the other tensor-parallel ranks, if any
         socket.close()
         context.term()
 

@@ -33,6 +33,10 @@ class LLM:
         self.config = EngineConfig(model=model, **kwargs)
         self.engine = LLMEngine.from_config(self.config)
 
+    def shutdown(self) -> None:
+        """Stop the engine (and its tensor-parallel worker processes, if any)."""
+        self.engine.shutdown()
+
     def get_tokenizer(self):
         return self.engine.tokenizer
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Iterable
 import torch
 from torch import nn
 
+from pagoda.distributed.parallel import SINGLE, TensorParallel
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
@@ -19,12 +21,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class BuildContext:
-    """What a model needs at construction: dtype, the linear-layer method, kernels, attention."""
+    """What a model needs at construction: dtype, the linear-layer method, kernels, attention,
+    and the tensor-parallel rank its layers shard for (one rank of one by default)."""
 
     dtype: torch.dtype
     quant_method: "QuantizationMethod"
     ops: "CustomOps"
     attention: "AttentionBackend"
+    tp: TensorParallel = SINGLE
 
 
 @dataclass

@@ -126,6 +126,18 @@ class Platform(Capability, ABC):
         """Whether decode steps can be captured as device graphs (CUDA graphs, HIP graphs)."""
         return False
 
+    def dist_backend(self) -> str | None:
+        """The torch.distributed backend for tensor-parallel collectives (``"nccl"``, ``"gloo"``), or
+        ``None`` if this platform has none (then only ``tensor_parallel_size=1`` runs on it)."""
+        return None
+
+    def device_count(self) -> int:
+        """Devices of this kind on this host (one tensor-parallel rank per device)."""
+        return 1
+
+    def set_device(self, local_rank: int) -> None:
+        """Make device ``local_rank`` of this host the one :meth:`device` returns in this process."""
+
     def capture_graph(self, fn: Callable[[], T]) -> tuple[Callable[[], None], T]:
         """Record ``fn``'s device work once; return ``(replay, outputs)``.
 

@@ -17,6 +17,22 @@ quantization method may set these attributes on the parameters it creates:
 
 ``layer.output_sizes`` (one entry per shard) is set before ``create_weights`` runs, so a
 method can size per-shard parameters.
+
+Tensor parallelism (``tp.size > 1``, see docs/distributed.md). A *column-parallel* layer
+(``parallel="column"``: qkv_proj, gate_up_proj) keeps a slice of each shard's output features;
+a *row-parallel* one (``parallel="row"``: o_proj, down_proj) keeps a slice of its input features
+and sums the partial outputs over the ranks (one all-reduce; the bias is added once, after it).
+``create_weights`` receives the rank's sizes (``layer.output_sizes`` too), so a method sizes its
+parameters per rank without knowing about ranks. Loading narrows each checkpoint tensor to the
+rank's slice before copying it (a lazy safetensors slice reads only those bytes), along:
+
+- ``param.output_dim`` / ``param.pack_factor`` (above) in a column-parallel layer;
+- ``param.input_dim`` in a row-parallel layer: default, for a 2-D parameter, the axis that is
+  not ``output_dim`` if it has ``in_features`` entries, else ``None`` (not split: e.g. a
+  ``[out, 1]`` per-channel scale); ``param.input_pack_factor`` (default ``1``): input features
+  per stored element along it (e.g. ``group_size`` for AWQ's per-group scales and zeros).
+
+``shard_indexed`` and ``output_dim=None`` parameters are copied whole on every rank.
 """
 
 from __future__ import annotations
@@ -26,7 +42,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.errors import ModelLoadError
+from pagoda.layers.sharding import materialize, narrow
 
 if TYPE_CHECKING:
     from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
@@ -34,6 +52,7 @@ if TYPE_CHECKING:
 
 def copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
     """``dst.copy_(src)`` after checking shapes (a one-element scale may be [] or [1])."""
+    src = materialize(src)
     scalar = dst.numel() == 1 and src.numel() == 1
     if tuple(dst.shape) != tuple(src.shape) and not scalar:
         raise ModelLoadError(
@@ -43,7 +62,12 @@ def copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 class LinearBase(nn.Module):
-    """``y = x W^T + b`` with W stored and applied by ``quant_method`` (one shard per output)."""
+    """``y = x W^T + b`` with W stored and applied by ``quant_method`` (one shard per output).
+
+    ``in_features`` and ``output_sizes`` are the full (checkpoint) sizes; under tensor
+    parallelism the layer keeps the rank's part (see the module docstring) and
+    ``self.in_features`` / ``self.output_sizes`` are the rank's sizes.
+    """
 
     def __init__(
         self,
@@ -53,22 +77,65 @@ class LinearBase(nn.Module):
         bias: bool,
         quant_method: "QuantizationMethod",
         dtype: torch.dtype,
+        tp: TensorParallel = SINGLE,
+        parallel: str | None = None,
+        shard_slices: list[tuple[int, int]] | None = None,
     ) -> None:
         super().__init__()
-        self.in_features = in_features
-        self.output_sizes = list(output_sizes)
+        self.tp = tp if parallel is not None else SINGLE
+        self.parallel = parallel if self.tp.size > 1 else None
+        # per shard: (start, size) of the rank's output features within the checkpoint's shard
+        self.shard_slices = shard_slices or [self._column_slice(size) for size in output_sizes]
+        self.in_features = self._row_size(in_features)
+        self.output_sizes = [size for _, size in self.shard_slices]
         self.out_features = sum(self.output_sizes)
         self.quant_method = quant_method
         self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
-        quant_method.create_weights(self, in_features, self.out_features, dtype)
+        quant_method.create_weights(self, self.in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
         else:
             self.register_parameter("bias", None)
 
+    def _column_slice(self, size: int) -> tuple[int, int]:
+        if self.parallel != "column":
+            return 0, size
+        if size % self.tp.size:
+            raise ModelLoadError(f"{size} output features do not split over tensor_parallel_size {self.tp.size}")
+        return self.tp.rank * (size // self.tp.size), size // self.tp.size
+
+    def _row_size(self, in_features: int) -> int:
+        if self.parallel != "row":
+            return in_features
+        if in_features % self.tp.size:
+            raise ModelLoadError(f"{in_features} input features do not split over tensor_parallel_size {self.tp.size}")
+        return in_features // self.tp.size
+
     def forward(self, x: "torch.Tensor | QuantizedInput") -> torch.Tensor:
         """``x``: [num_tokens, in_features] (or as ``input_quantizer`` made it) -> [num_tokens, out_features]."""
-        return self.quant_method.apply(self, x, self.bias)
+        if self.parallel != "row":
+            return self.quant_method.apply(self, x, self.bias)
+        y = self.tp.all_reduce(self.quant_method.apply(self, x, None))  # partial sums -> the full output
+        return y if self.bias is None else y + self.bias
+
+    def rank_slice(self, param: nn.Parameter, tensor, shard_index: int = 0):
+        """The part of checkpoint ``tensor`` (for shard ``shard_index``) that this rank keeps."""
+        if self.parallel is None or getattr(param, "shard_indexed", False):
+            return tensor
+        if self.parallel == "column":
+            dim, pack = getattr(param, "output_dim", 0), getattr(param, "pack_factor", 1)
+            start, size = self.shard_slices[shard_index]
+        else:
+            dim, pack = _input_dim(param, self.in_features), getattr(param, "input_pack_factor", 1)
+            start, size = self.tp.rank * self.in_features, self.in_features
+        if dim is None:
+            return tensor
+        if start % pack or size % pack:
+            raise ModelLoadError(
+                f"the rank's slice [{start}, {start + size}) is not aligned to the {pack} features packed per "
+                f"element; tensor_parallel_size {self.tp.size} cannot split this layer"
+            )
+        return narrow(tensor, dim, start // pack, size // pack)
 
     def process_weights_after_loading(self) -> None:
         self.quant_method.process_weights_after_loading(self)
@@ -88,19 +155,34 @@ class LinearBase(nn.Module):
         """Copy a checkpoint tensor into parameter ``param_name`` (whole: no shards here)."""
         if shard_id is not None:
             raise ModelLoadError(f"this layer has no shard '{shard_id}'")
-        copy_checked(self._param(param_name).data, tensor)
+        param = self._param(param_name)
+        copy_checked(param.data, self.rank_slice(param, tensor))
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, output_sizes={self.output_sizes}, bias={self.bias is not None}"
+        tp = f", {self.parallel}-parallel rank {self.tp.rank}/{self.tp.size}" if self.parallel else ""
+        return f"in_features={self.in_features}, output_sizes={self.output_sizes}, bias={self.bias is not None}{tp}"
+
+
+def _input_dim(param: nn.Parameter, in_features: int) -> int | None:
+    """The axis of ``param`` along input features (see the module docstring), or None."""
+    if hasattr(param, "input_dim"):
+        return param.input_dim
+    output_dim = getattr(param, "output_dim", 0)
+    if param.dim() != 2 or output_dim not in (0, 1):
+        return None
+    dim = 1 - output_dim
+    return dim if param.shape[dim] == in_features else None
 
 
 class Linear(LinearBase):
-    """A plain linear layer (o_proj, down_proj)."""
+    """A plain linear layer (o_proj, down_proj: row-parallel under tensor parallelism)."""
 
     def __init__(
-        self, in_features: int, out_features: int, *, bias: bool, quant_method: "QuantizationMethod", dtype: torch.dtype
+        self, in_features: int, out_features: int, *, bias: bool, quant_method: "QuantizationMethod",
+        dtype: torch.dtype, tp: TensorParallel = SINGLE, parallel: str | None = None,
     ) -> None:
-        super().__init__(in_features, [out_features], bias=bias, quant_method=quant_method, dtype=dtype)
+        super().__init__(in_features, [out_features], bias=bias, quant_method=quant_method, dtype=dtype, tp=tp,
+                         parallel=parallel)
 
 
 class MergedLinear(LinearBase):
@@ -109,22 +191,29 @@ class MergedLinear(LinearBase):
     def __init__(
         self,
         in_features: int,
-        shards: dict[str, int],  # shard name -> output features, in output order
+        shards: dict[str, int],  # shard name -> output features, in output order (full sizes)
         *,
         bias: bool,
         quant_method: "QuantizationMethod",
         dtype: torch.dtype,
+        tp: TensorParallel = SINGLE,
+        shard_slices: list[tuple[int, int]] | None = None,  # default: an equal part of each shard per rank
     ) -> None:
         self.shard_names = list(shards)
-        super().__init__(in_features, list(shards.values()), bias=bias, quant_method=quant_method, dtype=dtype)
+        super().__init__(in_features, list(shards.values()), bias=bias, quant_method=quant_method, dtype=dtype,
+                         tp=tp, parallel="column", shard_slices=shard_slices)
 
     def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
-        """Copy one shard's checkpoint tensor into its slice of ``param_name``."""
+        """Copy (the rank's slice of) one shard's checkpoint tensor into its place in ``param_name``."""
         if shard_id is None:  # an already fused checkpoint tensor
+            if self.parallel is not None:
+                raise ModelLoadError("a fused checkpoint tensor cannot be split over tensor-parallel ranks")
             return super().load_weight(param_name, tensor)
         if shard_id not in self.shard_names:
             raise ModelLoadError(f"unknown shard '{shard_id}' (shards: {', '.join(self.shard_names)})")
-        copy_checked(self._shard_view(self._param(param_name), shard_id), tensor)
+        param = self._param(param_name)
+        index = self.shard_names.index(shard_id)
+        copy_checked(self._shard_view(param, shard_id), self.rank_slice(param, tensor, index))
 
     def _shard_view(self, param: nn.Parameter, shard_id: str) -> torch.Tensor:
         index = self.shard_names.index(shard_id)
@@ -139,7 +228,12 @@ class MergedLinear(LinearBase):
 
 
 class QKVLinear(MergedLinear):
-    """q, k and v projections in one matmul: output ``[q (heads*d) | k (kv*d) | v (kv*d)]``."""
+    """q, k and v projections in one matmul: output ``[q (heads*d) | k (kv*d) | v (kv*d)]``.
+
+    Under tensor parallelism each rank keeps ``num_heads / tp`` query heads and its KV heads:
+    ``num_kv_heads / tp`` of them, or (``tp > num_kv_heads``) the one KV head its query heads use,
+    replicated on ``tp / num_kv_heads`` ranks (see :func:`pagoda.models.spec.rank_heads`).
+    """
 
     def __init__(
         self,
@@ -151,11 +245,17 @@ class QKVLinear(MergedLinear):
         bias: bool,
         quant_method: "QuantizationMethod",
         dtype: torch.dtype,
+        tp: TensorParallel = SINGLE,
     ) -> None:
-        self.q_size = num_heads * head_dim
-        self.kv_size = num_kv_heads * head_dim
-        shards = {"q": self.q_size, "k": self.kv_size, "v": self.kv_size}
-        super().__init__(hidden_size, shards, bias=bias, quant_method=quant_method, dtype=dtype)
+        from pagoda.models.spec import rank_heads
+
+        heads, kv_heads, q_start, kv_start = rank_heads(num_heads, num_kv_heads, tp.rank, tp.size)
+        self.q_size = heads * head_dim
+        self.kv_size = kv_heads * head_dim
+        full = {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim}
+        kv = (kv_start * head_dim, self.kv_size)
+        super().__init__(hidden_size, full, bias=bias, quant_method=quant_method, dtype=dtype, tp=tp,
+                         shard_slices=[(q_start * head_dim, self.q_size), kv, kv])
 
     def split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[num_tokens, q + 2 kv] -> views q [T, q_size], k [T, kv_size], v [T, kv_size]."""

@@ -10,7 +10,7 @@ from torch import nn
 
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces.model import BuildContext, CausalLM
-from pagoda.loader.dummy import fill_dummy_weights
+from pagoda.loader.dummy import DUMMY_SEED, fill_dummy_weights
 from pagoda.loader.source import ModelSource
 
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
@@ -54,21 +54,21 @@ def load_model(
         model = model_cls(hf_config, ctx)
     with torch.no_grad():
         if fmt == "dummy":
-            fill_dummy_weights(model)
-        else:
-            load_checkpoint(model, _reader(source, fmt, hf_config), progress)
+            fill_dummy_weights(model, DUMMY_SEED + ctx.tp.rank)
+        else:  # tensor-parallel ranks read only their slices (lazily, where the format allows)
+            load_checkpoint(model, _reader(source, fmt, hf_config, lazy=ctx.tp.size > 1), progress)
         process_weights_after_loading(model)
     return model.to(device).eval()
 
 
-def _reader(source: ModelSource, fmt: str, hf_config: Any) -> CheckpointReader:
+def _reader(source: ModelSource, fmt: str, hf_config: Any, lazy: bool = False) -> CheckpointReader:
     if fmt == "gguf":
         from pagoda.loader.gguf_reader import GGUFReader
 
         return GGUFReader(source.gguf_path, hf_config)
     from pagoda.loader.safetensors_reader import SafetensorsReader
 
-    return SafetensorsReader(Path(source.path))
+    return SafetensorsReader(Path(source.path), lazy=lazy)
 
 
 def load_checkpoint(model: CausalLM, reader: CheckpointReader, progress: bool = True) -> set[str]:

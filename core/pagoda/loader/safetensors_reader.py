@@ -1,7 +1,8 @@
 """Read HF safetensors checkpoints: ``model.safetensors`` or shards listed by an index file.
 
 Every read error (missing shard, truncated or corrupt file) becomes a ModelLoadError naming
-the file. Tensors are memory-mapped and handed out one at a time.
+the file. Tensors are memory-mapped and handed out one at a time; with ``lazy=True`` (tensor
+parallelism) they are handed out as :class:`SafetensorsSlice`s, so a rank reads only its part.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _files_from_index(index: Path) -> list[Path]:
 class SafetensorsReader:
     """Iterates ``(name, tensor)`` over the checkpoint files; ``current_file`` names the one being read."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, lazy: bool = False) -> None:
+        self.lazy = lazy
         self.files = checkpoint_files(folder)
         self.location = str(self.files[0]) if len(self.files) == 1 else str(folder)
         self.current_file: str | None = None
@@ -77,11 +79,41 @@ class SafetensorsReader:
             self.current_file = str(file)
             with self._open(file) as f:
                 for name in f.keys():
+                    if self.lazy:
+                        yield name, SafetensorsSlice(f, name, file)
+                        continue
                     try:
                         tensor = f.get_tensor(name)
                     except Exception as exc:
                         raise _corrupt(file, exc) from exc
                     yield name, tensor
+
+
+class SafetensorsSlice:
+    """A tensor of an open safetensors file, read (only the part asked for) on ``materialize``.
+
+    Valid while the reader's iteration is on its file (the loader copies each tensor at once).
+    """
+
+    def __init__(self, handle, name: str, file: Path, bounds: tuple[slice, ...] | None = None) -> None:
+        self.handle, self.name, self.file = handle, name, file
+        self._slice = handle.get_slice(name)
+        full = tuple(self._slice.get_shape())
+        self.bounds = bounds or tuple(slice(0, n) for n in full)
+        self.shape = tuple(b.stop - b.start for b in self.bounds)
+
+    def narrow(self, dim: int, start: int, length: int) -> "SafetensorsSlice":
+        dim = dim % len(self.shape)
+        bounds = list(self.bounds)
+        first = bounds[dim].start + start
+        bounds[dim] = slice(first, first + length)
+        return SafetensorsSlice(self.handle, self.name, self.file, tuple(bounds))
+
+    def materialize(self) -> torch.Tensor:
+        try:
+            return self._slice[self.bounds] if self.shape else self.handle.get_tensor(self.name)
+        except Exception as exc:
+            raise _corrupt(self.file, exc) from exc
 
 
 def _corrupt(file: Path, exc: Exception) -> ModelLoadError:

@@ -43,15 +43,18 @@ class DecoderAttention(nn.Module):
         super().__init__()
         d, heads, kv_heads = spec.head_dim(cfg), int(cfg.num_attention_heads), spec.num_kv_heads(cfg)
         self.head_dim = d
-        qm, dt = ctx.quant_method, ctx.dtype
-        self.qkv_proj = QKVLinear(cfg.hidden_size, d, heads, kv_heads, bias=opts.qkv_bias, quant_method=qm, dtype=dt)
-        self.o_proj = Linear(heads * d, cfg.hidden_size, bias=opts.o_bias, quant_method=qm, dtype=dt)
+        qm, dt, tp = ctx.quant_method, ctx.dtype, ctx.tp
+        self.qkv_proj = QKVLinear(cfg.hidden_size, d, heads, kv_heads, bias=opts.qkv_bias, quant_method=qm, dtype=dt,
+                                  tp=tp)
+        self.o_proj = Linear(heads * d, cfg.hidden_size, bias=opts.o_bias, quant_method=qm, dtype=dt, tp=tp,
+                             parallel="row")
         if opts.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, ctx.ops, dt)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, ctx.ops, dt)
         self.qk_norm = opts.qk_norm
         self.rotary_emb = rotary  # one module (one cos/sin cache) shared by all layers
-        self.attn = Attention(layer_idx, heads, kv_heads, d, ctx.attention)
+        local_heads, local_kv_heads = self.qkv_proj.q_size // d, self.qkv_proj.kv_size // d  # this rank's
+        self.attn = Attention(layer_idx, local_heads, local_kv_heads, d, ctx.attention)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # [T, heads*d], [T, kv*d], [T, kv*d]
@@ -67,10 +70,10 @@ class GatedMLP(nn.Module):
 
     def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
         super().__init__()
-        h, inter, qm, dt = cfg.hidden_size, cfg.intermediate_size, ctx.quant_method, ctx.dtype
+        h, inter, qm, dt, tp = cfg.hidden_size, cfg.intermediate_size, ctx.quant_method, ctx.dtype, ctx.tp
         shards = {"gate": inter, "up": inter}
-        self.gate_up_proj = MergedLinear(h, shards, bias=opts.mlp_bias, quant_method=qm, dtype=dt)
-        self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt)
+        self.gate_up_proj = MergedLinear(h, shards, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp)
+        self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp, parallel="row")
         self.act_fn = gated_activation(getattr(cfg, "hidden_act", "silu"), ctx.ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,7 +110,7 @@ class DecoderModel(nn.Module):
 
     def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype)
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp)
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
         rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, ctx, opts, rotary) for i in range(n))
@@ -139,7 +142,7 @@ class LlamaForCausalLM(CausalLM):
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config))
         tied = self.model.embed_tokens if self.tied else None
-        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied)
+        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp)
 
     @classmethod
     def decoder_options(cls, hf_config: Any) -> DecoderOptions:

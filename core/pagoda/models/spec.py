@@ -66,14 +66,50 @@ def sliding_window(hf_config: Any) -> int | None:
     return int(hf_config.sliding_window)
 
 
-def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype) -> AttentionSpec:
-    """The AttentionSpec every layer of this model uses (scale ``head_dim ** -0.5``)."""
+def rank_heads(num_heads: int, num_kv_heads: int, rank: int, tp_size: int) -> tuple[int, int, int, int]:
+    """``(query heads, kv heads, first query head, first kv head)`` of tensor-parallel ``rank``.
+
+    Query heads split evenly. KV heads split evenly when ``tp_size <= num_kv_heads``; otherwise
+    each rank keeps the one KV head its query heads share, replicated on ``tp_size / num_kv_heads``
+    ranks. :func:`check_tensor_parallel` says which sizes work.
+    """
+    heads = num_heads // tp_size
+    if tp_size <= num_kv_heads:
+        kv = num_kv_heads // tp_size
+        return heads, kv, rank * heads, rank * kv
+    return heads, 1, rank * heads, rank // (tp_size // num_kv_heads)
+
+
+def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:
+    """Raise ValueError unless the model's heads and MLP split over ``tp_size`` ranks."""
+    if tp_size == 1:
+        return
+    heads, kv_heads = int(hf_config.num_attention_heads), num_kv_heads(hf_config)
+    fix = f"use a tensor_parallel_size that divides {heads}"
+    if heads % tp_size:
+        raise ValueError(f"tensor_parallel_size {tp_size} does not divide num_attention_heads ({heads}); {fix}")
+    if kv_heads >= tp_size and kv_heads % tp_size:
+        raise ValueError(f"tensor_parallel_size {tp_size} does not divide num_key_value_heads ({kv_heads}); {fix} "
+                         f"and {kv_heads}")
+    if kv_heads < tp_size and tp_size % kv_heads:
+        raise ValueError(f"num_key_value_heads ({kv_heads}) cannot be replicated over tensor_parallel_size {tp_size} "
+                         f"(it must be a multiple of {kv_heads}); {fix}")
+    inter = int(hf_config.intermediate_size)
+    if inter % tp_size:
+        raise ValueError(f"tensor_parallel_size {tp_size} does not divide intermediate_size ({inter})")
+
+
+def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> AttentionSpec:
+    """The AttentionSpec every layer of this model uses (scale ``head_dim ** -0.5``), for one of
+    ``tp_size`` tensor-parallel ranks (its heads; the KV cache holds only those)."""
     d = head_dim(hf_config)
     heads, kv_heads = int(hf_config.num_attention_heads), num_kv_heads(hf_config)
     if heads % kv_heads:
         raise ModelLoadError(
             f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads}); check config.json."
         )
+    check_tensor_parallel(hf_config, tp_size)
+    heads, kv_heads, _, _ = rank_heads(heads, kv_heads, 0, tp_size)
     return AttentionSpec(
         num_heads=heads,
         num_kv_heads=kv_heads,

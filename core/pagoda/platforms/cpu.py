@@ -31,6 +31,13 @@ class CpuPlatform(Platform):
             return "float16 matmuls are slow and inexact on CPU; use float32 or bfloat16"
         return None
 
+    def dist_backend(self) -> str | None:
+        return "gloo"
+
+    def device_count(self) -> int:
+        """CPU ranks are processes: as many as there are cores."""
+        return os.cpu_count() or 1
+
     def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float, activation_bytes: int) -> int:
         """CPU memory is shared with everything else: use the explicit size or a 4 GiB default."""
         return requested_bytes if requested_bytes is not None else DEFAULT_CPU_KV_CACHE_BYTES

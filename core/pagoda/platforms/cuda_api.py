@@ -86,6 +86,16 @@ class CudaApiPlatform(Platform, ABC):
             )
         return budget
 
+    def dist_backend(self) -> str | None:
+        """NCCL on CUDA builds; ROCm builds of torch run RCCL under the same name."""
+        return "nccl"
+
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def set_device(self, local_rank: int) -> None:
+        torch.cuda.set_device(local_rank)
+
     def compute_units(self) -> int:
         """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
         return torch.cuda.get_device_properties(self.device()).multi_processor_count

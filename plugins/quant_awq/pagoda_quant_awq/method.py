@@ -41,6 +41,8 @@ class AwqMethod(QuantizationMethod):
         layer.scales = nn.Parameter(torch.empty(in_features // group, out_features, dtype=scale_dtype),
                                     requires_grad=False)
         layer.scales.output_dim = 1
+        for grouped in (layer.qzeros, layer.scales):  # one row per group of input features (tensor parallelism)
+            grouped.input_dim, grouped.input_pack_factor = 0, group
         layer.awq_dtype = dtype
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:

@@ -91,7 +91,8 @@ class Fp8Method(QuantizationMethod):
             rows, cols = scheme.block
             _check_blocks(layer.output_sizes, rows)
             shape = (-(-out_features // rows), -(-in_features // cols))
-            setattr(layer, scheme.scale_name, _param(torch.ones(shape), pack_factor=rows))
+            setattr(layer, scheme.scale_name, _param(torch.ones(shape), pack_factor=rows, input_dim=1,
+                                                     input_pack_factor=cols))
         if scheme.activation == "static":
             layer.input_scale = _param(torch.ones(shards), shard_indexed=True)
 

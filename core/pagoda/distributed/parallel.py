@@ -1,0 +1,58 @@
+"""TensorParallel: one rank's view of its tensor-parallel group, and the collectives layers use.
+
+Layers receive it through ``BuildContext.tp``. With ``size == 1`` (the default, :data:`SINGLE`)
+every collective returns its input untouched: a single-device engine runs no distributed code.
+The collectives are torch.distributed's on the group's backend (NCCL/RCCL on GPUs, gloo on CPU,
+named by the Platform); NCCL's are asynchronous on the current stream and graph-capturable, so a
+captured decode step replays its all-reduces too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class TensorParallel:
+    """``rank`` of ``size`` ranks; ``group`` is the torch.distributed process group (None alone)."""
+
+    rank: int = 0
+    size: int = 1
+    group: Any = None
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum ``x`` over the ranks, in place (row-parallel layers, the vocab-parallel embedding)."""
+        if self.size > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, k]`` on each rank -> ``[n, size * k]`` (rank r's columns at ``[r*k, (r+1)*k)``)."""
+        if self.size == 1:
+            return x
+        x = x.contiguous()  # [n, k]
+        out = torch.empty((self.size * x.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)  # [size * n, k]
+        _all_gather(out, x, group=self.group)
+        return out.view(self.size, x.shape[0], x.shape[1]).transpose(0, 1).reshape(x.shape[0], -1)
+
+    def broadcast(self, x: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Rank ``src``'s ``x`` on every rank, in place (the sampled tokens come from rank 0)."""
+        if self.size > 1:
+            dist.broadcast(x, src=src, group=self.group)
+        return x
+
+    def min_int(self, value: int, device: torch.device) -> int:
+        """The smallest ``value`` over the ranks (e.g. KV cache blocks: every rank holds as many)."""
+        if self.size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
+        return int(t.item())
+
+
+SINGLE = TensorParallel()
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.12

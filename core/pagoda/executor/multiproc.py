@@ -1,0 +1,55 @@
+"""MultiprocExecutor: rank 0 runs in the engine core's process and drives the worker ranks.
+
+Each step is encoded once (:class:`~pagoda.executor.messages.StepEncoder`), sent to every
+worker, then launched on rank 0's own runner; the ranks meet in the layers' collectives. The
+tokens come from rank 0 (its PendingStep), so the engine core's overlapped loop is unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from pagoda.engine.model_runner import ModelRunner, PendingStep
+from pagoda.executor import messages
+from pagoda.executor.base import Executor
+from pagoda.executor.workers import WorkerGroup
+from pagoda.interfaces.scheduler import SchedulerOutput
+
+
+class MultiprocExecutor(Executor):
+    def __init__(self, runner: ModelRunner, workers: WorkerGroup) -> None:
+        self.runner = runner
+        self.workers = workers
+        self.encoder = messages.StepEncoder()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes this executor spawned (none under torchrun)."""
+        return [proc.pid for proc in self.workers.procs.values()]
+
+    def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None) -> PendingStep:
+        self.workers.check()
+        self.workers.send(messages.encode(self.encoder.step(out, block_tables, prev is not None)))
+        pending = self._guarded(lambda: self.runner.launch(out, block_tables, prev))
+        wait = pending._wait
+        pending._wait = lambda: self._guarded(wait)  # the device (and its collectives) are waited on here
+        return pending
+
+    def _guarded(self, fn: Callable):
+        """Run ``fn`` (which may wait on collectives); a failure becomes a WorkerFailedError."""
+        self.workers.busy_since = time.monotonic()
+        try:
+            return fn()
+        except Exception as exc:
+            raise self.workers.error_after(exc) from exc
+        finally:
+            self.workers.busy_since = None
+
+    def release(self, request_id: str) -> None:
+        self.runner.release(request_id)
+        self.encoder.release(request_id)
+
+    def shutdown(self) -> None:
+        self.workers.shutdown()
+

@@ -1,0 +1,139 @@
+"""A worker rank (1..N-1): builds its shard of the model, then runs every step the driver sends.
+
+It runs the same ModelRunner as the driver on the same scheduled steps (rebuilt by
+:class:`~pagoda.executor.messages.StepMirror`), so every rank issues the same collectives in
+the same order; the tokens it samples are replaced by rank 0's (``ModelRunner`` broadcasts them).
+Errors go to the driver (rank, text) before the process exits with status 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import msgspec
+import torch
+import torch.distributed as dist
+import zmq
+
+from pagoda.config import EngineConfig
+from pagoda.distributed.parallel import TensorParallel
+from pagoda.executor import messages
+from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout
+
+logger = logging.getLogger("pagoda.worker")
+POLL_MS = 1000  # how often an idle worker checks that the driver is alive
+
+
+def run_spawned_worker(spec: WorkerSpec) -> None:
+    """Process entry point of a worker spawned by the driver on this host."""
+    from pagoda.engine.builder import select_platform
+    from pagoda.plugins import manager as plugin_manager
+
+    logging.basicConfig(level=spec.log_level, format="%(levelname)s %(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
+    torch.set_num_threads(spec.num_threads)
+    plugin_manager.configure(*spec.plugins)
+    channels = WorkerChannels(spec.rank, spec.step_address, spec.error_address)
+    try:
+        platform = select_platform(spec.config)
+        platform.set_device(spec.local_rank)
+        channels.hello()
+        dist.init_process_group(platform.dist_backend(), init_method=spec.init_method, rank=spec.rank,
+                                world_size=spec.world_size, timeout=dist_timeout())
+        serve_steps(spec.config, platform, TensorParallel(spec.rank, spec.world_size, dist.group.WORLD), channels,
+                    spec.parent_pid)
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
+        channels.report(exc)
+        raise SystemExit(1) from None
+    finally:
+        channels.close()
+
+
+def run_torchrun_worker(config: EngineConfig) -> int:
+    """Entry point of ranks > 0 started by torchrun (the CLI calls it instead of its command)."""
+    from pagoda.engine.builder import select_platform
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != config.tensor_parallel_size:
+        raise SystemExit(f"torchrun started {world} processes but --tensor-parallel-size is "
+                         f"{config.tensor_parallel_size}; they must be equal")
+    platform = select_platform(config)
+    check_platform(config, platform, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    platform.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(platform.dist_backend(), init_method="env://", rank=rank, world_size=world,
+                            timeout=dist_timeout())
+    addresses: list = [None, None]
+    dist.broadcast_object_list(addresses, src=0)
+    channels = WorkerChannels(rank, *addresses)
+    try:
+        channels.hello()
+        serve_steps(config, platform, TensorParallel(rank, world, dist.group.WORLD), channels, None)
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
+        channels.report(exc)
+        return 1
+    finally:
+        channels.close()
+    return 0
+
+
+class WorkerChannels:
+    """A DEALER for the driver's steps and a PUSH for this worker's errors."""
+
+    def __init__(self, rank: int, step_address: str, error_address: str) -> None:
+        self.rank = rank
+        self.context = zmq.Context()
+        self.steps = self.context.socket(zmq.DEALER)
+        self.steps.setsockopt(zmq.IDENTITY, str(rank).encode())
+        self.steps.setsockopt(zmq.LINGER, 0)
+        self.steps.connect(step_address)
+        self.errors = self.context.socket(zmq.PUSH)
+        self.errors.setsockopt(zmq.LINGER, 2000)
+        self.errors.connect(error_address)
+
+    def hello(self) -> None:
+        self.steps.send(b"hello")
+
+    def report(self, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        logger.error("Tensor-parallel rank %d failed: %s", self.rank, text, exc_info=not isinstance(exc, SystemExit))
+        try:
+            self.errors.send(msgspec.msgpack.encode([self.rank, text]), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def close(self) -> None:
+        self.steps.close(0)
+        self.errors.close()
+        self.context.term()
+
+
+def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: WorkerChannels,
+                parent_pid: int | None) -> None:
+    """Build this rank's shard and runner like the driver, then run steps until told to stop."""
+    from pagoda.engine.builder import build_model_shard
+    from pagoda.executor.base import make_runner
+    from pagoda.loader import load_hf_config, resolve_model
+
+    source = resolve_model(config.model)
+    shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
+    runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp)
+    mirror, pending = messages.StepMirror(), None
+    while True:
+        if not channels.steps.poll(POLL_MS):
+            if parent_pid is not None and os.getppid() != parent_pid:
+                logger.warning("Tensor-parallel rank %d: the driver is gone, exiting", tp.rank)
+                return
+            continue
+        message = messages.decode(channels.steps.recv(copy=False))
+        if isinstance(message, messages.StopWorker):
+            break
+        for request_id in message.finished:
+            runner.release(request_id)
+        out, tables = mirror.apply(message)
+        pending = runner.launch(out, tables, pending if message.has_prev else None)
+    dist.destroy_process_group()
+    sys.stdout.flush()

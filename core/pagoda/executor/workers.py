@@ -1,0 +1,311 @@
+"""The worker ranks seen from the driver (rank 0): how they start, how steps reach them, how their
+failures surface.
+
+Two ways to start (``EngineConfig.distributed_executor_backend``):
+
+- ``mp``: the driver spawns ranks 1..N-1 as processes on this host (rank r on device r);
+- ``torchrun``: torchrun started every rank (on one host or several); rank 0 runs the engine,
+  the others enter :func:`pagoda.executor.worker.run_torchrun_worker` from the CLI.
+
+Channels: the model's collectives run on the torch.distributed group (the Platform names the
+backend: NCCL/RCCL on GPUs, gloo on CPU). Step messages go from a ZeroMQ ROUTER on the driver to
+one DEALER per worker; a PULL socket collects worker errors, read by a watcher thread that also
+watches the worker processes (``mp``). A failure makes the next step raise
+:class:`WorkerFailedError`; if the driver is stuck in a collective with a dead rank, the watcher
+aborts the group, and exits the process after ``FAIL_GRACE_S`` if even that does not free it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import msgspec
+import torch
+import torch.distributed as dist
+import zmq
+
+from pagoda.config import EngineConfig
+from pagoda.distributed.parallel import TensorParallel
+from pagoda.errors import PagodaError
+from pagoda.executor import messages
+from pagoda.interfaces.platform import Platform
+from pagoda.plugins import get_plugin_manager
+
+logger = logging.getLogger("pagoda")
+STARTUP_TIMEOUT_S = 600.0  # workers must say hello (imports, device set) within this
+WATCH_MS = 200
+FAIL_GRACE_S = 20.0
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class WorkerFailedError(PagodaError, RuntimeError):
+    """A tensor-parallel rank died or failed: the engine cannot run steps any more."""
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker process needs to join the group (pickled once, at spawn)."""
+
+    config: EngineConfig
+    rank: int
+    world_size: int
+    local_rank: int
+    init_method: str  # torch.distributed init method ("env://" under torchrun)
+    step_address: str
+    error_address: str
+    plugins: tuple  # the driver's (allow, block) plugin lists
+    parent_pid: int | None  # exit when this process is gone (mp); None under torchrun
+    num_threads: int
+    log_level: int
+
+
+def dist_timeout() -> timedelta:
+    """How long a collective may wait for the other ranks (``PAGODA_DIST_TIMEOUT_S``, default 600)."""
+    return timedelta(seconds=float(os.environ.get("PAGODA_DIST_TIMEOUT_S", "600")))
+
+
+def launched_by_torchrun() -> bool:
+    return all(name in os.environ for name in TORCHRUN_VARS)
+
+
+def use_torchrun(config: EngineConfig) -> bool:
+    if config.distributed_executor_backend == "auto":
+        return launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) == config.tensor_parallel_size
+    return config.distributed_executor_backend == "torchrun"
+
+
+def check_platform(config: EngineConfig, platform: Platform, local_ranks: int) -> str:
+    """The collective backend, after checking the platform can hold ``local_ranks`` ranks here."""
+    n = config.tensor_parallel_size
+    backend = platform.dist_backend()
+    if backend is None:
+        raise ValueError(f"tensor_parallel_size {n} needs collectives, but the {platform.device_type} platform "
+                         f"({type(platform).__name__}) has no torch.distributed backend; use tensor_parallel_size 1")
+    available = platform.device_count()
+    if local_ranks > available:
+        raise ValueError(f"tensor_parallel_size {n} puts {local_ranks} ranks on this host, but it has only "
+                         f"{available} {platform.device_type} device(s); lower tensor_parallel_size, or spread the "
+                         "ranks over hosts with torchrun (docs/distributed.md)")
+    return backend
+
+
+def start_workers(config: EngineConfig, platform: Platform) -> "WorkerGroup":
+    """Start (or, under torchrun, join) the other ranks; returns once the group is formed."""
+    if use_torchrun(config):
+        return _join_torchrun(config, platform)
+    return _spawn(config, platform)
+
+
+def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
+    n = config.tensor_parallel_size
+    backend = check_platform(config, platform, n)
+    group = WorkerGroup.bind("127.0.0.1", n)
+    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    manager = get_plugin_manager()
+    context = multiprocessing.get_context("spawn")
+    for rank in range(1, n):
+        spec = WorkerSpec(config, rank, n, rank, init_method, group.step_address, group.error_address,
+                          (manager.allow, manager.block), os.getpid(), torch.get_num_threads(),
+                          logging.getLogger().getEffectiveLevel())
+        from pagoda.executor.worker import run_spawned_worker
+
+        proc = context.Process(target=run_spawned_worker, args=(spec,), name=f"pagoda-tp-rank{rank}", daemon=True)
+        proc.start()
+        group.procs[rank] = proc
+    group.start_watcher()
+    try:
+        group.wait_for_hellos()
+        platform.set_device(0)
+        dist.init_process_group(backend, init_method=init_method, rank=0, world_size=n, timeout=dist_timeout())
+    except BaseException:
+        group.shutdown()
+        raise
+    group.tp = TensorParallel(0, n, dist.group.WORLD)
+    logger.info("Tensor parallel: %d ranks on this host (%s), workers %s", n, backend,
+                ", ".join(str(p.pid) for p in group.procs.values()))
+    return group
+
+
+def _join_torchrun(config: EngineConfig, platform: Platform) -> "WorkerGroup":
+    n, rank = config.tensor_parallel_size, int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "0"))
+    if world != n or rank != 0:
+        raise ValueError(f"under torchrun, tensor_parallel_size ({n}) must equal WORLD_SIZE ({world}) and the engine "
+                         f"runs on rank 0 (this is rank {rank}); see docs/distributed.md")
+    backend = check_platform(config, platform, int(os.environ.get("LOCAL_WORLD_SIZE", n)))
+    platform.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, init_method="env://", rank=0, world_size=n, timeout=dist_timeout())
+    group = WorkerGroup.bind(_host_ip(), n)
+    dist.broadcast_object_list([group.step_address, group.error_address], src=0)  # once, at start
+    group.tp = TensorParallel(0, n, dist.group.WORLD)
+    group.start_watcher()
+    group.wait_for_hellos()
+    logger.info("Tensor parallel: %d ranks started by torchrun (%s)", n, backend)
+    return group
+
+
+class WorkerGroup:
+    """The driver's handle on ranks 1..N-1."""
+
+    def __init__(self, context: zmq.Context, steps: zmq.Socket, errors: zmq.Socket, host: str, world_size: int):
+        self.context, self.steps, self.errors = context, steps, errors
+        self.step_address = f"tcp://{host}:{steps.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}"
+        self.error_address = f"tcp://{host}:{errors.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}"
+        self.world_size = world_size
+        self.tp: TensorParallel | None = None
+        self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
+        self.identities: list[bytes] = []
+        self.failure: str | None = None
+        self._failed_at = 0.0
+        self.busy_since: float | None = None  # set while the driver waits on the device or a collective
+        self._closed = False
+        self._watcher: threading.Thread | None = None
+
+    @classmethod
+    def bind(cls, host: str, world_size: int) -> "WorkerGroup":
+        context = zmq.Context()
+        steps = context.socket(zmq.ROUTER)
+        steps.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises, never drops silently
+        steps.setsockopt(zmq.LINGER, 0)
+        steps.bind_to_random_port(f"tcp://{'*' if host != '127.0.0.1' else host}")
+        errors = context.socket(zmq.PULL)
+        errors.setsockopt(zmq.LINGER, 0)
+        errors.bind_to_random_port(f"tcp://{'*' if host != '127.0.0.1' else host}")
+        return cls(context, steps, errors, host, world_size)
+
+    # -- start-up --------------------------------------------------------------------------------
+    def wait_for_hellos(self) -> None:
+        """Each worker's DEALER says hello first (the ROUTER learns its identity)."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while len(self.identities) < self.world_size - 1:
+            self.check()
+            if time.monotonic() > deadline:
+                raise WorkerFailedError(f"only {len(self.identities)} of {self.world_size - 1} tensor-parallel workers "
+                                        f"started within {STARTUP_TIMEOUT_S:.0f} s")
+            if self.steps.poll(100):
+                identity, _ = self.steps.recv_multipart()
+                self.identities.append(identity)
+
+    def start_watcher(self) -> None:
+        atexit.register(self.shutdown)  # a front end that exits without shutting the engine down
+        self._watcher = threading.Thread(target=self._watch, name="pagoda-tp-watcher", daemon=True)
+        self._watcher.start()
+
+    # -- steps -----------------------------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        for identity in self.identities:
+            try:
+                self.steps.send_multipart([identity, frame], copy=False)
+            except zmq.ZMQError as exc:
+                self._fail(f"tensor-parallel worker {identity.decode()} is unreachable ({exc})")
+                self.check()
+
+    def check(self) -> None:
+        """Raise WorkerFailedError if a rank failed."""
+        if self.failure is not None:
+            raise WorkerFailedError(self.failure)
+
+    def error_after(self, exc: BaseException) -> WorkerFailedError:
+        """The error to raise when a step failed with ``exc`` (a collective seeing a dead rank)."""
+        deadline = time.monotonic() + 3.0
+        while self.failure is None and time.monotonic() < deadline:  # the watcher may not have seen it yet
+            time.sleep(0.05)
+        if self.failure is None:
+            self._fail(f"a tensor-parallel step failed: {type(exc).__name__}: {exc}")
+        return WorkerFailedError(self.failure)
+
+    # -- failures --------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._closed:
+            try:
+                if self.errors.poll(WATCH_MS):
+                    rank, text = msgspec.msgpack.decode(self.errors.recv())
+                    self._fail(f"tensor-parallel rank {rank} failed: {text}")
+            except zmq.ZMQError:
+                return  # closed by shutdown
+            for rank, proc in self.procs.items():
+                if proc.exitcode is not None and not self._closed:
+                    self._fail(f"tensor-parallel rank {rank} (pid {proc.pid}) exited {_exit_reason(proc.exitcode)}")
+            stuck = self.busy_since is not None and self.failure is not None
+            if stuck and time.monotonic() - max(self.busy_since, self._failed_at) > FAIL_GRACE_S:
+                logger.critical("%s; the driver is stuck in a collective with it: exiting", self.failure)
+                os._exit(1)
+
+    def _fail(self, reason: str) -> None:
+        if self.failure is not None or self._closed:
+            return
+        self.failure, self._failed_at = reason, time.monotonic()
+        logger.error("%s; the engine stops", reason)
+        if self.tp is not None and dist.is_initialized() and dist.get_backend() != "gloo":
+            try:  # frees a driver blocked in an NCCL collective (gloo fails by itself on a closed peer)
+                dist.distributed_c10d._abort_process_group()
+            except Exception as exc:  # noqa: BLE001 - best effort; the grace exit follows
+                logger.warning("Could not abort the process group: %s", exc)
+
+    # -- shutdown --------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Tell the workers to stop, wait for them (then end them), leave the group. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        stop = messages.encode(messages.StopWorker())
+        for identity in self.identities:
+            try:
+                self.steps.send_multipart([identity, stop], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+        for proc in self.procs.values():
+            proc.join(10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(3)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(3)
+        if self._watcher is not None:
+            self._watcher.join(1)
+        self.steps.close(0)
+        self.errors.close(0)
+        self.context.term()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # noqa: BLE001 - a group broken by a dead rank
+                logger.debug("destroy_process_group: %s", exc)
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"with status {code}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _host_ip() -> str:
+    """This host's address as the other hosts reach it (``PAGODA_HOST_IP`` overrides)."""
+    explicit = os.environ.get("PAGODA_HOST_IP")
+    if explicit:
+        return explicit
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((os.environ.get("MASTER_ADDR", "127.0.0.1"), 1))  # no packet: picks the route's interface
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On nvidia-h200-x2 (tool `run`, carry [".whl"]): tensor parallelism on 2 GPUs, in parts of < 9 minutes:
+#   PARTS="tests 8b" bash scripts/device/tp.sh     # TP GPU tests; Llama-3.1-8B dummy TP=2 vs TP=1 (throughput, batch-1 latency)
+#   PARTS="tests 8b-latency" ...                    # the same without the throughput runs (about 4 minutes)
+#   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
+#   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
+# Everything lands in $OUT/work (logs, JSON, written as each step ends) plus $OUT/summary_<parts>.txt.
+# The first GPU attempt (2026-11-23, PARTS="tests 8b-latency" under a 360 s call limit) ran out of
+# time with nothing returned: give a call at least 9 minutes, and read $OUT/work/*.log.
+set -uo pipefail
+OUT="${OUT:-$PWD/tp_out}"; mkdir -p "$OUT"
+WORK="$OUT/work"; mkdir -p "$WORK"  # under $OUT: what finished comes back even when a call runs out of time
+export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+PARTS="${PARTS:-tests 8b}"
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+M8=benchmarks/configs/llama-3.1-8b
+M70=benchmarks/configs/llama-3.1-70b
+TOK=/tmp/llama3-tokenizer
+start=$(date +%s)
+rm -rf plugins/*/build plugins/*/*.egg-info
+source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$WORK/install.log" 2>&1 \
+  || { tail -40 "$WORK/install.log"; exit 1; }
+echo "install: $(( $(date +%s) - start )) s"
+TOK=$(bash scripts/device/llama3_tokenizer.sh "$TOK")
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$WORK/device.txt"
+nvidia-smi topo -m > "$WORK/topo.txt" 2>&1
+COMMON=(--load-format dummy --attention-backend triton --max-model-len 2048 --tokenizer "$TOK" --log-level warning)
+bench() {  # name, subcommand args...: one `pagoda bench` run under a time limit
+  local name=$1; shift
+  timeout "${LIMIT:-240}" pagoda bench "$@" "${COMMON[@]}" --result-file "$WORK/$name.json" > "$WORK/$name.log" 2>&1
+  echo "$name: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/$name.json" 2>/dev/null)"
+}
+if has tests; then  # CPU-CI tests on the GPUs (NCCL, CUDA graphs capturing the all-reduce), incl. the killed rank
+  timeout 300 python3 -m pytest -q -x --durations=5 -p no:cacheprovider tests/engine/test_tensor_parallel.py \
+    -k "not torchrun" > "$WORK/pytest.log" 2>&1; echo "tests: exit $?"; tail -8 "$WORK/pytest.log"
+fi
+if has 8b; then
+  bench tp1_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256
+  bench tp2_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256 -tp 2
+fi
+if has 8b || has 8b-latency; then
+  LIMIT=150 bench tp1_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2
+  LIMIT=150 bench tp2_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
+fi
+if has 70b; then
+  LIMIT=330 bench tp2_70b_500x256 throughput "$M70" --num-prompts 500 --input-len 256 --output-len 256 -tp 2
+  LIMIT=200 bench tp2_70b_latency latency "$M70" --batch-sizes 1,16 --input-len 128 --output-len 128 --repeats 2 -tp 2
+fi
+if has 70b-serve; then
+  pagoda serve "$M70" "${COMMON[@]}" -tp 2 --port 8000 --served-model-name llama > "$WORK/server_70b.log" 2>&1 &
+  pid=$! t=0
+  until curl -sf http://127.0.0.1:8000/health > /dev/null; do
+    sleep 2; t=$((t + 2))
+    if [ $t -gt 300 ] || ! kill -0 $pid 2>/dev/null; then echo "70b serve: server did not start"; tail -20 "$WORK/server_70b.log"; break; fi
+  done
+  echo "70b serve: server up after ${t} s"
+  timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 64 --input-len 256 --output-len 16 \
+    --ignore-eos --no-progress > "$WORK/serve_70b_warmup.log" 2>&1
+  timeout 240 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 500 --input-len 256 --output-len 256 \
+    --ignore-eos --no-progress --result-file "$WORK/serve_70b_rate_inf.json" > "$WORK/serve_70b_rate_inf.log" 2>&1
+  echo "70b serve rate inf: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_70b_rate_inf.json" 2>/dev/null)"
+  timeout 100 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 240 --request-rate 4 --input-len 256 \
+    --output-len 256 --ignore-eos --no-progress --result-file "$WORK/serve_70b_rate_4.json" > "$WORK/serve_70b_rate_4.log" 2>&1
+  echo "70b serve rate 4: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_70b_rate_4.json" 2>/dev/null)"
+  kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null; echo "70b serve: server exit (pid $pid gone: $(kill -0 $pid 2>/dev/null && echo no || echo yes))"
+fi
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$WORK/leftover_procs.txt" 2>&1
+part=$(echo "$PARTS" | tr ' ' '_')
+for f in "$WORK"/*.json; do [ -f "$f" ] && echo "$(basename "$f" .json): $(python3 scripts/device/summarize_bench.py "$f")"; done > "$OUT/summary_$part.txt"
+echo "tp.sh: $(( $(date +%s) - start )) s"

@@ -1,0 +1,139 @@
+"""Tensor parallelism on CPU: two ranks over gloo (the driver plus one spawned worker process).
+
+Greedy tokens at tensor_parallel_size=2 equal those at 1 on tiny random models (GQA split, and
+replicated KV heads for Mistral's single KV head), through chunked prefill, prefix-cache hits
+and preemptions; a killed rank fails the engine fast with a clear error; bad sizes and
+platforms are refused before any process starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tiny_models import random_prompts
+from pagoda import LLM, SamplingParams
+from pagoda.config import EngineConfig
+from pagoda.executor.workers import WorkerFailedError, check_platform
+from pagoda.platforms.cpu import CpuPlatform
+
+KV_BYTES_TP1 = 24 * 2 * 8 * 2 * 32 * 4  # 24 blocks of 8 tokens (2 layers, 2 KV heads of <= 32 floats, K and V)
+
+
+def shared_prefix_prompts() -> list[list[int]]:
+    """Prompts sharing a 16-token prefix (two blocks of 8), then different tails."""
+    prefix = random_prompts(1, range(16, 17), seed=11)[0]
+    return [prefix + tail for tail in random_prompts(8, range(4, 24), seed=12)]
+
+
+def run(path: str, tp: int, prompts, **kwargs):
+    llm = LLM(model=path, dtype="float32", block_size=8, max_num_batched_tokens=40, max_num_seqs=8,
+              kv_cache_memory=KV_BYTES_TP1 // tp, tensor_parallel_size=tp, **kwargs)
+    try:
+        params = SamplingParams(temperature=0, max_tokens=28, logprobs=0)
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        return outputs, llm.engine.core.snapshot_stats()
+    finally:
+        llm.shutdown()
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+def test_tp2_greedy_equals_tp1(tiny_models, family):
+    path, _ = tiny_models[family]
+    prompts = shared_prefix_prompts()
+    expected, _ = run(path, 1, prompts)
+    got, stats = run(path, 2, prompts)
+    assert stats.num_preemptions > 0, "the small KV cache should force preemptions"
+    assert stats.prefix_cache_hit_rate > 0, "the shared prefix should hit the prefix cache"
+    for a, b in zip(expected, got):
+        assert b.outputs[0].token_ids == a.outputs[0].token_ids
+        lp_a = [next(iter(d.values())).logprob for d in a.outputs[0].logprobs]
+        lp_b = [next(iter(d.values())).logprob for d in b.outputs[0].logprobs]
+        assert torch.allclose(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-4)
+
+
+def test_killed_rank_fails_fast_with_a_clear_error(tiny_models):
+    path, _ = tiny_models["llama"]
+    llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
+    try:
+        (pid,) = llm.engine.core.executor.worker_pids
+        llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)  # works
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerFailedError, match=r"rank 1 \(pid \d+\) exited killed by signal SIGKILL"):
+            for _ in range(50):  # the first call may still see the rank alive; it fails within steps
+                llm.generate([[4, 5, 6]], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)
+                time.sleep(0.1)
+        assert time.monotonic() - start < 15
+    finally:
+        llm.shutdown()
+
+
+def test_sizes_that_do_not_split_are_refused_before_start(tiny_models):
+    path, _ = tiny_models["llama"]  # 4 heads, 2 KV heads, intermediate 128
+    with pytest.raises(ValueError, match="tensor_parallel_size 3 does not divide num_attention_heads"):
+        LLM(model=path, dtype="float32", tensor_parallel_size=3)
+    with pytest.raises(ValueError, match="tensor_parallel_size 8 does not divide num_attention_heads"):
+        LLM(model=path, dtype="float32", tensor_parallel_size=8)
+
+
+def test_platform_without_backend_or_devices_is_refused():
+    class NoCollectives(CpuPlatform):
+        def dist_backend(self):
+            return None
+
+    class OneDevice(CpuPlatform):
+        def device_count(self):
+            return 1
+
+    config = EngineConfig(tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="has no torch.distributed backend"):
+        check_platform(config, NoCollectives(), 2)
+    with pytest.raises(ValueError, match="has only 1 cpu device"):
+        check_platform(config, OneDevice(), 2)
+    assert check_platform(config, CpuPlatform(), 2) == "gloo"
+    with pytest.raises(ValueError, match="tensor_parallel_size must be an integer >= 1"):
+        EngineConfig(tensor_parallel_size=0)
+
+
+def test_torchrun_two_processes_match_one(tiny_models, tmp_path):
+    """`torchrun --nproc-per-node 2 -m pagoda.cli.main generate ... -tp 2`: the multi-node path, on one host."""
+    path, _ = tiny_models["qwen3"]
+    prompt = " ".join(f"t{i}" for i in random_prompts(1, range(12, 13), seed=5)[0])
+    flags = ["generate", "--model", path, prompt, "--temperature", "0", "--max-tokens", "12", "--json",
+             "--dtype", "float32", "--kv-cache-memory", str(1 << 22), "--log-level", "warning"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single = subprocess.run([sys.executable, "-m", "pagoda.cli.main", *flags], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert single.returncode == 0, single.stderr
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                "-m", "pagoda.cli.main", *flags, "--tensor-parallel-size", "2"]
+    pair = subprocess.run(torchrun, capture_output=True, text=True, env=env, timeout=180)
+    assert pair.returncode == 0, pair.stderr[-3000:]
+    assert pair.stdout.strip() and pair.stdout.strip() == single.stdout.strip()
+
+
+@pytest.mark.gpu
+def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models):
+    """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    path, _ = tiny_models["llama"]
+    prompts = shared_prefix_prompts()
+    outputs = []
+    for tp in (1, 2):
+        llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, tensor_parallel_size=tp,
+                  gpu_memory_utilization=0.3)
+        try:
+            assert llm.engine.core.runner.graphs is not None, "decode steps should be captured"
+            outputs.append([o.outputs[0].token_ids for o in llm.generate(
+                prompts, SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)])
+        finally:
+            llm.shutdown()
+    assert outputs[0] == outputs[1]
