@@ -23,3 +23,7 @@ class ModelLoadError(PagodaError):
 
 class RequestError(PagodaError, ValueError):
     """A request is invalid (prompt too long, empty prompt, bad sampling values)."""
+
+
+class ConfigError(PagodaError, ValueError):
+    """An engine setting is invalid (a malformed ``--speculative-config``, an out-of-range value)."""

@@ -46,5 +46,10 @@ def register_schedulers(register: Register) -> None:
 
 
 @hookspec
+def register_proposers(register: Register) -> None:
+    """Register speculative-decoding Proposer subclasses: ``register("ngram", NgramProposer)``."""
+
+
+@hookspec
 def register_commands(subparsers: Any) -> None:
     """Add CLI subcommands: ``subparsers.add_parser(...)``; set ``func=`` on the parser's defaults."""

@@ -1,9 +1,10 @@
-"""Typed interfaces of the five plugin kinds. Plugins subclass these."""
+"""Typed interfaces of the six plugin kinds. Plugins subclass these."""
 
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
+from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer
 from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
 from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
@@ -17,6 +18,9 @@ __all__ = [
     "ForwardContext",
     "InputQuantizer",
     "Platform",
+    "Proposal",
+    "ProposalInput",
+    "Proposer",
     "QuantizationMethod",
     "QuantizedInput",
     "Scheduler",

@@ -40,3 +40,10 @@ def register_schedulers(register: Register) -> None:
 
     register("fcfs", FcfsScheduler)
     register("priority", PriorityScheduler)
+
+
+@hookimpl
+def register_proposers(register: Register) -> None:
+    from pagoda.spec_decode.ngram import NgramProposer
+
+    register("ngram", NgramProposer)

@@ -22,6 +22,7 @@ KINDS: dict[str, Kind] = {
         Kind("quantization", "register_quantization_methods", "quantization method", "--quantization", ("platform",)),
         Kind("model", "register_models", "model architecture", None, ()),
         Kind("scheduler", "register_schedulers", "scheduler", "--scheduler", ()),
+        Kind("proposer", "register_proposers", "speculative proposer", "--speculative-config", ()),
     )
 }
 

@@ -253,6 +253,7 @@ def _validate(key: str, name: str, obj: Any) -> None:
         "quantization": api.QuantizationMethod,
         "model": api.CausalLM,
         "scheduler": api.Scheduler,
+        "proposer": api.Proposer,
     }[key]
     if not isinstance(name, str) or not name:
         raise TypeError(f"{KINDS[key].label} names must be non-empty strings, got {name!r}")

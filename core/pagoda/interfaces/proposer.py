@@ -1,0 +1,53 @@
+"""Proposer: the draft side of speculative decoding.
+
+Each step, for the requests that speculate, a proposer suggests up to ``k`` next tokens; the
+engine verifies all drafts in one target forward pass and keeps the longest prefix the
+rejection sampler accepts (:mod:`pagoda.spec_decode.rejection`), which preserves the target
+model's distribution exactly whatever the proposer suggests. A proposer only affects speed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from pagoda.interfaces.base import Capability
+
+
+@dataclass(frozen=True)
+class ProposalInput:
+    """One request that may speculate this step."""
+
+    request_id: str
+    token_ids: Sequence[int]  # prompt + output so far, ending with the last sampled token
+    hidden: torch.Tensor | None = None  # [hidden_size]: the target's last hidden state (EAGLE-style proposers)
+
+
+@dataclass
+class Proposal:
+    """Drafts for each input, in input order: ``token_ids[i]`` has 0..k tokens."""
+
+    token_ids: list[list[int]]
+    # [num_inputs, k, vocab] distributions the drafts were sampled from; None: deterministic
+    # drafts (each one certain under the proposer, e.g. n-gram lookup)
+    probs: torch.Tensor | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Proposer(Capability, ABC):
+    """Suggests draft tokens. ``config`` is the parsed ``--speculative-config``."""
+
+    needs_hidden_states: ClassVar[bool] = False
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    @abstractmethod
+    def propose(self, inputs: list[ProposalInput], k: int) -> Proposal:
+        """Up to ``k`` draft tokens per input (fewer, or none, where the proposer has no guess)."""
+
+    def release(self, request_id: str) -> None:
+        """Forget per-request state once the request finished (default: none kept)."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: configuration, the built-in n-gram proposer, and exact rejection sampling."""
