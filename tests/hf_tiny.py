@@ -28,12 +28,20 @@ LLAMA3_ROPE = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "hi
                "original_max_position_embeddings": 32, "rope_theta": 10000.0}
 
 
+MOE = {  # 6 experts, 2 per token; Qwen3-MoE: layer 1 dense (mlp_only_layers), experts narrower than the dense MLP
+    "mixtral": dict(num_local_experts=6, num_experts_per_tok=2),
+    "qwen3_moe": dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+                      mlp_only_layers=[1], norm_topk_prob=True),
+}
+
+
 def hf_config(kind: str, **overrides):
-    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3) with ``overrides`` applied."""
+    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe) with ``overrides`` applied."""
     import transformers as tf
 
-    cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config}[kind]
-    kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **overrides}
+    cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
+           "mixtral": tf.MixtralConfig, "qwen3_moe": tf.Qwen3MoeConfig}[kind]
+    kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **MOE.get(kind, {}), **overrides}
     return cls(**kwargs)
 
 

@@ -43,7 +43,7 @@ def run(path: str, tp: int, prompts, **kwargs):
         llm.shutdown()
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"])
 def test_tp2_greedy_equals_tp1(tiny_models, family):
     path, _ = tiny_models[family]
     prompts = shared_prefix_prompts()

@@ -41,6 +41,17 @@ CONFIGS = {
         num_key_value_heads=2, head_dim=32, max_position_embeddings=256, eos_token_id=None, bos_token_id=None,
         pad_token_id=None,
     ),
+    "mixtral": lambda: transformers.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, num_local_experts=8, num_experts_per_tok=2,
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    ),
+    "qwen3_moe": lambda: transformers.Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256, num_experts=8,
+        num_experts_per_tok=3, norm_topk_prob=True, mlp_only_layers=[0], eos_token_id=None, bos_token_id=None,
+        pad_token_id=None,
+    ),
 }
 
 

@@ -7,8 +7,10 @@ import torch
 
 from pagoda.interfaces import AttentionMetadata, ForwardContext
 from pagoda.models.llama import LlamaForCausalLM, MistralForCausalLM
+from pagoda.models.mixtral import MixtralForCausalLM
 from pagoda.models.qwen2 import Qwen2ForCausalLM
 from pagoda.models.qwen3 import Qwen3ForCausalLM
+from pagoda.models.qwen3_moe import Qwen3MoeForCausalLM
 from hf_tiny import BLOCK_SIZE, LLAMA3_ROPE, hf_logits, load_pagoda, run_prefill, save_tiny
 
 TOL = 1e-4
@@ -27,9 +29,13 @@ CASES = {
     "qwen2-sliding-window": ("qwen2", dict(use_sliding_window=True, sliding_window=6, max_window_layers=0)),
     "qwen3-qk-norm": ("qwen3", dict(rope_theta=1e6)),
     "qwen3-tied": ("qwen3", dict(tie_word_embeddings=True, attention_bias=True)),
+    "mixtral-moe": ("mixtral", dict()),
+    "mixtral-moe-top1-sliding-window": ("mixtral", dict(num_experts_per_tok=1, sliding_window=5)),
+    "qwen3-moe-dense-layer-renormalized": ("qwen3_moe", dict()),
+    "qwen3-moe-unnormalized-top3": ("qwen3_moe", dict(norm_topk_prob=False, num_experts_per_tok=3, mlp_only_layers=[])),
 }
-CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM,
-           "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}
+CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
+           "qwen3": Qwen3ForCausalLM, "mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM}
 
 
 @pytest.fixture(scope="module", params=list(CASES))

@@ -12,6 +12,7 @@ torch reference, so every call is answered.
 
 from __future__ import annotations
 
+import importlib.util
 from types import ModuleType
 
 import torch
@@ -80,6 +81,17 @@ class CsrcOps(CustomOps):
                 and key.stride(-1) == 1 and value.stride(-1) == 1):
             return super().reshape_and_cache(key, value, kv_cache, slot_mapping)
         self.kernels.reshape_and_cache(key, value, kv_cache, slot_mapping.long().contiguous())
+
+    def fused_moe(
+        self, x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+    ) -> torch.Tensor:
+        """The Triton grouped GEMM (:mod:`pagoda.layers.fused_moe_triton`), or the reference without triton."""
+        if x.device.type != "cuda" or importlib.util.find_spec("triton") is None:
+            return super().fused_moe(x, w13, w2, topk_weights, topk_ids)
+        from pagoda.layers.fused_moe_triton import fused_moe_triton
+
+        return fused_moe_triton(x, w13, w2, topk_weights, topk_ids, self.silu_and_mul)
 
 
 def _same_kernel_dtype(*tensors: torch.Tensor) -> bool:

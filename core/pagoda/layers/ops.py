@@ -48,6 +48,25 @@ class CustomOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def fused_moe(
+        self,
+        x: torch.Tensor,  # [num_tokens, hidden]
+        w13: torch.Tensor,  # [num_experts, 2 * inter, hidden]: gate rows then up rows
+        w2: torch.Tensor,  # [num_experts, hidden, inter]
+        topk_weights: torch.Tensor,  # [num_tokens, top_k] float32
+        topk_ids: torch.Tensor,  # [num_tokens, top_k] int
+    ) -> torch.Tensor:
+        """Sum over each token's experts of ``weight * w2[e] @ silu_and_mul(w13[e] @ x)``: [num_tokens, hidden].
+
+        The reference: one dense matmul pair per expert that received tokens (host loop)."""
+        out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        for expert in topk_ids.unique().tolist():
+            token, slot = (topk_ids == expert).nonzero(as_tuple=True)  # [n], [n]
+            hidden = self.silu_and_mul(F.linear(x[token], w13[expert]))  # [n, inter]
+            y = F.linear(hidden, w2[expert]).float()  # [n, hidden]
+            out.index_add_(0, token, y * topk_weights[token, slot, None].float())
+        return out.to(x.dtype)
+
     def reshape_and_cache(
         self,
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]

@@ -12,6 +12,8 @@ MODEL_CLASSES: dict[str, str] = {
     "MistralForCausalLM": "pagoda.models.llama:MistralForCausalLM",
     "Qwen2ForCausalLM": "pagoda.models.qwen2:Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "pagoda.models.qwen3:Qwen3ForCausalLM",
+    "MixtralForCausalLM": "pagoda.models.mixtral:MixtralForCausalLM",
+    "Qwen3MoeForCausalLM": "pagoda.models.qwen3_moe:Qwen3MoeForCausalLM",
 }
 
 

@@ -8,7 +8,7 @@ and a SiLU-gated MLP (fused gate/up). Tokens of all sequences are packed: no bat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import torch
 from torch import nn
@@ -21,7 +21,7 @@ from pagoda.layers.linear import Linear, MergedLinear, QKVLinear
 from pagoda.layers.norm import RMSNorm
 from pagoda.layers.rotary import RotaryEmbedding, rope_config_from_hf
 from pagoda.models import spec
-from pagoda.models.weights import Stacked, WeightMapper
+from pagoda.models.weights import Experts, Stacked, WeightMapper
 
 
 @dataclass(frozen=True)
@@ -76,26 +76,43 @@ class GatedMLP(nn.Module):
         self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp, parallel="row")
         self.act_fn = gated_activation(getattr(cfg, "hidden_act", "silu"), ctx.ops)
 
+    @property
+    def input_quantizer(self) -> Any:
+        """What the norm before this MLP should quantize its output with (None: plain tensors)."""
+        return self.gate_up_proj.input_quantizer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x), self.down_proj.input_quantizer))  # [T, hidden]
 
 
+MlpFactory = Callable[[Any, int, BuildContext, DecoderOptions], nn.Module]  # (cfg, layer_idx, ctx, opts) -> mlp
+
+
+def dense_mlp(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions) -> nn.Module:
+    """The default MLP of every layer: :class:`GatedMLP` of ``intermediate_size``."""
+    return GatedMLP(cfg, ctx, opts)
+
+
 class DecoderLayer(nn.Module):
-    """Pre-norm block; the residual stream is carried separately so the adds fuse into the norms."""
+    """Pre-norm block; the residual stream is carried separately so the adds fuse into the norms.
+
+    ``mlp`` maps ``[T, hidden] -> [T, hidden]``; its ``input_quantizer`` (if any) quantizes the norm before it.
+    """
 
     def __init__(
-        self, cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions, rotary: RotaryEmbedding
+        self, cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions, rotary: RotaryEmbedding,
+        mlp: nn.Module,
     ) -> None:
         super().__init__()
         self.self_attn = DecoderAttention(cfg, layer_idx, ctx, opts, rotary)
-        self.mlp = GatedMLP(cfg, ctx, opts)
+        self.mlp = mlp
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
 
     def forward(
         self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, fwd: ForwardContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        qkv_quant, gate_up_quant = self.self_attn.qkv_proj.input_quantizer, self.mlp.gate_up_proj.input_quantizer
+        qkv_quant, gate_up_quant = self.self_attn.qkv_proj.input_quantizer, getattr(self.mlp, "input_quantizer", None)
         if residual is None:
             residual, x = x, self.input_layernorm(x, quant=qkv_quant)
         else:
@@ -108,12 +125,14 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """Embedding, the decoder layers and the final norm (HF's ``model.`` prefix)."""
 
-    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
+    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp) -> None:
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp)
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
         rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, ctx, opts, rotary) for i in range(n))
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)) for i in range(n)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
@@ -135,12 +154,14 @@ class LlamaForCausalLM(CausalLM):
         "up_proj": ("gate_up_proj", "up"),
     }
     skip_weights: ClassVar[tuple[str, ...]] = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+    experts: ClassVar[Experts] = {}  # MoE families: expert projection name -> gate/up/down (see weights.py)
+    renames: ClassVar[dict[str, str]] = {}  # checkpoint name fragment -> Pagoda's
 
     def __init__(self, hf_config: Any, ctx: BuildContext) -> None:
         super().__init__(hf_config, ctx)
         self.config = hf_config
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
-        self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config))
+        self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp)
         tied = self.model.embed_tokens if self.tied else None
         self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp)
 
@@ -148,6 +169,11 @@ class LlamaForCausalLM(CausalLM):
     def decoder_options(cls, hf_config: Any) -> DecoderOptions:
         bias = bool(getattr(hf_config, "attention_bias", False))
         return DecoderOptions(qkv_bias=bias, o_bias=bias, mlp_bias=bool(getattr(hf_config, "mlp_bias", False)))
+
+    @staticmethod
+    def build_mlp(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions) -> nn.Module:
+        """The MLP of layer ``layer_idx`` (MoE families return their sparse block here)."""
+        return dense_mlp(cfg, layer_idx, ctx, opts)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         return self.model(input_ids, positions, fwd)  # [num_tokens, hidden]
@@ -157,7 +183,8 @@ class LlamaForCausalLM(CausalLM):
 
     def weight_mapper(self) -> WeightMapper:
         ignore = ("lm_head.weight",) if self.tied else ()
-        return WeightMapper(self, self.stacked, skip=self.skip_weights, ignore=ignore)
+        return WeightMapper(self, self.stacked, skip=self.skip_weights, ignore=ignore, experts=self.experts,
+                            renames=self.renames)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return self.weight_mapper().load(weights)

@@ -94,9 +94,10 @@ def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:
     if kv_heads < tp_size and tp_size % kv_heads:
         raise ValueError(f"num_key_value_heads ({kv_heads}) cannot be replicated over tensor_parallel_size {tp_size} "
                          f"(it must be a multiple of {kv_heads}); {fix}")
-    inter = int(hf_config.intermediate_size)
-    if inter % tp_size:
-        raise ValueError(f"tensor_parallel_size {tp_size} does not divide intermediate_size ({inter})")
+    for key in ("intermediate_size", "moe_intermediate_size"):  # the dense MLP's and (MoE) each expert's
+        inter = getattr(hf_config, key, None)
+        if inter and int(inter) % tp_size:
+            raise ValueError(f"tensor_parallel_size {tp_size} does not divide {key} ({inter})")
 
 
 def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> AttentionSpec:

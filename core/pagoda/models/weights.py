@@ -4,10 +4,18 @@ A model declares ``stacked`` as ``{"q_proj": ("qkv_proj", "q"), ...}``: a checkp
 ``...self_attn.k_proj.<param>`` is written into shard ``k`` of ``...self_attn.qkv_proj.<param>``
 through the layer's ``load_weight(param, tensor, shard_id)``. A fused parameter counts as filled
 once every shard of it has been loaded.
+
+Mixture-of-experts layers store all experts in stacked parameters (see
+:class:`pagoda.layers.moe.FusedMoE`). A model declares ``experts`` as
+``{"w1": "gate", "w3": "up", "w2": "down"}``: ``...experts.<e>.w1.weight`` goes to the
+``experts`` module's ``w13_weight`` as shard ``"<e>.gate"``; the module's ``required_shards``
+says when a stacked parameter is complete. ``renames`` rewrites checkpoint name fragments first
+(e.g. Mixtral's ``.block_sparse_moe.`` -> ``.mlp.``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 import torch
@@ -17,14 +25,20 @@ from pagoda.errors import ModelLoadError
 from pagoda.layers.linear import copy_checked
 
 Stacked = dict[str, tuple[str, str]]  # checkpoint module name -> (fused module name, shard id)
+Experts = dict[str, str]  # checkpoint projection name inside experts.<e> -> "gate" | "up" | "down"
+EXPERT_TENSOR = re.compile(r"^(?P<module>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>\w+)\.weight$")
+EXPERT_PARAMS = {"gate": "w13_weight", "up": "w13_weight", "down": "w2_weight"}
 
 
 class WeightMapper:
     """Routes named checkpoint tensors into a model's parameters and reports what was filled."""
 
-    def __init__(self, model: nn.Module, stacked: Stacked, skip: Iterable[str] = (), ignore: Iterable[str] = ()):
+    def __init__(self, model: nn.Module, stacked: Stacked, skip: Iterable[str] = (), ignore: Iterable[str] = (),
+                 experts: Experts | None = None, renames: dict[str, str] | None = None):
         self.model = model
         self.stacked = stacked
+        self.experts = experts or {}
+        self.renames = renames or {}
         self.skip = tuple(skip)  # substrings of names that carry nothing to load (e.g. rotary caches)
         self.ignore = set(ignore)  # exact names to drop (e.g. lm_head.weight when tied)
         self.modules = dict(model.named_modules())
@@ -36,11 +50,20 @@ class WeightMapper:
         for name, tensor in weights:
             if name in self.ignore or any(s in name for s in self.skip):
                 continue
-            self.load_one(name, tensor)
+            self.load_one(self.rename(name), tensor)
         return self.filled()
+
+    def rename(self, name: str) -> str:
+        for old, new in self.renames.items():
+            name = name.replace(old, new)
+        return name
 
     def target(self, name: str) -> tuple[str, str, str | None]:
         """``name`` -> (module path, parameter name, shard id or None)."""
+        expert = EXPERT_TENSOR.match(name) if self.experts else None
+        if expert and expert["proj"] in self.experts:
+            kind = self.experts[expert["proj"]]
+            return expert["module"], EXPERT_PARAMS[kind], f"{expert['expert']}.{kind}"
         module_path, _, param = name.rpartition(".")
         parent, _, leaf = module_path.rpartition(".")
         if leaf in self.stacked:
@@ -69,8 +92,9 @@ class WeightMapper:
     def filled(self) -> set[str]:
         done = set()
         for full, shards in self.received.items():
-            module_leaf = full.rpartition(".")[0].rpartition(".")[2]
-            needed = self.shards_of.get(module_leaf)
+            module_path, _, param = full.rpartition(".")
+            required = getattr(self.modules.get(module_path), "required_shards", None)
+            needed = required(param) if required else self.shards_of.get(module_path.rpartition(".")[2])
             if None in shards or needed is None or needed <= shards:
                 done.add(full)
         return done
@@ -79,11 +103,28 @@ class WeightMapper:
         """The checkpoint tensors that fill ``param_name`` (e.g. q/k/v_proj for a qkv_proj)."""
         module_path, _, param = param_name.rpartition(".")
         parent, _, leaf = module_path.rpartition(".")
+        if param in EXPERT_PARAMS.values() and self.experts:
+            return self._expert_names(module_path, param)
         sources = [src for src, (fused, _) in self.stacked.items() if fused == leaf]
         if not sources:
             return [param_name]
         prefix = f"{parent}." if parent else ""
         return [f"{prefix}{src}.{param}" for src in sources]
+
+    def _expert_names(self, module_path: str, param: str) -> list[str]:
+        required = getattr(self.modules.get(module_path), "required_shards", lambda _: set())(param)
+        proj_of = {kind: proj for proj, kind in self.experts.items()}
+        names = []
+        for shard in sorted(required):
+            expert, _, kind = shard.partition(".")
+            names.append(self._original(f"{module_path}.{expert}.{proj_of[kind]}.weight"))
+        return names
+
+    def _original(self, name: str) -> str:
+        """The checkpoint's spelling of a (renamed) tensor name."""
+        for old, new in self.renames.items():
+            name = name.replace(new, old)
+        return name
 
 
 def _shards_of(stacked: Stacked) -> dict[str, set[str | None]]:
