@@ -39,6 +39,7 @@ class EngineConfig:
     overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
     distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
+    speculative_config: str | dict | None = None  # vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}
 
     def __post_init__(self) -> None:
         self.validate()
@@ -57,6 +58,9 @@ class EngineConfig:
             "max_num_batched_tokens", self.max_num_batched_tokens, ">= 1",
         )
         _require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "in (0, 1]")
+        from pagoda.spec_decode.config import parse_speculative_config
+
+        parse_speculative_config(self.speculative_config)  # ConfigError naming what is wrong
         _require(self.kv_cache_memory is None or self.kv_cache_memory > 0, "kv_cache_memory", self.kv_cache_memory, "> 0 bytes")
         _require(isinstance(self.seed, int), "seed", self.seed, "an integer")
         _require(isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1,

@@ -149,6 +149,19 @@ class KVCacheManager:
         stats.queries += request.num_tokens
         stats.hits += num_hit_tokens
 
+    def trim(self, request: Request, num_tokens: int) -> None:
+        """Release the blocks past the first ``num_tokens`` tokens (rejected speculative tokens);
+        they were never offered to the prefix cache (drafts are not known tokens)."""
+        blocks = self._blocks.get(request.request_id)
+        keep = -(-num_tokens // self.block_size)
+        if not blocks or len(blocks) <= keep:
+            return
+        extra = blocks[keep:]
+        del blocks[keep:]
+        del self._block_ids[request.request_id][keep:]
+        self._num_registered[request.request_id] = min(self._num_registered[request.request_id], keep)
+        self.pool.release(extra)
+
     def free(self, request: Request) -> None:
         """Drop the request's blocks (they stay cached until evicted). No-op if it holds none."""
         blocks = self._blocks.pop(request.request_id, None)

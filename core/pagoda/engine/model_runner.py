@@ -28,6 +28,8 @@ class RunnerOutput:
     top_logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # request id -> [(logprob of the actual next prompt token, top-k)] for this step's prompt tokens
     prompt_logprobs: dict[str, list[tuple[float, list[tuple[int, float]]]]] = field(default_factory=dict)
+    # speculative decoding: request id -> the target's greedy token at each of its drafted positions
+    draft_argmax: dict[str, list[int]] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -73,6 +75,7 @@ class ModelRunner:
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
             prompt_lps: dict = {}
             self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
+            drafts = self._draft_argmax(out, hidden, inputs.query_starts)
             requests = [out.requests[i] for i in inputs.sample_rows]
             if not requests:
                 return PendingStep([], None, lambda: [], prompt_lps)
@@ -80,7 +83,17 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
             sample = self.sampler.sample(logits, [self._row(req) for req in requests])
             self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
-        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
+        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps, drafts)
+
+    def _draft_argmax(self, out: SchedulerOutput, hidden: torch.Tensor, starts) -> dict[str, torch.Tensor]:
+        """The target's greedy token at each drafted position of the requests verifying drafts
+        (their chunk is [last token, d_1..d_n]: the hidden state at offset j predicts d_{j+1})."""
+        found = {}
+        for i, req in enumerate(out.requests):
+            if req.num_draft_tokens:
+                rows = hidden[starts[i] : starts[i] + req.num_draft_tokens]
+                found[req.request_id] = self.model.compute_logits(rows).argmax(-1)
+        return found
 
     def _fill_placeholders(self, out: SchedulerOutput, inputs: StepInputs, prev: PendingStep) -> None:
         """Write ``prev``'s sampled tokens over the placeholders among this step's input ids."""
@@ -147,16 +160,19 @@ class PendingStep:
     """A launched step: its sampled tokens are on the device until :meth:`result` reads them."""
 
     def __init__(self, requests: list[Request], sample: DeviceSample | None,
-                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict) -> None:
+                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict,
+                 draft_argmax: dict[str, torch.Tensor] | None = None) -> None:
         self.requests = requests  # the requests that sample, in row order
         self.rows = {req.request_id: i for i, req in enumerate(requests)}
         self.sample = sample
         self._wait = wait
         self._prompt_logprobs = prompt_logprobs
+        self._draft_argmax = draft_argmax or {}
 
     def result(self) -> RunnerOutput:
         """Wait for the step's tokens (and logprobs) and return them per request id."""
-        result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
+        result = RunnerOutput(prompt_logprobs=self._prompt_logprobs,
+                              draft_argmax={rid: t.tolist() for rid, t in self._draft_argmax.items()})
         if self.sample is None:
             return result
         sampled: SamplerOutput = self.sample.to_output(self._wait())

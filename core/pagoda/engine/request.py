@@ -52,6 +52,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     block_hashes: list[int] = field(default_factory=list)  # of the full blocks of token_ids, chained
     num_pending_tokens: int = 0  # trailing PLACEHOLDERs: sampled by a step whose tokens are not read yet
+    num_draft_tokens: int = 0  # trailing proposed tokens this step verifies (speculative decoding)
     received_time: float | None = None  # when the engine core took it (time.monotonic)
     first_launch_time: float | None = None  # when its first step was launched
 
@@ -77,8 +78,21 @@ class Request:
 
     @property
     def num_known_tokens(self) -> int:
-        """Tokens whose ids the host knows (all but the trailing placeholders)."""
-        return self.num_tokens - self.num_pending_tokens
+        """Tokens the host knows as generated (not the trailing placeholders or unverified drafts):
+        only these are hashed into the prefix cache."""
+        return self.num_tokens - self.num_pending_tokens - self.num_draft_tokens
+
+    def add_drafts(self, token_ids: list[int]) -> None:
+        """Append proposed tokens, to be verified by the next step."""
+        self.token_ids.extend(token_ids)
+        self.num_draft_tokens += len(token_ids)
+
+    def drop_drafts(self, keep: int = 0) -> None:
+        """Remove the trailing drafts beyond the first ``keep`` (still drafts)."""
+        cut = self.num_draft_tokens - keep
+        if cut > 0:
+            del self.token_ids[self.num_tokens - cut :]
+            self.num_draft_tokens = keep
 
     def append_token(self, token_id: int) -> None:
         """Append a sampled token (``PLACEHOLDER`` while it is still on the device)."""

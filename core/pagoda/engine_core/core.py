@@ -32,6 +32,7 @@ from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
 from pagoda.interfaces.scheduler import SchedulerOutput
+from pagoda.spec_decode.engine import build_speculator
 
 logger = logging.getLogger("pagoda")
 
@@ -62,7 +63,9 @@ class EngineCore:
                 parts.workers.shutdown()
             raise
         self.runner = self.executor.runner
-        self.overlap = self.config.overlap_steps
+        self.speculator = build_speculator(self.config.speculative_config, parts.kv_cache, parts.max_model_len,
+                                           self.config.tensor_parallel_size)
+        self.overlap = self.config.overlap_steps and self.speculator is None  # drafts need the last token
         self.eos_token_id = _eos_token_id(parts)
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
         self.stats = StepStats()
@@ -107,7 +110,11 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         """Schedule and launch one step; return the outputs of the step(s) whose tokens were read."""
         start = time.monotonic()
+        if self.speculator is not None:
+            self.speculator.propose(self.requests.values())
         scheduled = self.scheduler.schedule()
+        if self.speculator is not None:
+            self.speculator.fit(scheduled)
         outputs: list[EngineCoreOutput] = []
         if self._inflight is not None and _needs_tokens(scheduled):  # e.g. penalties count every output token
             outputs += self._resolve(self._inflight)
@@ -150,10 +157,17 @@ class EngineCore:
                    for request_id, chunk in result.prompt_logprobs.items() if request_id in self.requests}
         for req, index in zip(step.pending.requests, step.positions):
             token = result.sampled[req.request_id]
-            req.resolve_placeholder(index, token)
+            if req.num_draft_tokens:  # speculative: the verified drafts, then the target's token
+                index, tokens = self.speculator.settle(req, index, result.draft_argmax[req.request_id], token)
+            else:
+                req.resolve_placeholder(index, token)
+                tokens = [token]
             if req.request_id in self.requests:
                 out = outputs.setdefault(req.request_id, EngineCoreOutput(req.request_id, []))
-                self._add_token(out, req, token, index, result)
+                for offset, tok in enumerate(tokens):
+                    self._add_token(out, req, tok, index + offset, result)
+                    if req.request_id not in self.requests:  # a stop among the accepted drafts
+                        break
         self.stats.generation_tokens += sum(len(o.new_token_ids) for o in outputs.values())
         return list(outputs.values())
 
