@@ -39,6 +39,7 @@ class EngineConfig:
     overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
     distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
+    guided_decoding_backend: str = "auto"  # grammar engine of requests that set guided_decoding (docs/structured_output.md)
     speculative_config: str | dict | None = None  # vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}
 
     def __post_init__(self) -> None:

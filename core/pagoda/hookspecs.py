@@ -51,5 +51,10 @@ def register_proposers(register: Register) -> None:
 
 
 @hookspec
+def register_guided_decoding_backends(register: Register) -> None:
+    """Register GuidedDecodingBackend subclasses (grammar engines): ``register("xgrammar", XgrammarBackend)``."""
+
+
+@hookspec
 def register_commands(subparsers: Any) -> None:
     """Add CLI subcommands: ``subparsers.add_parser(...)``; set ``func=`` on the parser's defaults."""

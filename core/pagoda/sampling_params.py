@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from pagoda.errors import RequestError
+from pagoda.guided.params import GuidedDecodingParams
 
 GREEDY_EPS = 1e-5  # temperatures below this sample greedily (vLLM's threshold)
 MAX_LOGPROBS = 20  # the OpenAI API's bound on top logprobs
@@ -42,12 +43,17 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    guided_decoding: GuidedDecodingParams | None = None  # constrain the output (docs/structured_output.md)
 
     def __post_init__(self) -> None:
         self.stop = _normalise_stop(self.stop)
         self.stop_token_ids = _normalise_stop_token_ids(self.stop_token_ids)
         self._validate_numbers()
         self._validate_lengths()
+        self.guided_decoding = _check_guided(self.guided_decoding)
+        if self.guided_decoding is not None and self.min_tokens:
+            raise RequestError("min_tokens cannot be combined with guided decoding: holding back the end of a "
+                               "finished grammar would leave no allowed token; drop min_tokens")
 
     @property
     def is_greedy(self) -> bool:
@@ -122,3 +128,17 @@ def _normalise_stop_token_ids(ids: list[int] | None) -> list[int]:
         if not isinstance(t, int) or isinstance(t, bool) or t < 0:
             raise RequestError(f"stop_token_ids must be ints >= 0, got {t!r}")
     return ids
+
+
+def _check_guided(guided: GuidedDecodingParams | dict | None) -> GuidedDecodingParams | None:
+    """The guided decoding spec, its grammar checked by its backend (RequestError if invalid)."""
+    if guided is None:
+        return None
+    if isinstance(guided, dict):
+        guided = GuidedDecodingParams(**guided)
+    if not isinstance(guided, GuidedDecodingParams):
+        raise RequestError(f"guided_decoding must be a GuidedDecodingParams, got {type(guided).__name__}")
+    from pagoda.guided.runtime import validate_guided
+
+    validate_guided(guided)
+    return guided

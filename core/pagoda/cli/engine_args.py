@@ -52,6 +52,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--distributed-executor-backend", default="auto", choices=EXECUTOR_BACKENDS,
                    help="how tensor-parallel ranks start: mp (worker processes on this host), torchrun (started "
                         "by torchrun, on one host or several); auto: torchrun when launched by it, else mp")
+    g.add_argument("--guided-decoding-backend", default="auto",
+                   help="grammar engine for structured output (guided_decoding, response_format): a registered "
+                        "guided decoding backend (built in: xgrammar), or auto (docs/structured_output.md)")
     g.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='speculative decoding, as in vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' '
                         "(prompt lookup; prompt_lookup_min/max set the n-gram sizes). Greedy requests "
@@ -100,5 +103,6 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         overlap_steps=args.overlap_steps,
         tensor_parallel_size=args.tensor_parallel_size,
         distributed_executor_backend=args.distributed_executor_backend,
+        guided_decoding_backend=args.guided_decoding_backend,
         speculative_config=args.speculative_config,
     )

@@ -63,6 +63,9 @@ class LLMEngine:
     ) -> None:
         """Queue a request (``n`` sequences for ``params.n > 1``). Raises RequestError for bad input."""
         self.validate_prompt(prompt_token_ids)
+        if params.guided_decoding is not None and self.tokenizer is None:
+            raise RequestError("guided decoding needs the model's tokenizer (grammars are matched against token "
+                               "strings); run without skip_tokenizer_init")
         if request_id in self.outputs.states:
             raise RequestError(f"request id {request_id!r} is already in use")
         arrival = time.monotonic() if arrival_time is None else arrival_time

@@ -53,6 +53,7 @@ class ModelRunner:
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
+        self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
 
     def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
         """Record decode steps as device graphs (only where backend and platform support it)."""
@@ -81,6 +82,8 @@ class ModelRunner:
                 return PendingStep([], None, lambda: [], prompt_lps)
             index = inputs.sample_token_index
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
+            if self.guided is not None:  # grammar bitmasks: filled on the CPU while the device runs the step
+                self.guided.mask(logits, requests)
             sample = self.sampler.sample(logits, [self._row(req) for req in requests])
             self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
         return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps, drafts)
@@ -126,6 +129,8 @@ class ModelRunner:
     def release(self, request_id: str) -> None:
         """Forget per-request state (its seeded generator) once the request finished."""
         self._generators.pop(request_id, None)
+        if self.guided is not None:
+            self.guided.release(request_id)
 
     def _row(self, req: Request) -> SamplingRow:
         params = req.sampling_params

@@ -220,8 +220,8 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
 
 
 def needs_output_history(p: SamplingParams) -> bool:
-    """Whether sampling for ``p`` reads the values of earlier output tokens (penalties do)."""
-    return _has_penalty(p)
+    """Whether sampling for ``p`` reads the values of earlier output tokens (penalties and grammars do)."""
+    return _has_penalty(p) or p.guided_decoding is not None
 
 
 def _has_penalty(p: SamplingParams) -> bool:

@@ -11,6 +11,7 @@ import torch
 from pagoda.config import EngineConfig
 from pagoda.distributed.parallel import TensorParallel
 from pagoda.engine.model_runner import ModelRunner, PendingStep
+from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
@@ -58,6 +59,7 @@ def make_executor(parts: "EngineParts") -> Executor:
     """The driver's executor: its runner, plus the worker ranks when there are any."""
     runner = make_runner(parts.config, parts.platform, parts.attention, parts.model, parts.kv_caches,
                          parts.max_model_len, parts.tp)
+    runner.guided = guided_sampling_for(parts)  # rank 0 samples, so only its runner applies grammars
     if parts.workers is None:
         return UniprocExecutor(runner)
     from pagoda.executor.multiproc import MultiprocExecutor

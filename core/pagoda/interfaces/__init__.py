@@ -1,7 +1,8 @@
-"""Typed interfaces of the six plugin kinds. Plugins subclass these."""
+"""Typed interfaces of the seven plugin kinds. Plugins subclass these."""
 
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.base import Capability
+from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer
@@ -16,6 +17,8 @@ __all__ = [
     "Capability",
     "CausalLM",
     "ForwardContext",
+    "GrammarMatcher",
+    "GuidedDecodingBackend",
     "InputQuantizer",
     "Platform",
     "Proposal",

@@ -47,3 +47,10 @@ def register_proposers(register: Register) -> None:
     from pagoda.spec_decode.ngram import NgramProposer
 
     register("ngram", NgramProposer)
+
+
+@hookimpl
+def register_guided_decoding_backends(register: Register) -> None:
+    from pagoda.guided.xgrammar_backend import XgrammarBackend
+
+    register("xgrammar", XgrammarBackend)

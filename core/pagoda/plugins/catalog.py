@@ -23,6 +23,8 @@ KINDS: dict[str, Kind] = {
         Kind("model", "register_models", "model architecture", None, ()),
         Kind("scheduler", "register_schedulers", "scheduler", "--scheduler", ()),
         Kind("proposer", "register_proposers", "speculative proposer", "--speculative-config", ()),
+        Kind("guided_decoding", "register_guided_decoding_backends", "guided decoding backend",
+             "--guided-decoding-backend", ()),
     )
 }
 

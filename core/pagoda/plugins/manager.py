@@ -254,6 +254,7 @@ def _validate(key: str, name: str, obj: Any) -> None:
         "model": api.CausalLM,
         "scheduler": api.Scheduler,
         "proposer": api.Proposer,
+        "guided_decoding": api.GuidedDecodingBackend,
     }[key]
     if not isinstance(name, str) or not name:
         raise TypeError(f"{KINDS[key].label} names must be non-empty strings, got {name!r}")

@@ -9,6 +9,7 @@ from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams
 from pagoda.server.async_engine import AsyncEngine, EngineDeadError, RequestTimeout
 from pagoda.server.errors import APIError, EngineUnavailable, bad_request
+from pagoda.server.guided_fields import guided_params
 from pagoda.server.protocol import SamplingFields
 from pagoda.server.unsupported import check_unsupported
 
@@ -52,6 +53,10 @@ class ServerState:
         if params.n > self.max_n:
             raise APIError(400, f"n={params.n} asks for more choices than this server allows per request ({self.max_n}; "
                                 f"the operator can raise it with --max-n-per-request)", param="n")
+        if params.guided_decoding is not None and self.tokenizer is None:
+            raise APIError(400, "structured output (response_format, guided_*) needs the model's tokenizer, and this "
+                                "server runs with --skip-tokenizer-init; restart it without that flag",
+                           param="response_format")
         if params.max_tokens is None:
             return
         for length in prompt_lens:
@@ -78,7 +83,7 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, logprobs: int |
         "repetition_penalty": req.repetition_penalty, "seed": req.seed, "stop": req.stop,
         "stop_token_ids": req.stop_token_ids, "ignore_eos": req.ignore_eos, "min_tokens": req.min_tokens,
         "skip_special_tokens": req.skip_special_tokens, "include_stop_str_in_output": req.include_stop_str_in_output,
-        "max_tokens": max_tokens, "logprobs": logprobs,
+        "max_tokens": max_tokens, "logprobs": logprobs, "guided_decoding": guided_params(req.model_extra),
     }
     given = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
     try:

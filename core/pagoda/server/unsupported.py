@@ -1,8 +1,9 @@
 """Request fields that ask for a guarantee Pagoda cannot give yet: answered with 400, never ignored.
 
 Most unknown fields are harmless to ignore (``user``, ``metadata``, ...), but a client that sends
-``response_format: json_schema`` or ``tools`` relies on the reply honouring them; ignoring them
-would hand it text that silently breaks that contract.
+``tools`` or ``logit_bias`` relies on the reply honouring them; ignoring them would hand it text
+that silently breaks that contract. (``response_format`` and ``guided_*`` are implemented:
+``pagoda.server.guided_fields``.)
 """
 
 from __future__ import annotations
@@ -17,17 +18,12 @@ _NONEMPTY = bool
 
 # field -> (does this value ask for something unsupported?, what it would need)
 GUARANTEES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "response_format": (lambda v: v not in (None, {"type": "text"}),
-                        "structured output (JSON mode, JSON schema) is not implemented yet"),
     "tools": (_NONEMPTY, "tool calling is not implemented yet"),
     "tool_choice": (lambda v: v not in (None, "none", "auto"), "tool calling is not implemented yet"),
     "functions": (_NONEMPTY, "function calling is not implemented yet"),
     "function_call": (lambda v: v not in (None, "none", "auto"), "function calling is not implemented yet"),
-    "guided_json": (_ANY, "guided decoding is not implemented yet"),
-    "guided_regex": (_ANY, "guided decoding is not implemented yet"),
-    "guided_choice": (_ANY, "guided decoding is not implemented yet"),
-    "guided_grammar": (_ANY, "guided decoding is not implemented yet"),
-    "structured_outputs": (_ANY, "guided decoding is not implemented yet"),
+    "structured_outputs": (_ANY, "vLLM's structured_outputs field is not implemented; send response_format or "
+                                 "guided_json/guided_regex/guided_choice/guided_grammar"),
     "logit_bias": (_NONEMPTY, "logit_bias is not implemented yet"),
     "suffix": (_NONEMPTY, "completions with a suffix (insertion) are not supported"),
     "best_of": (lambda v: v not in (None, 1), "best_of is not supported; ask for n choices instead"),

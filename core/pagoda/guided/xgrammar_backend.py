@@ -1,0 +1,112 @@
+"""The built-in guided decoding backend: xgrammar (https://xgrammar.mlc.ai).
+
+Grammars compile once per distinct spec (xgrammar's compiler caches them); bitmasks for a batch
+are filled by xgrammar's ``BatchGrammarMatcher`` on its own native threads, outside the GIL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from pagoda.errors import RequestError
+from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
+
+if TYPE_CHECKING:
+    from pagoda.guided.params import GuidedDecodingParams
+
+
+class XgrammarMatcher(GrammarMatcher):
+    def __init__(self, matcher: Any) -> None:
+        self.matcher = matcher  # xgrammar.GrammarMatcher
+
+    def accept(self, token_id: int) -> bool:
+        return bool(self.matcher.accept_token(token_id))
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        self.matcher.fill_next_token_bitmask(bitmask, row)
+
+    def is_terminated(self) -> bool:
+        return bool(self.matcher.is_terminated())
+
+    def rollback(self, num_tokens: int) -> None:
+        self.matcher.rollback(num_tokens)
+
+
+class XgrammarBackend(GuidedDecodingBackend):
+    description = "xgrammar: JSON schema, any JSON, regex, choice and EBNF grammars"
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int]) -> None:
+        super().__init__(tokenizer, vocab_size, stop_token_ids)
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                                  stop_token_ids=stop_token_ids or None)
+        self.compiler = xgr.GrammarCompiler(info, max_threads=4)
+        self.batch = xgr.BatchGrammarMatcher(max_threads="auto")
+
+    @classmethod
+    def check(cls) -> str | None:
+        try:
+            import xgrammar  # noqa: F401
+        except ImportError as exc:
+            return f"xgrammar is not importable ({exc}); pip install xgrammar"
+        return None
+
+    @classmethod
+    def validate(cls, params: "GuidedDecodingParams") -> None:
+        import xgrammar as xgr
+
+        try:
+            _grammar(xgr, params)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise RequestError(f"guided {params.kind} is not valid for xgrammar: {_first_line(exc)}; fix it") from exc
+
+    def new_matcher(self, params: "GuidedDecodingParams") -> GrammarMatcher:
+        compiled = self._compile(params)
+        return XgrammarMatcher(self._xgr.GrammarMatcher(compiled))
+
+    def fill_bitmasks(self, matchers: list[GrammarMatcher], bitmask: torch.Tensor, rows: list[int]) -> None:
+        inner = [m.matcher for m in matchers]  # type: ignore[attr-defined]
+        self.batch.batch_fill_next_token_bitmask(inner, bitmask, rows)
+
+    def _compile(self, params: "GuidedDecodingParams") -> Any:
+        """Compile from text, never from a ``Grammar`` object: xgrammar 0.2.8 re-parses a Grammar's
+        printed form, which turns "ça" into "\\xe7a" and then into U+0E7A."""
+        kind, c = params.kind, self.compiler
+        if kind == "json":
+            return c.compile_json_schema(json.dumps(params.json), any_whitespace=False)
+        if kind == "json_object":
+            return c.compile_json_schema('{"type": "object"}', any_whitespace=False)
+        if kind == "regex":
+            return c.compile_regex(params.regex)
+        return c.compile_grammar(_choice_ebnf(params.choice) if kind == "choice" else params.grammar)
+
+
+def _grammar(xgr: Any, params: "GuidedDecodingParams") -> Any:
+    """The xgrammar ``Grammar`` of ``params`` (raises on a bad schema, regex or grammar)."""
+    kind = params.kind
+    if kind == "json":
+        return xgr.Grammar.from_json_schema(json.dumps(params.json), any_whitespace=False)
+    if kind == "json_object":
+        return xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=False)
+    if kind == "regex":
+        return xgr.Grammar.from_regex(params.regex)
+    if kind == "choice":
+        return xgr.Grammar.from_ebnf(_choice_ebnf(params.choice))
+    return xgr.Grammar.from_ebnf(params.grammar)
+
+
+def _choice_ebnf(choice: list[str]) -> str:
+    """``root ::= "a" | "b"`` (JSON string escapes are EBNF string escapes)."""
+    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choice)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return re.sub(r"^\[[^\]]*\] \S+: ", "", line)  # drop xgrammar's "[time] file.cc:line: " prefix
