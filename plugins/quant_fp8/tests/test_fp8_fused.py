@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pagoda.layers.linear import LinearBase
 from pagoda.layers.ops import CustomOps
 from pagoda_quant_fp8.fp8_math import quantize_per_row
 from pagoda_quant_fp8.input_quant import FusedTokenQuantizer, TokenQuantizer, close_in_fp8, fused_or_plain
@@ -86,7 +87,7 @@ def test_tiny_fp8_llama_with_fused_producers_generates_like_unfused(tmp_path: Pa
     runs = []
     for quantizer in (PLAIN, FUSED):
         model, ctx = load_fp8(tmp_path)  # online FP8 of a float checkpoint: per-token activations
-        layers = [m for m in model.modules() if getattr(m, "input_quantizer", None) is not None]
+        layers = [m for m in model.modules() if isinstance(m, LinearBase) and m.input_quantizer is not None]
         assert len(layers) == 4 * len(model.model.layers)  # qkv, o, gate_up, down
         for layer in layers:
             layer.input_quantizer = quantizer
