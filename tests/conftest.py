@@ -7,3 +7,13 @@ import torch
 # Tests run tiny models: one intra-op thread avoids OpenMP spin contention on small CI machines
 # (with 2 threads on a busy 2-core machine a 8x64x128 matmul took 20 ms instead of 10 us).
 torch.set_num_threads(1)
+
+# Triton binds its standard library (tl.zeros, tl.max, ...) to the interpreter only when triton is
+# first imported under TRITON_INTERPRET=1. Without a GPU, import it that way before any test
+# module can import it plainly (xgrammar, a core dependency, imports triton too).
+try:
+    from pagoda.testing import import_triton_kernels
+
+    import_triton_kernels("triton", "triton.language")
+except ImportError:  # no triton installed: the Triton tests skip
+    pass
