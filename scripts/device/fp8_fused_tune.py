@@ -10,12 +10,18 @@ written once).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import triton
 import triton.language as tl
 
 from pagoda_quant_fp8 import triton_fused as tf
 from pagoda_quant_fp8.fp8_math import FP8_DTYPE, FP8_MAX, MIN_SCALE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from quant_fp8 import graph_us  # noqa: E402  (CUDA-graph replay timing, shared with the GEMM benchmark)
 
 
 @triton.jit
@@ -42,26 +48,6 @@ def _silu_chunked(x_ptr, q_ptr, s_ptr, D, stride_x, stride_q, FMAX: tl.constexpr
         q = tl.minimum(tl.maximum(y * (1.0 / scale), -FMAX), FMAX)
         tl.store(q_ptr + row * stride_q + start + offs, q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"),
                  mask=mask)
-
-
-def graph_us(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(3):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3 / reps)
-    return best
 
 
 def report(name: str, m: int, us: float, traffic: int) -> None:

@@ -94,9 +94,7 @@ def test_client_disconnect_aborts_and_frees_kv_blocks(server):
         _wait_for_aborts(server, before, 2)
     finally:
         server.set_step_delay(0.0)
-    after = read_metrics(server.url)
-    assert metric(after, "pagoda:kv_cache_usage_perc") == 0 and metric(after, "pagoda:num_requests_running") == 0
-    assert server.engine.num_pending == 0
+    _assert_idle(server)
 
 
 def test_cancel_before_the_first_token_aborts_and_frees_kv_blocks(server):
@@ -112,6 +110,11 @@ def test_cancel_before_the_first_token_aborts_and_frees_kv_blocks(server):
         _wait_for_aborts(server, before, 1)
     finally:
         server.set_step_delay(0.0)
+    _assert_idle(server)
+
+
+def _assert_idle(server) -> None:
+    """No KV blocks in use, nothing running, nothing pending in the front end."""
     after = read_metrics(server.url)
     assert metric(after, "pagoda:kv_cache_usage_perc") == 0 and metric(after, "pagoda:num_requests_running") == 0
     assert server.engine.num_pending == 0

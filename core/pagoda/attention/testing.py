@@ -107,3 +107,25 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     out = out.double().cpu()
     assert torch.isfinite(out).all(), "non-finite output"
     return float((out - ref).norm() / ref.norm())
+
+
+def replay_after_shortening(backend, batch: PagedBatch, cut: list[int]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
+    """Capture one forward of ``backend`` (split count already set) in a CUDA graph, shorten every
+    sequence by ``cut`` in place on the device, replay. Returns (the replayed output, an eager
+    forward at the new lengths, the batch as a reference should see it: contexts cut to match)."""
+    from dataclasses import replace
+
+    metadata = backend.prepare(batch.metadata)
+    args = (batch.query, batch.key, batch.value, batch.kv_cache, metadata)
+    backend.forward(*args)  # warm-up outside the capture (compiles, extension load, shared-memory opt-in)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = backend.forward(*args)
+    metadata.seq_lens.sub_(torch.tensor(cut, dtype=torch.int32, device=metadata.seq_lens.device))
+    graph.replay()
+    torch.cuda.synchronize()
+    lens = metadata.seq_lens.tolist()
+    shortened = replace(batch, full_keys=[k[:n] for k, n in zip(batch.full_keys, lens)],
+                        full_values=[v[:n] for v, n in zip(batch.full_values, lens)])
+    return out, backend.forward(*args), shortened

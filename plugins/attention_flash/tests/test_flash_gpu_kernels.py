@@ -15,7 +15,7 @@ import os
 import pytest
 import torch
 
-from pagoda.attention.testing import make_batch, reference, rel_error
+from pagoda.attention.testing import make_batch, reference, rel_error, replay_after_shortening
 from pagoda.interfaces.attention import AttentionSpec
 
 pytestmark = pytest.mark.gpu
@@ -124,25 +124,7 @@ def test_decode_replays_in_a_cuda_graph(cuda) -> None:
     batch = make_batch(spec, [(1, 3000), (1, 100), (1, 5000), (1, 64)], "cuda", seed=12)
     backend = FlashAttentionBackend(spec, platform)
     backend.force_num_splits = 8
-    metadata = backend.prepare(batch.metadata)
-    args = (batch.query, batch.key, batch.value, batch.kv_cache, metadata)
-    backend.forward(*args)  # warm-up outside the capture (shared-memory opt-in, extension load)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = backend.forward(*args)
-    metadata.seq_lens.sub_(torch.tensor([1000, 50, 7, 1], dtype=torch.int32, device="cuda"))
-    graph.replay()
-    torch.cuda.synchronize()
-    expected = backend.forward(*args)
+    out, expected, shortened = replay_after_shortening(backend, batch, [1000, 50, 7, 1])
     assert torch.equal(out, expected)
-    assert rel_error(expected, reference(spec, _shortened(batch, metadata), "cuda")) < TOLS[spec.dtype]
+    assert rel_error(expected, reference(spec, shortened, "cuda")) < TOLS[spec.dtype]
 
-
-def _shortened(batch, metadata):
-    """The batch as the reference sees it after seq_lens shrank: contexts cut to the new lengths."""
-    from dataclasses import replace
-
-    lens = metadata.seq_lens.tolist()
-    return replace(batch, full_keys=[k[:n] for k, n in zip(batch.full_keys, lens)],
-                   full_values=[v[:n] for v, n in zip(batch.full_values, lens)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.attention.testing import make_batch, reference, rel_error
+from pagoda.attention.testing import make_batch, reference, rel_error, replay_after_shortening
 from pagoda.interfaces.attention import AttentionSpec
 from test_kernels import PLATFORM, run_backend
 
@@ -45,14 +45,5 @@ def test_decode_replays_in_a_cuda_graph() -> None:
     batch = make_batch(spec, [(1, 3000), (1, 100), (1, 5000), (1, 64)], "cuda", seed=12)
     backend = TritonAttentionBackend(spec, PLATFORM)
     backend.force_num_splits = 8
-    metadata = backend.prepare(batch.metadata)
-    args = (batch.query, batch.key, batch.value, batch.kv_cache, metadata)
-    backend.forward(*args)  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = backend.forward(*args)
-    metadata.seq_lens.sub_(torch.tensor([1000, 50, 7, 1], dtype=torch.int32, device="cuda"))
-    graph.replay()
-    torch.cuda.synchronize()
-    expected = backend.forward(*args)
+    out, expected, _ = replay_after_shortening(backend, batch, [1000, 50, 7, 1])
     assert torch.equal(out, expected)
