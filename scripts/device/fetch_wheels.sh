@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download the wheels the lent GPU machine lacks (it has torch, triton, transformers, but no
 # fastapi/uvicorn/pydantic/stevedore/gguf/pyzmq/msgspec/uvloop/httptools/aiohttp, nor
-# opentelemetry-api, which fastapi imports) into .whl/ (ignored by git), for Python 3.12 x86-64.
+# opentelemetry-api, which fastapi imports, nor xgrammar) into .whl/ (ignored by git), for Python 3.12 x86-64.
 # Then every device run starts with scripts/device/install_wheels.sh and names .whl in `carry`.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -12,6 +12,7 @@ PACKAGES=(
   opentelemetry-api==1.45.2 pyzmq==27.3.0 msgspec==0.22.0
   uvloop==0.23.0 httptools==0.9.0  # uvicorn's fast event loop and HTTP parser
   aiohttp==3.14.5 aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl  # the bench client
+  xgrammar==0.2.8 apache-tvm-ffi  # guided decoding (structured output)
 )
 platforms=()
 for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
