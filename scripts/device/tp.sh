@@ -4,6 +4,7 @@
 #   PARTS="tests 8b-latency" ...                    # the same without the throughput runs (about 4 minutes)
 #   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
 #   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
+#   PARTS="moe" bash scripts/device/tp.sh          # one GPU: fused MoE kernel at Mixtral shapes; Qwen3-30B-A3B dummy throughput
 # Everything lands in $OUT/work (logs, JSON, written as each step ends) plus $OUT/summary_<parts>.txt.
 # The first GPU attempt (2026-11-23, PARTS="tests 8b-latency" under a 360 s call limit) ran out of
 # time with nothing returned: give a call at least 9 minutes, and read $OUT/work/*.log.
@@ -32,7 +33,8 @@ bench() {  # name, subcommand args...: one `pagoda bench` run under a time limit
 }
 if has tests; then  # CPU-CI tests on the GPUs (NCCL, CUDA graphs capturing the all-reduce), incl. the killed rank
   timeout 300 python3 -m pytest -q -x --durations=5 -p no:cacheprovider tests/engine/test_tensor_parallel.py \
-    -k "not torchrun" > "$WORK/pytest.log" 2>&1; echo "tests: exit $?"; tail -8 "$WORK/pytest.log"
+    -k "not torchrun" tests/models/test_fused_moe.py tests/models/test_moe_models.py > "$WORK/pytest.log" 2>&1
+  echo "tests: exit $?"; tail -8 "$WORK/pytest.log"
 fi
 if has 8b; then
   bench tp1_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256
@@ -41,6 +43,12 @@ fi
 if has 8b || has 8b-latency; then
   LIMIT=150 bench tp1_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2
   LIMIT=150 bench tp2_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
+fi
+if has moe; then  # issue 18's GPU figures, on GPU 0 alone
+  CUDA_VISIBLE_DEVICES=0 timeout 240 python3 benchmarks/fused_moe.py --out "$WORK/fused_moe.json" > "$WORK/fused_moe.log" 2>&1
+  echo "fused moe: exit $?"; cat "$WORK/fused_moe.log" | grep "^M="
+  CUDA_VISIBLE_DEVICES=0 LIMIT=300 bench qwen3_30b_a3b_1000x256 throughput benchmarks/configs/qwen3-30b-a3b \
+    --num-prompts 1000 --input-len 256 --output-len 256
 fi
 if has 70b; then
   LIMIT=330 bench tp2_70b_500x256 throughput "$M70" --num-prompts 500 --input-len 256 --output-len 256 -tp 2

@@ -79,7 +79,7 @@ def triton_moe():
 @pytest.mark.parametrize("experts, top_k", [(4, 2), (8, 2), (6, 1)])
 def test_align_by_expert_groups_rows_in_padded_runs(triton_moe, experts, top_k):
     _, _, _, _, ids = _case(21, experts, top_k, 8, 8, seed=3, unused=1)
-    block = triton_moe.BLOCK_M
+    block = triton_moe.tile_config(1.0).block_m
     rows, block_expert = triton_moe.align_by_expert(ids, experts, block)
     num_rows = ids.numel()
     assert sorted(r for r in rows.tolist() if r < num_rows) == list(range(num_rows))  # each row once
@@ -106,3 +106,13 @@ def test_triton_kernel_vs_float64(triton_moe, tokens, experts, top_k, hidden, in
     got = triton_moe.fused_moe_triton(*args, CustomOps().silu_and_mul)
     assert got.dtype == dtype and got.shape == (tokens, hidden)
     assert _rel(got, expected) < TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [4, 200, 800, 2048])  # 1, 50, 200 and 512 rows per expert: each tile regime
+def test_triton_kernel_tile_regimes_on_gpu(triton_moe, tokens):
+    x, w13, w2, weights, ids = _case(tokens, 8, 2, hidden=256, inter=384, seed=tokens)
+    expected = _dense_float64(x.bfloat16(), w13.bfloat16(), w2.bfloat16(), weights, ids)
+    args = [t.cuda() for t in (x.bfloat16(), w13.bfloat16(), w2.bfloat16(), weights, ids)]
+    got = triton_moe.fused_moe_triton(*args, CustomOps().silu_and_mul)
+    assert _rel(got, expected) < TOL[torch.bfloat16]

@@ -18,13 +18,35 @@ Steps for ``T`` tokens routed to ``top_k`` experts each (``R = T * top_k`` rows,
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-BLOCK_M, BLOCK_N, BLOCK_K = 16, 64, 32
+
+class TileConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+INTERPRETER_TILES = TileConfig(16, 64, 32, 4, 1)  # small tiles: the CPU interpreter runs every lane
+
+
+def tile_config(rows_per_expert: float) -> TileConfig:
+    """Tiles for the mean number of rows an expert gets: few rows stream weights (wide K steps), many are GEMMs."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return INTERPRETER_TILES
+    if rows_per_expert <= 16:
+        return TileConfig(16, 64, 128, 4, 4)
+    if rows_per_expert <= 64:
+        return TileConfig(32, 64, 64, 4, 4)
+    if rows_per_expert <= 256:
+        return TileConfig(64, 128, 64, 4, 3)
+    return TileConfig(128, 128, 64, 8, 3)
 
 
 @triton.jit
@@ -91,19 +113,20 @@ def align_by_expert(
 
 def _grouped_gemm(
     a: torch.Tensor, w: torch.Tensor, sorted_rows: torch.Tensor, block_expert: torch.Tensor, num_rows: int,
-    a_row_div: int, row_weight: torch.Tensor | None,
+    a_row_div: int, row_weight: torch.Tensor | None, tiles: TileConfig,
 ) -> torch.Tensor:
     """``[num_rows, w.shape[1]]``: each row times its expert's ``w`` ([E, N, K]), one launch."""
     n, k = w.shape[1], w.shape[2]
     out = torch.empty(num_rows, n, dtype=a.dtype, device=a.device)
     upcast = a.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"  # 3.9's interpreter: bad bf16 dots
     dot_prec = "ieee" if a.dtype == torch.float32 or upcast else "tf32"  # exact fp32 products; else no effect
-    grid = (block_expert.numel(), triton.cdiv(n, BLOCK_N))
+    grid = (block_expert.numel(), triton.cdiv(n, tiles.block_n))
     _grouped_gemm_kernel[grid](
         a, w, out, row_weight if row_weight is not None else out, sorted_rows, block_expert,
         n, k, num_rows, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         A_ROW_DIV=a_row_div, MUL_ROW_WEIGHT=row_weight is not None, DOT_PREC=dot_prec, UPCAST=upcast,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 
@@ -120,9 +143,10 @@ def fused_moe_triton(
     tokens, top_k = topk_ids.shape
     num_rows = tokens * top_k
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()
-    sorted_rows, block_expert = align_by_expert(topk_ids, w13.shape[0], BLOCK_M)
-    gate_up = _grouped_gemm(x, w13, sorted_rows, block_expert, num_rows, top_k, None)  # [R, 2 * inter]
+    tiles = tile_config(num_rows / w13.shape[0])
+    sorted_rows, block_expert = align_by_expert(topk_ids, w13.shape[0], tiles.block_m)
+    gate_up = _grouped_gemm(x, w13, sorted_rows, block_expert, num_rows, top_k, None, tiles)  # [R, 2 * inter]
     hidden = silu_and_mul(gate_up).contiguous()  # [R, inter]
     row_weight = topk_weights.reshape(-1).float().contiguous()  # [R]
-    down = _grouped_gemm(hidden, w2, sorted_rows, block_expert, num_rows, 1, row_weight)  # [R, hidden]
+    down = _grouped_gemm(hidden, w2, sorted_rows, block_expert, num_rows, 1, row_weight, tiles)  # [R, hidden]
     return down.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
