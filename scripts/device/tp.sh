@@ -5,7 +5,8 @@
 #   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
 #   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
 #   PARTS="moe" bash scripts/device/tp.sh          # one GPU: fused MoE kernel at Mixtral shapes; Qwen3-30B-A3B dummy throughput
-# Everything lands in $OUT/work (logs, JSON, written as each step ends) plus $OUT/summary_<parts>.txt.
+# Everything lands in $OUT/work (logs, JSON, written as each step ends), packed into $OUT/work_<parts>.tgz at
+# the end, plus $OUT/summary_<parts>.txt.
 # The first GPU attempt (2026-11-23, PARTS="tests 8b-latency" under a 360 s call limit) ran out of
 # time with nothing returned: give a call at least 9 minutes, and read $OUT/work/*.log.
 set -uo pipefail
@@ -31,10 +32,10 @@ bench() {  # name, subcommand args...: one `pagoda bench` run under a time limit
   timeout "${LIMIT:-240}" pagoda bench "$@" "${COMMON[@]}" --result-file "$WORK/$name.json" > "$WORK/$name.log" 2>&1
   echo "$name: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/$name.json" 2>/dev/null)"
 }
-if has tests; then  # CPU-CI tests on the GPUs (NCCL, CUDA graphs capturing the all-reduce), incl. the killed rank
-  timeout 300 python3 -m pytest -q -x --durations=5 -p no:cacheprovider tests/engine/test_tensor_parallel.py \
-    -k "not torchrun" tests/models/test_fused_moe.py tests/models/test_moe_models.py > "$WORK/pytest.log" 2>&1
-  echo "tests: exit $?"; tail -8 "$WORK/pytest.log"
+if has tests; then  # the GPU tests (NCCL, CUDA graphs capturing the all-reduce, the symmetric-memory path), the killed rank
+  timeout 300 python3 -m pytest -v -x --durations=5 -p no:cacheprovider -k "gpu or killed" \
+    tests/engine/test_tensor_parallel.py tests/models/test_fused_moe.py > "$WORK/pytest.log" 2>&1
+  echo "tests: exit $?"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$WORK/pytest.log" | tail -12
 fi
 if has 8b; then
   bench tp1_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256
@@ -43,6 +44,8 @@ fi
 if has 8b || has 8b-latency; then
   LIMIT=150 bench tp1_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2
   LIMIT=150 bench tp2_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
+  PAGODA_SYMM_ALL_REDUCE=0 LIMIT=150 bench tp2_8b_latency_nccl_only latency "$M8" --batch-sizes 1,32 --input-len 128 \
+    --output-len 128 --repeats 2 -tp 2
 fi
 if has moe; then  # issue 18's GPU figures, on GPU 0 alone
   CUDA_VISIBLE_DEVICES=0 timeout 240 python3 benchmarks/fused_moe.py --out "$WORK/fused_moe.json" > "$WORK/fused_moe.log" 2>&1
@@ -75,4 +78,5 @@ fi
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$WORK/leftover_procs.txt" 2>&1
 part=$(echo "$PARTS" | tr ' ' '_')
 for f in "$WORK"/*.json; do [ -f "$f" ] && echo "$(basename "$f" .json): $(python3 scripts/device/summarize_bench.py "$f")"; done > "$OUT/summary_$part.txt"
+tar -C "$OUT" -czf "$OUT/work_$part.tgz" work && rm -rf "$WORK"  # one file back (a call returns at most 8)
 echo "tp.sh: $(( $(date +%s) - start )) s"

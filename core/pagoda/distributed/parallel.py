@@ -23,10 +23,14 @@ class TensorParallel:
     rank: int = 0
     size: int = 1
     group: Any = None
+    fast: Any = None  # the platform's small-message all-reduce (``fits(x)``, ``fast(x)``), or None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum ``x`` over the ranks, in place (row-parallel layers, the vocab-parallel embedding)."""
+        """Sum ``x`` over the ranks (row-parallel layers, the vocab-parallel embedding): use the result,
+        which is ``x`` summed in place on the backend, or a new tensor from the platform's fast path."""
         if self.size > 1:
+            if self.fast is not None and self.fast.fits(x):
+                return self.fast(x)
             dist.all_reduce(x, group=self.group)
         return x
 
@@ -55,4 +59,11 @@ class TensorParallel:
 
 
 SINGLE = TensorParallel()
+
+
+def join_world(platform, rank: int, size: int, one_host: bool = True) -> TensorParallel:
+    """This rank's view of the world group (called by every rank together, after init_process_group);
+    ranks of one host also get the platform's fast all-reduce for small messages, if it has one."""
+    group = dist.group.WORLD
+    return TensorParallel(rank, size, group, platform.fast_all_reduce(group, size) if one_host else None)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.12

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import zmq
 
 from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import TensorParallel
+from pagoda.distributed.parallel import TensorParallel, join_world
 from pagoda.executor import messages
 from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout
 
@@ -44,7 +44,7 @@ def run_spawned_worker(spec: WorkerSpec) -> None:
         channels.hello()
         dist.init_process_group(platform.dist_backend(), init_method=spec.init_method, rank=spec.rank,
                                 world_size=spec.world_size, timeout=dist_timeout())
-        serve_steps(spec.config, platform, TensorParallel(spec.rank, spec.world_size, dist.group.WORLD), channels,
+        serve_steps(spec.config, platform, join_world(platform, spec.rank, spec.world_size), channels,
                     spec.parent_pid)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
@@ -71,7 +71,8 @@ def run_torchrun_worker(config: EngineConfig) -> int:
     channels = WorkerChannels(rank, *addresses)
     try:
         channels.hello()
-        serve_steps(config, platform, TensorParallel(rank, world, dist.group.WORLD), channels, None)
+        one_host = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world
+        serve_steps(config, platform, join_world(platform, rank, world, one_host), channels, None)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
         return 1

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import zmq
 
 from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import TensorParallel
+from pagoda.distributed.parallel import TensorParallel, join_world
 from pagoda.errors import PagodaError
 from pagoda.executor import messages
 from pagoda.interfaces.platform import Platform
@@ -129,7 +129,7 @@ def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     except BaseException:
         group.shutdown()
         raise
-    group.tp = TensorParallel(0, n, dist.group.WORLD)
+    group.tp = join_world(platform, 0, n)
     logger.info("Tensor parallel: %d ranks on this host (%s), workers %s", n, backend,
                 ", ".join(str(p.pid) for p in group.procs.values()))
     return group
@@ -146,7 +146,7 @@ def _join_torchrun(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     dist.init_process_group(backend, init_method="env://", rank=0, world_size=n, timeout=dist_timeout())
     group = WorkerGroup.bind(_host_ip(), n)
     dist.broadcast_object_list([group.step_address, group.error_address], src=0)  # once, at start
-    group.tp = TensorParallel(0, n, dist.group.WORLD)
+    group.tp = join_world(platform, 0, n, int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n)
     group.start_watcher()
     group.wait_for_hellos()
     logger.info("Tensor parallel: %d ranks started by torchrun (%s)", n, backend)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
 
 import torch
 
@@ -129,6 +129,11 @@ class Platform(Capability, ABC):
     def dist_backend(self) -> str | None:
         """The torch.distributed backend for tensor-parallel collectives (``"nccl"``, ``"gloo"``), or
         ``None`` if this platform has none (then only ``tensor_parallel_size=1`` runs on it)."""
+        return None
+
+    def fast_all_reduce(self, group: Any, world_size: int) -> Any:
+        """Called by every rank of a one-host group together: an object with ``fits(x)`` and ``__call__(x)``
+        (the sum over the ranks) that beats the backend on small messages, or None (the backend's only)."""
         return None
 
     def device_count(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC
 from contextlib import AbstractContextManager, contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
@@ -89,6 +89,12 @@ class CudaApiPlatform(Platform, ABC):
     def dist_backend(self) -> str | None:
         """NCCL on CUDA builds; ROCm builds of torch run RCCL under the same name."""
         return "nccl"
+
+    def fast_all_reduce(self, group: Any, world_size: int) -> Any:
+        """One-shot sums over symmetric (peer-to-peer) memory; None where torch or the GPUs lack it."""
+        from pagoda.distributed import symm_all_reduce
+
+        return symm_all_reduce.create(group, self.device(), world_size)
 
     def device_count(self) -> int:
         return torch.cuda.device_count()
