@@ -9,10 +9,9 @@ platforms are refused before any process starts.
 from __future__ import annotations
 
 import os
-import signal
+import re
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -59,20 +58,17 @@ def test_tp2_greedy_equals_tp1(tiny_models, family):
 
 
 def test_killed_rank_fails_fast_with_a_clear_error(tiny_models):
+    """In a process of its own: on gloo the engine raises; a driver stuck in an NCCL collective exits 1."""
     path, _ = tiny_models["llama"]
-    llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
-    try:
-        (pid,) = llm.engine.core.executor.worker_pids
-        llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)  # works
-        os.kill(pid, signal.SIGKILL)
-        start = time.monotonic()
-        with pytest.raises(WorkerFailedError, match=r"rank 1 \(pid \d+\) exited killed by signal SIGKILL"):
-            for _ in range(50):  # the first call may still see the rank alive; it fails within steps
-                llm.generate([[4, 5, 6]], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)
-                time.sleep(0.1)
-        assert time.monotonic() - start < 15
-    finally:
-        llm.shutdown()
+    script = os.path.join(os.path.dirname(__file__), "killed_rank_check.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, script, path], capture_output=True, text=True, env=env, timeout=180)
+    reason = r"rank 1 \(pid \d+\) exited killed by signal SIGKILL"
+    raised = re.search(r"raised after ([\d.]+) s: tensor-parallel " + reason, run.stdout)
+    if raised is None and torch.cuda.device_count() >= 2:  # a driver stuck in an NCCL collective: the grace exit
+        assert run.returncode == 1 and re.search(reason + r".*stuck in a collective", run.stderr), run.stderr[-3000:]
+    else:
+        assert raised and float(raised.group(1)) < 15, run.stdout[-1000:] + run.stderr[-3000:]
 
 
 def test_sizes_that_do_not_split_are_refused_before_start(tiny_models):

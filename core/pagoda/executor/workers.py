@@ -246,10 +246,9 @@ class WorkerGroup:
         self.failure, self._failed_at = reason, time.monotonic()
         logger.error("%s; the engine stops", reason)
         if self.tp is not None and dist.is_initialized() and dist.get_backend() != "gloo":
-            try:  # frees a driver blocked in an NCCL collective (gloo fails by itself on a closed peer)
-                dist.distributed_c10d._abort_process_group()
-            except Exception as exc:  # noqa: BLE001 - best effort; the grace exit follows
-                logger.warning("Could not abort the process group: %s", exc)
+            # frees a driver blocked in an NCCL collective (gloo fails by itself on a closed peer); in a
+            # thread of its own, since an abort can block too: the watcher's grace exit must still come
+            threading.Thread(target=_abort_group, name="pagoda-tp-abort", daemon=True).start()
 
     # -- shutdown --------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -281,6 +280,13 @@ class WorkerGroup:
                 dist.destroy_process_group()
             except Exception as exc:  # noqa: BLE001 - a group broken by a dead rank
                 logger.debug("destroy_process_group: %s", exc)
+
+
+def _abort_group() -> None:
+    try:
+        dist.distributed_c10d._abort_process_group()
+    except Exception as exc:  # noqa: BLE001 - best effort; the grace exit follows
+        logger.warning("Could not abort the process group: %s", exc)
 
 
 def _exit_reason(code: int) -> str:

@@ -96,7 +96,8 @@ def align_by_expert(
     """
     flat = topk_ids.flatten().long()  # [R]
     num_rows = flat.numel()
-    counts = torch.bincount(flat, minlength=num_experts)  # [E]
+    counts = torch.zeros(num_experts, dtype=torch.long, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat))  # [E]; bincount would sync with the host (no CUDA graph)
     padded = (counts + block_m - 1) // block_m * block_m
     run_end = torch.cumsum(padded, 0)  # [E]
     order = torch.argsort(flat, stable=True)  # rows grouped by expert
