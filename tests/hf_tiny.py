@@ -35,13 +35,34 @@ MOE = {  # 6 experts, 2 per token; Qwen3-MoE: layer 1 dense (mlp_only_layers), e
 }
 
 
+FAMILY = {  # what a family's tiny config sets beyond COMMON
+    # 3 layers: local, global, local; window 5 < the 14-token prompt; query_pre_attn_scalar != head_dim
+    "gemma3": dict(num_hidden_layers=3, sliding_window=5, query_pre_attn_scalar=24, tie_word_embeddings=True,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+    "phi3": dict(hidden_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),  # head_dim = hidden / heads
+}
+
+
+def longrope(original: int, partial: float = 1.0, head_dim: int = 16) -> dict:
+    """Phi-3 LongRoPE parameters (distinct short and long factors) for ``original_max_position_embeddings``."""
+    half = int(head_dim * partial) // 2
+    return {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": partial,
+            "short_factor": [1.0 + 0.1 * i for i in range(half)], "long_factor": [2.0 + 1.5 * i for i in range(half)],
+            "original_max_position_embeddings": original}
+
+
 def hf_config(kind: str, **overrides):
-    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe) with ``overrides`` applied."""
+    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3, phi3) with
+    ``overrides`` applied."""
     import transformers as tf
 
     cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
-           "mixtral": tf.MixtralConfig, "qwen3_moe": tf.Qwen3MoeConfig}[kind]
-    kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **MOE.get(kind, {}), **overrides}
+           "mixtral": tf.MixtralConfig, "qwen3_moe": tf.Qwen3MoeConfig, "gemma3": tf.Gemma3TextConfig,
+           "phi3": tf.Phi3Config}[kind]
+    kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **MOE.get(kind, {}), **FAMILY.get(kind, {}),
+              **overrides}
     return cls(**kwargs)
 
 

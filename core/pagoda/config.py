@@ -10,6 +10,7 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dty
 # mp: spawn one worker process per extra rank on this host; torchrun: the ranks were started by
 # torchrun (one host or several), rank 0 runs the engine; auto: torchrun when its variables are set
 EXECUTOR_BACKENDS = ("auto", "mp", "torchrun")
+RUNNERS = ("auto", "generate", "pooling")  # pooling: embeddings/scores, no generation (docs/pooling.md)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
     distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
     guided_decoding_backend: str = "auto"  # grammar engine of requests that set guided_decoding (docs/structured_output.md)
+    runner: str = "auto"  # generate | pooling | auto (pooling for encoder-only models; docs/pooling.md)
     speculative_config: str | dict | None = None  # vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}
 
     def __post_init__(self) -> None:
@@ -66,6 +68,7 @@ class EngineConfig:
         _require(isinstance(self.seed, int), "seed", self.seed, "an integer")
         _require(isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1,
                  "tensor_parallel_size", self.tensor_parallel_size, "an integer >= 1")
+        _require(self.runner in RUNNERS, "runner", self.runner, f"one of {', '.join(RUNNERS)}")
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
 

@@ -56,5 +56,15 @@ def register_guided_decoding_backends(register: Register) -> None:
 
 
 @hookspec
+def register_tool_parsers(register: Register) -> None:
+    """Register ToolParser subclasses (tool-call formats): ``register("hermes", HermesToolParser)``."""
+
+
+@hookspec
+def register_reasoning_parsers(register: Register) -> None:
+    """Register ReasoningParser subclasses (reasoning blocks): ``register("deepseek_r1", DeepSeekR1ReasoningParser)``."""
+
+
+@hookspec
 def register_commands(subparsers: Any) -> None:
     """Add CLI subcommands: ``subparsers.add_parser(...)``; set ``func=`` on the parser's defaults."""

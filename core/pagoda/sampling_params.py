@@ -4,8 +4,12 @@ Names and defaults follow vLLM's ``SamplingParams`` (and so the OpenAI API where
 ``temperature=0`` means greedy; ``top_k`` of 0 or -1 disables top-k; ``max_tokens=None`` means
 "up to the model's context length"; ``logprobs=k`` asks for the top-k logprobs *besides* the
 sampled token. Penalties use OpenAI semantics for presence/frequency and HF/vLLM semantics for
-repetition (see ``pagoda.engine.sampler``). A bad value raises ``RequestError`` (a ValueError)
-naming the field and the allowed range, so the HTTP layer can answer 400.
+repetition (see ``pagoda.engine.sampler``); ``logit_bias``, ``allowed_token_ids`` and ``bad_words``
+are described in ``pagoda.engine.token_controls``; ``best_of`` samples more sequences than it
+returns (the front end keeps the n with the highest cumulative logprob). A bad value raises
+``RequestError`` (a ValueError) naming the field and the allowed range, so the HTTP layer can
+answer 400; token ids are checked against the vocabulary by :meth:`SamplingParams.check_vocab`
+once the engine is known.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ class SamplingParams:
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     guided_decoding: GuidedDecodingParams | None = None  # constrain the output (docs/structured_output.md)
+    logit_bias: dict[int, float] | None = None  # token id -> bias added to its logit, each in [-100, 100] (OpenAI)
+    allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
+    bad_words: list[str] | None = None  # words that may not be generated (vLLM; see pagoda.engine.token_controls)
+    bad_words_token_ids: list[list[int]] | None = None  # their token sequences: the front end fills them in
+    best_of: int | None = None  # sample this many sequences, return the n with the highest cumulative logprob
 
     def __post_init__(self) -> None:
         self.stop = _normalise_stop(self.stop)
@@ -51,6 +60,8 @@ class SamplingParams:
         self._validate_numbers()
         self._validate_lengths()
         self.guided_decoding = _check_guided(self.guided_decoding)
+        _validate_token_controls(self)
+        self._validate_best_of()
         if self.guided_decoding is not None and self.min_tokens:
             raise RequestError("min_tokens cannot be combined with guided decoding: holding back the end of a "
                                "finished grammar would leave no allowed token; drop min_tokens")
@@ -68,6 +79,24 @@ class SamplingParams:
         """Params of the ``index``-th of the n sequences of a request: n=1, seed offset by index."""
         seed = None if self.seed is None else self.seed + index
         return dataclasses.replace(self, n=1, seed=seed)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """RequestError if a token id of logit_bias, allowed_token_ids or bad words is outside the vocabulary."""
+        fields = {"logit_bias": list(self.logit_bias or ()), "allowed_token_ids": self.allowed_token_ids or [],
+                  "bad_words": [t for seq in self.bad_words_token_ids or () for t in seq]}
+        for name, ids in fields.items():
+            outside = sorted({t for t in ids if t >= vocab_size})
+            if outside:
+                raise RequestError(f"{name} has token ids outside the vocabulary [0, {vocab_size}): {outside[:5]}; "
+                                   f"use ids below {vocab_size}")
+
+    def _validate_best_of(self) -> None:
+        if self.best_of is None:
+            return
+        _check_int("best_of", self.best_of, self.n)
+        if self.best_of > 1 and self.is_greedy:
+            raise RequestError(f"best_of > 1 needs sampling (temperature > 0), got best_of={self.best_of} with greedy "
+                               "sampling, whose sequences are all the same; set temperature or drop best_of")
 
     def _validate_numbers(self) -> None:
         _check_int("n", self.n, 1)
@@ -128,6 +157,48 @@ def _normalise_stop_token_ids(ids: list[int] | None) -> list[int]:
         if not isinstance(t, int) or isinstance(t, bool) or t < 0:
             raise RequestError(f"stop_token_ids must be ints >= 0, got {t!r}")
     return ids
+
+
+def _validate_token_controls(p: SamplingParams) -> None:
+    """Normalise and check logit_bias, allowed_token_ids and bad words (the vocabulary is checked later)."""
+    if p.logit_bias is not None:
+        p.logit_bias = _normalise_logit_bias(p.logit_bias)
+    if p.allowed_token_ids is not None:
+        p.allowed_token_ids = list(p.allowed_token_ids)
+        if not p.allowed_token_ids:
+            raise RequestError("allowed_token_ids must not be empty (nothing could be sampled); drop it to allow all")
+        _check_token_ids("allowed_token_ids", p.allowed_token_ids)
+    if p.bad_words is not None:
+        words = [p.bad_words] if isinstance(p.bad_words, str) else list(p.bad_words)
+        if not all(isinstance(w, str) and w.strip() for w in words):
+            raise RequestError(f"bad_words must be a list of non-blank strings, got {p.bad_words!r}")
+        p.bad_words = words
+    if p.bad_words_token_ids is not None:
+        p.bad_words_token_ids = [list(seq) for seq in p.bad_words_token_ids]
+        for seq in p.bad_words_token_ids:
+            if not seq:
+                raise RequestError("bad_words_token_ids must hold non-empty token sequences")
+            _check_token_ids("bad_words_token_ids", seq)
+
+
+def _normalise_logit_bias(bias: object) -> dict[int, float]:
+    if not isinstance(bias, dict):
+        raise RequestError(f"logit_bias must map token ids to biases, got {type(bias).__name__}")
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        token = int(key) if isinstance(key, str) and key.strip().isdigit() else key
+        if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+            raise RequestError(f"logit_bias keys must be token ids (ints >= 0), got {key!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise RequestError(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token {token}")
+        out[token] = float(value)
+    return out
+
+
+def _check_token_ids(name: str, ids: list) -> None:
+    for t in ids:
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise RequestError(f"{name} must hold token ids (ints >= 0), got {t!r}")
 
 
 def _check_guided(guided: GuidedDecodingParams | dict | None) -> GuidedDecodingParams | None:

@@ -65,8 +65,8 @@ def test_rejected_positions_release_their_blocks(tiny_models) -> None:
     held_per_step = []
     real_settle = core.speculator.settle
 
-    def settle(req, index, argmax, sampled):
-        result = real_settle(req, index, argmax, sampled)
+    def settle(req, index, verified):
+        result = real_settle(req, index, verified)
         held = len(core.kv_cache.block_ids(req.request_id))
         held_per_step.append((held, -(-req.num_computed_tokens // 8)))
         return result

@@ -52,6 +52,23 @@ CONFIGS = {
         num_experts_per_tok=3, norm_topk_prob=True, mlp_only_layers=[0], eos_token_id=None, bos_token_id=None,
         pad_token_id=None,
     ),
+    "gemma3": lambda: transformers.Gemma3TextConfig(  # local, global, local layers; window 24
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=32, max_position_embeddings=256, sliding_window=24, query_pre_attn_scalar=48,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], eos_token_id=None,
+        bos_token_id=None, pad_token_id=None,
+    ),
+    # LongRoPE below original_max_position_embeddings (128): transformers' generate recomputes its whole cache with
+    # the long factors when a sequence crosses it, Pagoda does not (docs/models.md); the long factors are checked in
+    # tests/models/test_model_parity.py
+    "phi3": lambda: transformers.Phi3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, original_max_position_embeddings=128,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 128,
+                         "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                         "long_factor": [2.0 + 1.5 * i for i in range(8)]},
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    ),
 }
 
 

@@ -73,5 +73,6 @@ def test_attention_spec_and_sliding_windows():
     assert attention_spec(hf_config("mistral", sliding_window=7), 16, None).sliding_window == 7
     assert attention_spec(hf_config("qwen2", sliding_window=7), 16, None).sliding_window is None  # not enabled
     mixed = hf_config("qwen2", use_sliding_window=True, sliding_window=7, max_window_layers=1)
-    with pytest.raises(ModelLoadError, match="mixes sliding-window layers"):
-        attention_spec(mixed, 16, None)
+    spec = attention_spec(mixed, 16, None)  # layer 0 full, layer 1 windowed: each layer gets its view
+    assert (spec.sliding_window, spec.mixed_windows) == (7, True)
+    assert not attention_spec(hf_config("mistral", sliding_window=7), 16, None).mixed_windows

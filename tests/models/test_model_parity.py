@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from pagoda.interfaces import AttentionMetadata, ForwardContext
+from pagoda.models.gemma3 import Gemma3ForCausalLM
 from pagoda.models.llama import LlamaForCausalLM, MistralForCausalLM
 from pagoda.models.mixtral import MixtralForCausalLM
+from pagoda.models.phi3 import Phi3ForCausalLM
 from pagoda.models.qwen2 import Qwen2ForCausalLM
 from pagoda.models.qwen3 import Qwen3ForCausalLM
 from pagoda.models.qwen3_moe import Qwen3MoeForCausalLM
-from hf_tiny import BLOCK_SIZE, LLAMA3_ROPE, hf_logits, load_pagoda, run_prefill, save_tiny
+from hf_tiny import BLOCK_SIZE, LLAMA3_ROPE, hf_logits, load_pagoda, longrope, run_prefill, save_tiny
 
 TOL = 1e-4
 PROMPT = [5, 17, 42, 3, 88, 61, 7, 7, 29, 90, 14, 2, 55, 31]  # 14 tokens: several blocks and > window
@@ -27,15 +29,30 @@ CASES = {
     "mistral-sliding-window": ("mistral", dict(sliding_window=5)),
     "qwen2-qkv-bias": ("qwen2", dict()),
     "qwen2-sliding-window": ("qwen2", dict(use_sliding_window=True, sliding_window=6, max_window_layers=0)),
+    "qwen2-mixed-windows": ("qwen2", dict(use_sliding_window=True, sliding_window=5, max_window_layers=1)),
     "qwen3-qk-norm": ("qwen3", dict(rope_theta=1e6)),
     "qwen3-tied": ("qwen3", dict(tie_word_embeddings=True, attention_bias=True)),
     "mixtral-moe": ("mixtral", dict()),
     "mixtral-moe-top1-sliding-window": ("mixtral", dict(num_experts_per_tok=1, sliding_window=5)),
     "qwen3-moe-dense-layer-renormalized": ("qwen3_moe", dict()),
     "qwen3-moe-unnormalized-top3": ("qwen3_moe", dict(norm_topk_prob=False, num_experts_per_tok=3, mlp_only_layers=[])),
+    "gemma3-local-global": ("gemma3", dict()),
+    "gemma3-softcaps-untied-mqa-linear-rope": (
+        "gemma3",
+        dict(attn_logit_softcapping=3.0, final_logit_softcapping=4.0, tie_word_embeddings=False, num_key_value_heads=1,
+             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+    ),
+    "phi3-fused-qkv-gate-up": ("phi3", dict()),
+    "phi3-longrope-short": ("phi3", dict(rope_parameters=longrope(32), original_max_position_embeddings=32)),
+    # past original_max_position_embeddings (8): every step here uses the long factors
+    "phi3-longrope-long-partial-window": (
+        "phi3", dict(rope_parameters=longrope(8, partial=0.75), original_max_position_embeddings=8, sliding_window=6),
+    ),
 }
 CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
-           "qwen3": Qwen3ForCausalLM, "mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM}
+           "qwen3": Qwen3ForCausalLM, "mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM,
+           "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM}
 
 
 @pytest.fixture(scope="module", params=list(CASES))

@@ -90,12 +90,14 @@ class RunningServer:
         self.core.shutdown()
 
 
-def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME) -> RunningServer:
-    """Start a core process and serve it from a background thread on a free loopback port."""
+def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME,
+                 **app_options) -> RunningServer:
+    """Start a core process and serve it from a background thread on a free loopback port;
+    ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``)."""
     core = CoreProcess(config, core_factory=build_test_core, log_level="WARNING")
     async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive),
                                load_tokenizer(resolve_model(config.model)), ServerMetrics(name))
-    app = build_app(async_engine, [name], api_key)
+    app = build_app(async_engine, [name], api_key, **app_options)
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = make_server(app, async_engine, "127.0.0.1", port, shutdown_timeout=5, log_level="warning")

@@ -43,10 +43,11 @@ def test_bad_sampling_values_are_400_naming_the_field(server, field, value, need
 
 @pytest.mark.parametrize("path, field, value", [
     ("/v1/chat/completions", "response_format", {"type": "structural_tag"}),  # json_schema/json_object work now
-    ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-    ("/v1/chat/completions", "tool_choice", "required"),
+    ("/v1/completions", "tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),  # chat only
+    ("/v1/completions", "tool_choice", "required"),
+    ("/v1/chat/completions", "functions", [{"name": "f", "parameters": {}}]),  # deprecated: send tools
     ("/v1/completions", "structured_outputs", {"json": {"type": "object"}}),
-    ("/v1/completions", "logit_bias", {"5": 100}),
+    ("/v1/chat/completions", "best_of", 3),  # logit_bias works now; best_of is a completions field
     ("/v1/completions", "suffix", " end"),
 ])
 def test_fields_asking_for_a_guarantee_are_400_not_ignored(server, path, field, value):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import ProposalInput
@@ -49,3 +50,28 @@ def test_ngram_is_registered_through_the_proposer_hook() -> None:
 
     proposers = PluginManager(entry_points=False).registry("proposer")
     assert proposers.get("ngram") is NgramProposer
+
+
+def test_incremental_index_finds_what_lookup_finds() -> None:
+    """The per-request index, grown token by token (as a request generates), proposes exactly what
+    the direct search does at every length; a shorter sequence (not the one indexed) starts over."""
+    from pagoda.spec_decode.ngram import NgramIndex
+
+    gen = torch.Generator().manual_seed(0)
+    for vocab, (lo, hi) in ((4, (1, 3)), (9, (2, 5)), (30, (1, 1))):
+        tokens = torch.randint(0, vocab, (160,), generator=gen).tolist()
+        index = NgramIndex(lo, hi)
+        for length in range(1, len(tokens) + 1, 3):
+            assert index.propose(tokens[:length], 4) == lookup(tokens[:length], 4, lo, hi), (vocab, length)
+        other = [9, 9, 1, 2, 9, 9]
+        assert index.propose(other, 3) == lookup(other, 3, lo, hi)
+
+
+def test_proposer_honours_each_budget_and_forgets() -> None:
+    config = parse_speculative_config('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1}')
+    proposer = NgramProposer(config)
+    seq = [1, 2, 3, 4, 5, 6, 1]
+    proposal = proposer.propose([ProposalInput("a", seq, max_drafts=2), ProposalInput("b", seq)], k=4)
+    assert proposal.token_ids == [[2, 3], [2, 3, 4, 5]]
+    proposer.release("a")
+    assert "a" not in proposer._indexes and "b" in proposer._indexes

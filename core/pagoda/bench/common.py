@@ -70,6 +70,36 @@ def streamed_weights(model: torch.nn.Module) -> tuple[int, int]:
     return sum(p.numel() * p.element_size() for p in params), sum(p.numel() for p in params)
 
 
+def active_params(model: torch.nn.Module, num_params: int, hf_config) -> int:
+    """Parameters one token multiplies: an MoE layer counts ``num_experts_per_tok`` of its experts."""
+    from pagoda.layers.moe import FusedMoE
+
+    top_k = getattr(hf_config, "num_experts_per_tok", None)
+    for m in model.modules():
+        if isinstance(m, FusedMoE) and top_k:
+            num_params -= int((m.w13_weight.numel() + m.w2_weight.numel()) * (1 - top_k / m.num_experts))
+    return num_params
+
+
+def spec_decode_summary(llm, before=None) -> dict | None:
+    """Acceptance of the drafts verified since ``before`` (an earlier ``llm.engine.stats``), or
+    None when the engine does not speculate. Mean acceptance length = tokens emitted per round."""
+    after = llm.engine.stats
+    if not after.spec_accepted_per_position:
+        return None
+    rounds, drafted, accepted = (after.spec_num_drafts, after.spec_num_draft_tokens, after.spec_num_accepted_tokens)
+    per_position = list(after.spec_accepted_per_position)
+    if before is not None and before.spec_accepted_per_position:
+        rounds -= before.spec_num_drafts
+        drafted -= before.spec_num_draft_tokens
+        accepted -= before.spec_num_accepted_tokens
+        per_position = [a - b for a, b in zip(per_position, before.spec_accepted_per_position)]
+    return {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "mean_acceptance_length": 1 + accepted / rounds if rounds else 0.0,
+            "acceptance_per_position": [n / rounds if rounds else 0.0 for n in per_position]}
+
+
 def emit(result: dict, result_file: str | None) -> None:
     text = json.dumps(result, indent=2)
     print(text)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, streamed_weights, random_prompts, synchronize
+from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, random_prompts, spec_decode_summary,
+                                 streamed_weights, synchronize)
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -35,10 +36,14 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         prompts = random_prompts(batch, args.input_len, parts.hf_config.vocab_size, args.seed)
+        stats_before = llm.engine.stats
         step = _decode_step_seconds(llm, prompts, args.output_len, args.repeats, device)
         context = args.input_len + args.output_len / 2
         floor = (weight_bytes + batch * context * kv_bytes_per_token) / read_bandwidth
         rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
+        speculative = spec_decode_summary(llm, stats_before)
+        if speculative is not None:  # step_ms is then the time per output token
+            rows[-1]["speculative"] = speculative
     emit({"platform": parts.platform.describe(), "weight_bytes": weight_bytes,
           "read_gbps": read_bandwidth / 1e9, "steps": rows}, args.result_file)
     return 0

@@ -11,7 +11,8 @@ import time
 
 import torch
 
-from pagoda.bench.common import add_common_args, build_llm, device_rates, emit, streamed_weights, random_prompts, synchronize
+from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, random_prompts, spec_decode_summary,
+                                 streamed_weights, synchronize)
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     warmup = prompts[: min(len(prompts), engine.core.config.max_num_seqs)]
     llm.generate(warmup, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
     synchronize(device)
+    stats_before = llm.engine.stats
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
     synchronize(device)
@@ -49,10 +51,14 @@ def run(args: argparse.Namespace) -> int:
         "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "model", "load_format"),
         "platform": engine.core.parts.platform.describe(), "attention_backend": args.attention_backend,
         "dtype": str(dtype).removeprefix("torch."), "params": num_params,
+        "active_params": active_params(model, num_params, engine.core.parts.hf_config),
         "pagoda": _rates(elapsed, args.num_prompts, args.num_prompts * args.input_len, num_out),
     }
+    speculative = spec_decode_summary(llm, stats_before)
+    if speculative is not None:  # acceptance of the timed run's drafts
+        result["speculative"] = {"config": engine.core.config.speculative_config, **speculative}
     rates = device_rates(device, dtype)
-    flops = 2 * num_params * args.num_prompts * (args.input_len + args.output_len)
+    flops = 2 * result["active_params"] * args.num_prompts * (args.input_len + args.output_len)
     flops += _attention_flops(engine.core.parts.hf_config, args.num_prompts, args.input_len + args.output_len)
     result["roofline"] = {"matmul_tflops": rates["matmul_flops"] / 1e12, "copy_gbps": rates["copy_bytes"] / 1e9,
                           "compute_floor_s": flops / rates["matmul_flops"], "weight_bytes": weight_bytes}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, EngineConfig
+from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
 from pagoda.plugins.manager import PluginManager
 
 DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
@@ -55,10 +55,15 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--guided-decoding-backend", default="auto",
                    help="grammar engine for structured output (guided_decoding, response_format): a registered "
                         "guided decoding backend (built in: xgrammar), or auto (docs/structured_output.md)")
+    g.add_argument("--runner", default="auto", choices=RUNNERS,
+                   help="generate text, or pool hidden states (embeddings, scores: /v1/embeddings, /score, "
+                        "/rerank); auto: pooling for encoder-only models such as BertModel (docs/pooling.md)")
     g.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='speculative decoding, as in vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' '
-                        "(prompt lookup; prompt_lookup_min/max set the n-gram sizes). Greedy requests "
-                        "speculate; others run normally (docs/speculative.md)")
+                        "(prompt lookup; prompt_lookup_min/max set the n-gram sizes), or "
+                        '\'{"method": "draft", "model": DIR, "num_speculative_tokens": 4}\' (a small model of the '
+                        'same tokenizer); "backoff": false keeps k drafts always. Outputs are unchanged '
+                        "(exact verification), greedy or sampled (docs/speculative.md)")
 
 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
@@ -105,4 +110,5 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         distributed_executor_backend=args.distributed_executor_backend,
         guided_decoding_backend=args.guided_decoding_backend,
         speculative_config=args.speculative_config,
+        runner=args.runner,
     )

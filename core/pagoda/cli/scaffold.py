@@ -38,6 +38,8 @@ TEMPLATE_KINDS: dict[str, TemplateKind] = {
         TemplateKind("attention", "backend", "Backend"),
         TemplateKind("platform", "platform", "Platform"),
         TemplateKind("quantization", "method", "Method"),
+        TemplateKind("proposer", "proposer", "Proposer"),
+        TemplateKind("tool_parser", "parser", "ToolParser"),
     )
 }
 
@@ -80,7 +82,15 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
         "kind_label": KINDS[kind].label,
         "hook": KINDS[kind].hook,
         "flag": KINDS[kind].flag or "",
+        "select": _select_hint(kind, name),
     }
+
+
+def _select_hint(kind: str, name: str) -> str:
+    """The README's sentence on how users pick the capability."""
+    if kind == "proposer":  # chosen by the JSON of --speculative-config, never by `auto`
+        return f"Select it with `--speculative-config '{{\"method\": \"{name}\", \"num_speculative_tokens\": 4}}'`."
+    return f"Select it with `{KINDS[kind].flag or ''} {name}`, or let `auto` choose by `priority` among the usable ones."
 
 
 def template_files(kind: str) -> dict[str, str]:

@@ -40,8 +40,28 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a request still running SECONDS after it arrived (queueing included) and free its "
                         "KV blocks; its client gets 504 (on a stream: an error event, then [DONE]). Off by default")
+    _add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
+
+
+def _add_parser_args(g) -> None:
+    manager = get_plugin_manager()
+    tools = ", ".join(manager.registry("tool_parser").names()) or "none installed"
+    reasoning = ", ".join(manager.registry("reasoning_parser").names()) or "none installed"
+    g.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                   help="how the model writes tool calls, for requests with tools and tool_choice 'auto' (the default "
+                        "with tools): the parser finds the calls in the output and answers them as OpenAI tool_calls. "
+                        f"Registered: {tools} (hermes: Hermes/Qwen2.5/Qwen3 <tool_call> blocks; llama3_json: "
+                        "Llama 3.x JSON; mistral: [TOOL_CALLS]). Without it, tool_choice 'auto' is a 400; "
+                        "'required' and a named function work without it (enforced by guided decoding)")
+    g.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help="accepted for vLLM compatibility: tool_choice 'auto' is on whenever --tool-call-parser is given")
+    g.add_argument("--reasoning-parser", default=None, metavar="NAME",
+                   help="split a reasoning model's <think>...</think> block from its answer: reasoning goes to "
+                        f"message.reasoning_content (streamed as delta.reasoning_content). Registered: {reasoning} "
+                        "(deepseek_r1: reasoning until </think>; qwen3: only inside a <think> block that opens "
+                        "the output)")
 
 
 def check_args(args: argparse.Namespace):
@@ -63,6 +83,10 @@ def check_args(args: argparse.Namespace):
     _, platform_cls = manager.registry("platform").select(config.platform)
     manager.registry("quantization").select(config.quantization or "none", platform=platform_cls())
     manager.registry("scheduler").get(config.scheduler)
+    if args.tool_call_parser is not None:
+        manager.registry("tool_parser").get(args.tool_call_parser)
+    if args.reasoning_parser is not None:
+        manager.registry("reasoning_parser").get(args.reasoning_parser)
     resolve_model(config.model)
     return config
 
@@ -102,7 +126,8 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
-                         args.api_server_count, args.max_n_per_request, args.request_timeout)
+                         args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
+                         args.reasoning_parser)
     def announce() -> None:
         logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,

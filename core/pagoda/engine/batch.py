@@ -50,6 +50,7 @@ class StepInputs:
     sample_token_index: torch.Tensor | None  # [num_sampling] last token of each sampling request; None: all tokens, in order
     query_starts: list[int]  # [num_seqs + 1] where each request's tokens start (host copy)
     graph_size: int | None = None  # the captured decode batch size these inputs are padded to
+    graphs: object = None  # the graph set that replays them when not the decode graphs (verify graphs)
 
 
 def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_size: int) -> HostInputs:
@@ -69,7 +70,8 @@ def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_
     ids = np.fromiter(
         itertools.chain.from_iterable(req.token_ids[s : s + n] for req, s, n in zip(out.requests, starts.tolist(), out.num_tokens)),
         np.int64, num_tokens)
-    sample_rows = [i for i, req in enumerate(out.requests) if starts[i] + counts[i] == req.num_tokens]
+    sample_rows = [i for i, req in enumerate(out.requests)  # pooling requests are pooled, not sampled
+                   if starts[i] + counts[i] == req.num_tokens and req.pooling_params is None]
     arrays = dict(input_ids=ids, positions=positions, slot_mapping=slots, query_start_loc=qsl.astype(np.int32),
                   seq_lens=seq_lens, block_tables=table)
     if len(sample_rows) != num_tokens:  # else every token samples, in order: no gather needed

@@ -7,6 +7,7 @@ run collectives); rank 0, the driver, also builds the tokenizer and the schedule
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
 from pagoda.models.spec import attention_spec, check_tensor_parallel, num_kv_cache_layers
 from pagoda.plugins import get_plugin_manager
+from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.quantization.select import resolve_quantization
 
 logger = logging.getLogger("pagoda")
@@ -45,6 +47,7 @@ class EngineParts:
     scheduler: Scheduler
     tp: TensorParallel = SINGLE
     workers: object = None  # pagoda.executor.workers.WorkerGroup of the other ranks (tensor_parallel_size > 1)
+    pooler_config: PoolerConfig | None = None  # runner "pooling": how hidden states are pooled (docs/pooling.md)
 
 
 @dataclass
@@ -97,6 +100,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     platform = select_platform(config)
     source = resolve_model(config.model)
     hf_config = load_hf_config(source)
+    config, pooler = configure_runner(config, _model_class(hf_config), hf_config, source.path)
     workers = None
     if config.tensor_parallel_size > 1:
         from pagoda.executor.workers import start_workers
@@ -104,7 +108,9 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         check_tensor_parallel(hf_config, config.tensor_parallel_size)  # before any process starts
         workers = start_workers(config, platform)
     try:
-        return _build_driver_parts(config, platform, source, hf_config, workers)
+        parts = _build_driver_parts(config, platform, source, hf_config, workers)
+        parts.pooler_config = pooler
+        return parts
     except BaseException:
         if workers is not None:
             workers.shutdown()
@@ -135,14 +141,16 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     plugins = get_plugin_manager()
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
+    model_cls = _model_class(hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype, tp.size)
+    if not getattr(model_cls, "causal_attention", True):  # encoder models attend bidirectionally
+        spec = dataclasses.replace(spec, causal=False)
     attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
     _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
     attention = backend_cls(spec, platform)
     quant_name, quant_cls = plugins.registry("quantization").select(
         resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
-    model_cls = _model_class(hf_config)
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
     model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
     kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp)
@@ -201,6 +209,9 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
                                                     config.block_size, layers, max_model_len)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
+    if config.runner == "pooling":  # blocks are one step's scratch: the largest step's worth suffices
+        step_tokens = _scheduler_config(config, max_model_len).max_num_batched_tokens
+        useful = min(useful, -(-step_tokens // config.block_size) + config.max_num_seqs)
     num_blocks = tp.min_int(min(budget // per_block, useful), platform.device())
     if num_blocks < 1:
         raise ValueError(

@@ -12,11 +12,16 @@ import time
 
 from pagoda.config import EngineConfig
 from pagoda.engine.output_processor import OutputProcessor
+from pagoda.engine.token_controls import resolve_token_controls
 from pagoda.engine_core.client import EngineCoreClient, InprocClient, SyncMPClient
-from pagoda.engine_core.core import EngineCore, validate_prompt
-from pagoda.engine_core.messages import AddRequest, StepStats
+from pagoda.engine_core.core import EngineCore, check_runner, validate_prompt
+from pagoda.beam.params import BeamSearchParams
+from pagoda.engine_core.messages import AddRequest, StepStats, add_messages
 from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
+from pagoda.pooling.outputs import PoolingRequestOutput
+from pagoda.pooling.params import PoolingParams
+from pagoda.pooling.tracker import POOLING_SAMPLING, PoolingTracker
 from pagoda.sampling_params import SamplingParams
 
 
@@ -27,6 +32,7 @@ class LLMEngine:
         self.info = client.info
         self.max_model_len = client.info.max_model_len
         self.outputs = OutputProcessor(tokenizer)
+        self.pooling = PoolingTracker()  # pooling requests (runner "pooling") until their values arrive
         self.stats = StepStats()
         self._ids = itertools.count()
 
@@ -60,9 +66,14 @@ class LLMEngine:
         priority: int = 0,
         stream: bool = False,
         arrival_time: float | None = None,
+        beam: BeamSearchParams | None = None,
     ) -> None:
-        """Queue a request (``n`` sequences for ``params.n > 1``). Raises RequestError for bad input."""
+        """Queue a request (``n`` sequences for ``params.n > 1``; with ``beam``, a beam search whose
+        sequences ``params`` describes, see ``BeamSearchParams.output_params``). Raises RequestError
+        for bad input."""
+        check_runner(self.info.runner, None)
         self.validate_prompt(prompt_token_ids)
+        params = self.resolve_params(params)
         if params.guided_decoding is not None and self.tokenizer is None:
             raise RequestError("guided decoding needs the model's tokenizer (grammars are matched against token "
                                "strings); run without skip_tokenizer_init")
@@ -70,30 +81,57 @@ class LLMEngine:
             raise RequestError(f"request id {request_id!r} is already in use")
         arrival = time.monotonic() if arrival_time is None else arrival_time
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=stream)
-        self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
-                                  for seq_id, seq_params in sequences])
+        try:
+            self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority, beam))
+        except RequestError:  # refused by an in-process core: nothing of it stays queued
+            self.outputs.fail(request_id)
+            raise
 
-    def validate_prompt(self, prompt_token_ids: list[int]) -> None:
-        validate_prompt(prompt_token_ids, self.max_model_len, self.info.vocab_size)
+    def add_pooling_request(self, request_id: str, prompt_token_ids: list[int], params: PoolingParams,
+                            prompt: str | None = None, priority: int = 0) -> None:
+        """Queue a pooling request (runner "pooling"): its prompt's pooled values come back from step()."""
+        check_runner(self.info.runner, params)
+        self.validate_prompt(prompt_token_ids, pooling=True)
+        if request_id in self.pooling.pending or request_id in self.outputs.states:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        self.pooling.add(request_id, prompt, prompt_token_ids)
+        add = AddRequest(request_id, list(prompt_token_ids), POOLING_SAMPLING, time.monotonic(), priority,
+                         pooling_params=params)
+        try:
+            self.client.add_requests([add])
+        except RequestError:  # refused by an in-process core: nothing of it stays pending
+            self.pooling.discard(request_id)
+            raise
+
+    def resolve_params(self, params: SamplingParams) -> SamplingParams:
+        """``params`` as the core gets them: bad words tokenized, token ids checked (RequestError)."""
+        return resolve_token_controls(params, self.tokenizer, self.info.vocab_size)
+
+    def validate_prompt(self, prompt_token_ids: list[int], pooling: bool = False) -> None:
+        validate_prompt(prompt_token_ids, self.max_model_len, self.info.vocab_size, pooling=pooling)
 
     def abort(self, request_ids: list[str] | str) -> None:
         """Stop requests (waiting or running) and free their KV blocks."""
         sequences = []
         for request_id in [request_ids] if isinstance(request_ids, str) else request_ids:
             sequences += self.outputs.abort(request_id)
+            if self.pooling.discard(request_id):
+                sequences.append(request_id)
         if sequences:
             self.client.abort(sequences)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.outputs.states)
+        return bool(self.outputs.states) or bool(self.pooling.pending)
 
     # -- the loop ----------------------------------------------------------------------------
-    def step(self) -> list[RequestOutput]:
-        """One iteration of continuous batching; returns outputs of finished (or streamed) requests."""
+    def step(self) -> list[RequestOutput | PoolingRequestOutput]:
+        """One iteration of continuous batching; returns outputs of finished (or streamed) requests
+        (PoolingRequestOutputs for pooling requests)."""
         batch = self.client.get_outputs()
         if batch.stats is not None:
             self.stats = batch.stats
         outputs, stopped = self.outputs.process(batch.outputs)
+        outputs += self.pooling.process(batch.outputs)
         if stopped:  # stop strings ended these sequences: the core stops computing them
             self.client.abort(stopped)
         return outputs

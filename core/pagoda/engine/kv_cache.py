@@ -149,6 +149,21 @@ class KVCacheManager:
         stats.queries += request.num_tokens
         stats.hits += num_hit_tokens
 
+    def fork(self, parent: Request, child: Request) -> int:
+        """Give ``child`` (holding no blocks) the parent's full blocks whose KV is computed, one more
+        reference each: nothing is copied. Returns the tokens they hold; the child computes the rest
+        (the parent's partial last block is recomputed into a block of the child's own)."""
+        if child.request_id in self._blocks:
+            raise ValueError(f"request {child.request_id} already holds blocks; cannot fork into it")
+        blocks = self._blocks.get(parent.request_id, [])
+        shared = blocks[: min(parent.num_computed_tokens // self.block_size, len(blocks))]
+        self.pool.touch(shared)
+        self._blocks[child.request_id] = list(shared)
+        self._block_ids[child.request_id] = [b.block_id for b in shared]
+        self._num_registered[child.request_id] = min(self._num_registered.get(parent.request_id, 0), len(shared))
+        child.block_hashes = list(parent.block_hashes[: len(shared)])
+        return len(shared) * self.block_size
+
     def trim(self, request: Request, num_tokens: int) -> None:
         """Release the blocks past the first ``num_tokens`` tokens (rejected speculative tokens);
         they were never offered to the prefix cache (drafts are not known tokens)."""

@@ -28,8 +28,11 @@ class RunnerOutput:
     top_logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # request id -> [(logprob of the actual next prompt token, top-k)] for this step's prompt tokens
     prompt_logprobs: dict[str, list[tuple[float, list[tuple[int, float]]]]] = field(default_factory=dict)
-    # speculative decoding: request id -> the target's greedy token at each of its drafted positions
-    draft_argmax: dict[str, list[int]] = field(default_factory=dict)
+    # runner "pooling": request id -> (its pooled float32 values as bytes, their shape)
+    pooled: dict[str, tuple[bytes, list[int]]] = field(default_factory=dict)
+    # speculative decoding: request id -> its accepted drafts and the token after them
+    # (pagoda.spec_decode.verify.Verified), for the requests that verified drafts this step
+    verified: dict[str, object] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -53,7 +56,9 @@ class ModelRunner:
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
+        self.verify_graphs = None  # pagoda.spec_decode.verify_graphs.VerifyGraphs, when speculating with graphs
         self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
+        self.pooler = None  # pagoda.pooling.pooler.Pooler under runner "pooling": steps pool instead of sampling
 
     def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
         """Record decode steps as device graphs (only where backend and platform support it)."""
@@ -62,6 +67,14 @@ class ModelRunner:
         self.graphs = DecodeGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
                                    max_model_len, max_num_seqs)
         self.graphs.capture()
+
+    def capture_verify_graphs(self, query_len: int, max_model_len: int, max_num_seqs: int) -> None:
+        """Record verify steps (``query_len`` tokens per request) for speculative decoding."""
+        from pagoda.spec_decode.verify_graphs import VerifyGraphs
+
+        self.verify_graphs = VerifyGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
+                                          query_len, max_model_len, max_num_seqs)
+        self.verify_graphs.capture()
 
     def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None = None) -> PendingStep:
         """Queue one step on the device and return without waiting for its tokens.
@@ -73,30 +86,27 @@ class ModelRunner:
         with self.platform.inference_context():
             if prev is not None:
                 self._fill_placeholders(out, inputs, prev)
+            if self.pooler is not None:  # runner "pooling": whole prompts, pooled; nothing is sampled
+                from pagoda.pooling.runner import launch_pooling
+
+                return launch_pooling(self, out, inputs)
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
             prompt_lps: dict = {}
             self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
-            drafts = self._draft_argmax(out, hidden, inputs.query_starts)
             requests = [out.requests[i] for i in inputs.sample_rows]
             if not requests:
                 return PendingStep([], None, lambda: [], prompt_lps)
+            if any(req.num_draft_tokens for req in requests):  # speculative decoding: verify the drafts
+                from pagoda.spec_decode.verify import launch_verify
+
+                return launch_verify(self, out, hidden, inputs.sample_rows, inputs.query_starts, prompt_lps)
             index = inputs.sample_token_index
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
             if self.guided is not None:  # grammar bitmasks: filled on the CPU while the device runs the step
                 self.guided.mask(logits, requests)
             sample = self.sampler.sample(logits, [self._row(req) for req in requests])
             self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
-        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps, drafts)
-
-    def _draft_argmax(self, out: SchedulerOutput, hidden: torch.Tensor, starts) -> dict[str, torch.Tensor]:
-        """The target's greedy token at each drafted position of the requests verifying drafts
-        (their chunk is [last token, d_1..d_n]: the hidden state at offset j predicts d_{j+1})."""
-        found = {}
-        for i, req in enumerate(out.requests):
-            if req.num_draft_tokens:
-                rows = hidden[starts[i] : starts[i] + req.num_draft_tokens]
-                found[req.request_id] = self.model.compute_logits(rows).argmax(-1)
-        return found
+        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
 
     def _fill_placeholders(self, out: SchedulerOutput, inputs: StepInputs, prev: PendingStep) -> None:
         """Write ``prev``'s sampled tokens over the placeholders among this step's input ids."""
@@ -115,20 +125,22 @@ class ModelRunner:
         inputs.input_ids.index_copy_(0, index[: len(dst)], prev.sample.token_ids.index_select(0, index[len(dst) :]))
 
     def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
-        size = self.graphs.size_for(out) if self.graphs is not None else None
-        if size is not None:
-            return self.graphs.stage(out, block_tables, size)
+        for graphs in (self.graphs, self.verify_graphs):
+            size = graphs.size_for(out) if graphs is not None else None
+            if size is not None:
+                return graphs.stage(out, block_tables, size)
         return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         if inputs.graph_size is not None:
-            return self.graphs.replay(inputs.graph_size)
+            return (inputs.graphs or self.graphs).replay(inputs.graph_size)
         metadata = self.attention.prepare(inputs.metadata)
         return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
 
     def release(self, request_id: str) -> None:
         """Forget per-request state (its seeded generator) once the request finished."""
         self._generators.pop(request_id, None)
+        self.sampler.release(request_id)
         if self.guided is not None:
             self.guided.release(request_id)
 
@@ -146,6 +158,7 @@ class ModelRunner:
             output_token_ids=req.output_token_ids,
             generator=generator,
             eos_token_id=req.eos_token_id,
+            request_id=req.request_id,
         )
 
     def _prompt_logprobs(self, out: SchedulerOutput, hidden: torch.Tensor, starts: list[int], result: dict) -> None:
@@ -164,20 +177,19 @@ class ModelRunner:
 class PendingStep:
     """A launched step: its sampled tokens are on the device until :meth:`result` reads them."""
 
+    pooled_request_ids: tuple[str, ...] = ()  # pooling steps (pagoda.pooling.runner.PendingPooling): the requests pooled
+
     def __init__(self, requests: list[Request], sample: DeviceSample | None,
-                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict,
-                 draft_argmax: dict[str, torch.Tensor] | None = None) -> None:
+                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict) -> None:
         self.requests = requests  # the requests that sample, in row order
         self.rows = {req.request_id: i for i, req in enumerate(requests)}
         self.sample = sample
         self._wait = wait
         self._prompt_logprobs = prompt_logprobs
-        self._draft_argmax = draft_argmax or {}
 
     def result(self) -> RunnerOutput:
         """Wait for the step's tokens (and logprobs) and return them per request id."""
-        result = RunnerOutput(prompt_logprobs=self._prompt_logprobs,
-                              draft_argmax={rid: t.tolist() for rid, t in self._draft_argmax.items()})
+        result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
         if self.sample is None:
             return result
         sampled: SamplerOutput = self.sample.to_output(self._wait())

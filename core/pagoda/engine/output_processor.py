@@ -3,16 +3,18 @@
 It consumes the engine core's :class:`EngineCoreOutput`s (token ids, finish reasons decided by
 tokens, logprobs) and owns everything text: incremental detokenization, stop strings (a match
 finishes the sequence here and asks the core to abort it), streaming deltas, and the ``n > 1``
-fan-in of child sequences into one RequestOutput.
+fan-in of child sequences into one RequestOutput (with ``best_of > n``: ``best_of`` sequences run,
+and the finished request reports the n with the highest cumulative logprob, best first).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
 from pagoda.engine.detokenizer import IncrementalDetokenizer
-from pagoda.engine_core.messages import EngineCoreOutput, TopLogprobs
+from pagoda.engine_core.messages import EngineCoreOutput, TopLogprobs, sequence_ids
 from pagoda.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from pagoda.sampling_params import SamplingParams
 
@@ -41,12 +43,24 @@ class RequestState:
     metrics: RequestMetrics
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     stream: bool = False  # emit a delta output every step the request advances
+    num_returned: int = 1  # n: fewer than the children with best_of > n (the best are kept at the end)
     num_cached_tokens: int = 0
     num_finished: int = 0  # children with a finish reason
 
     @property
     def finished(self) -> bool:
         return self.num_finished == len(self.children)
+
+    @property
+    def picks_best(self) -> bool:
+        """best_of > n: only the finished request is reported, with its n best sequences."""
+        return self.num_returned < len(self.children)
+
+    def returned(self) -> list[ChildState]:
+        """The sequences to report: all, or with best_of > n the n of highest cumulative logprob."""
+        if not self.picks_best:
+            return self.children
+        return sorted(self.children, key=lambda c: -c.cumulative_logprob)[: self.num_returned]
 
 
 class OutputProcessor:
@@ -59,16 +73,22 @@ class OutputProcessor:
 
     def add(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams,
             arrival_time: float, stream: bool = False) -> list[tuple[str, SamplingParams]]:
-        """Track a request; returns the ``(core request id, params)`` of each of its n sequences."""
-        ids = [request_id] if params.n == 1 else [f"{request_id}#{i}" for i in range(params.n)]
+        """Track a request; returns the ``(core request id, params)`` of each of its sequences
+        (``best_of`` of them when it is larger than n: the n best are returned when all finish)."""
+        count = max(params.n, params.best_of or 1)
         children = []
-        for i, child_id in enumerate(ids):
-            child_params = params if params.n == 1 else params.for_child(i)
-            child = ChildState(child_id, child_params, IncrementalDetokenizer(self.tokenizer, prompt_token_ids, child_params))
+        for i, child_id in enumerate(sequence_ids(request_id, count)):
+            child_params = params if count == 1 else params.for_child(i)
+            core_params = child_params
+            if count > params.n and child_params.logprobs is None:  # ranking needs each token's logprob
+                core_params = copy.copy(child_params)
+                core_params.logprobs = 0
+            child = ChildState(child_id, core_params, IncrementalDetokenizer(self.tokenizer, prompt_token_ids, child_params))
             child.logprobs = [] if child_params.logprobs is not None else None
             children.append(child)
         state = RequestState(request_id, prompt, list(prompt_token_ids), children, RequestMetrics(arrival_time),
-                             prompt_logprobs=[None] if params.prompt_logprobs is not None else None, stream=stream)
+                             prompt_logprobs=[None] if params.prompt_logprobs is not None else None, stream=stream,
+                             num_returned=params.n)
         self.states[request_id] = state
         for child in children:
             self.child_of[child.request_id] = (state, child)
@@ -111,7 +131,7 @@ class OutputProcessor:
                 touched[state.request_id] = state
         results = []
         for state in touched.values():
-            if state.finished or state.stream:
+            if state.finished or (state.stream and not state.picks_best):
                 results.append(self.snapshot(state))
             if state.finished:
                 self._drop(state)
@@ -119,11 +139,14 @@ class OutputProcessor:
 
     def _on_tokens(self, state: RequestState, child: ChildState, out: EngineCoreOutput, now: float) -> bool:
         """Add a sequence's new tokens; True when a stop string ended it (the core must abort it)."""
+        if len(out.new_token_ids) > 1:  # a round of speculative decoding: token by token, as without it
+            return self._on_each_token(state, child, out, now)
         child.token_ids += out.new_token_ids
-        if child.logprobs is not None and out.logprobs is not None:
+        if out.logprobs is not None:
             for token, lp, top in zip(out.new_token_ids, out.logprobs, out.top_logprobs or [[]] * len(out.logprobs)):
                 child.cumulative_logprob += lp
-                child.logprobs.append(self._logprob_dict(token, lp, top))
+                if child.logprobs is not None:
+                    child.logprobs.append(self._logprob_dict(token, lp, top))
         m = state.metrics
         if m.first_token_time is None:
             m.first_token_time = now
@@ -141,6 +164,23 @@ class OutputProcessor:
             if state.finished:
                 m.finished_time = now
         return by_string
+
+    def _on_each_token(self, state: RequestState, child: ChildState, out: EngineCoreOutput, now: float) -> bool:
+        """Several tokens of one step: each goes through :meth:`_on_tokens` alone (the finish reason
+        with the last), so a stop string ends the sequence at the token that completes it and the
+        text around a stop token is the same as with one token per step."""
+        last = len(out.new_token_ids) - 1
+        for i, token in enumerate(out.new_token_ids):
+            single = EngineCoreOutput(
+                out.request_id, [token], finish_reason=out.finish_reason if i == last else None,
+                stop_reason=out.stop_reason if i == last else None,
+                logprobs=None if out.logprobs is None else out.logprobs[i : i + 1],
+                top_logprobs=None if out.top_logprobs is None else out.top_logprobs[i : i + 1],
+                num_cached_tokens=out.num_cached_tokens)
+            stopped = self._on_tokens(state, child, single, now)
+            if child.finish_reason is not None:  # the last token, or a stop string before it
+                return stopped
+        return False
 
     def _logprob_dict(self, token: int, logprob: float, top: TopLogprobs) -> dict[int, Logprob]:
         entries = {tid: Logprob(lp, rank=r + 1, decoded_token=self._piece(tid)) for r, (tid, lp) in enumerate(top)}
@@ -166,7 +206,7 @@ class OutputProcessor:
 
     def snapshot(self, state: RequestState) -> RequestOutput:
         """The whole output so far, or for streamed requests only what is new since the last one."""
-        outputs = [self._completion(i, c, state.stream) for i, c in enumerate(state.children)]
+        outputs = [self._completion(i, c, state.stream) for i, c in enumerate(state.returned())]
         state.metrics.num_cached_tokens = state.num_cached_tokens
         return RequestOutput(
             request_id=state.request_id,

@@ -44,8 +44,9 @@ def profile_activation_bytes(
         positions = _positions(metadata).to(device)
         with platform.inference_context():
             hidden = model(input_ids, positions, ForwardContext(attention.prepare(metadata), caches))
-            rows = torch.arange(max_num_seqs, device=device) % num_tokens  # the sampler's rows
-            torch.log_softmax(model.compute_logits(hidden[rows]), dim=-1)
+            if hasattr(model, "compute_logits"):  # pooling models (encoders) have no LM head
+                rows = torch.arange(max_num_seqs, device=device) % num_tokens  # the sampler's rows
+                torch.log_softmax(model.compute_logits(hidden[rows]), dim=-1)
 
     peak = platform.peak_memory_during(step)
     return max(0, peak - cache_bytes)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pagoda.pooling.params import PoolingParams
     from pagoda.sampling_params import SamplingParams
 
 
@@ -53,8 +54,10 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # of the full blocks of token_ids, chained
     num_pending_tokens: int = 0  # trailing PLACEHOLDERs: sampled by a step whose tokens are not read yet
     num_draft_tokens: int = 0  # trailing proposed tokens this step verifies (speculative decoding)
+    draft_probs: object = None  # [num_draft_tokens, V] tensor: the proposer's q; None: certain drafts
     received_time: float | None = None  # when the engine core took it (time.monotonic)
     first_launch_time: float | None = None  # when its first step was launched
+    pooling_params: "PoolingParams | None" = None  # a pooling request: one whole-prompt step, pooled, no tokens
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -82,10 +85,11 @@ class Request:
         only these are hashed into the prefix cache."""
         return self.num_tokens - self.num_pending_tokens - self.num_draft_tokens
 
-    def add_drafts(self, token_ids: list[int]) -> None:
-        """Append proposed tokens, to be verified by the next step."""
+    def add_drafts(self, token_ids: list[int], probs: object = None) -> None:
+        """Append proposed tokens, to be verified by the next step (``probs``: their ``[n, V]`` q)."""
         self.token_ids.extend(token_ids)
         self.num_draft_tokens += len(token_ids)
+        self.draft_probs = probs
 
     def drop_drafts(self, keep: int = 0) -> None:
         """Remove the trailing drafts beyond the first ``keep`` (still drafts)."""
@@ -93,6 +97,7 @@ class Request:
         if cut > 0:
             del self.token_ids[self.num_tokens - cut :]
             self.num_draft_tokens = keep
+            self.draft_probs = self.draft_probs[:keep] if keep and self.draft_probs is not None else None
 
     def append_token(self, token_id: int) -> None:
         """Append a sampled token (``PLACEHOLDER`` while it is still on the device)."""

@@ -3,7 +3,8 @@
 Processing order and semantics (vectorised over the batch; a step no row needs is skipped):
 
 1. min_tokens (vLLM): while a row has fewer than ``min_tokens`` outputs, its ``stop_token_ids``
-   are masked, and its EOS too unless ``ignore_eos``.
+   are masked, and its EOS too unless ``ignore_eos``. Then ``allowed_token_ids``, ``bad_words``
+   and ``logit_bias`` (``pagoda.engine.token_controls``).
 2. repetition_penalty (HF/vLLM): on tokens seen in prompt or output, positive logits are divided
    by the penalty and negative ones multiplied.
 3. frequency/presence penalties (OpenAI/vLLM): on output tokens only,
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from pagoda.engine.token_controls import TokenControls, reads_output_tokens, uses_token_controls
 from pagoda.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
@@ -42,6 +44,7 @@ class SamplingRow:
     output_token_ids: list[int]
     generator: torch.Generator | None = None  # kept by the runner across steps when params.seed is set
     eos_token_id: int | None = None
+    request_id: str | None = None  # keys the per-request tensors of token controls (None: not cached)
 
 
 @dataclass
@@ -70,6 +73,11 @@ class Sampler:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self._generators: dict[torch.device, torch.Generator] = {}
+        self.controls = TokenControls()  # logit_bias, allowed_token_ids, bad words
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished request's cached tensors."""
+        self.controls.release(request_id)
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
         return self.sample(logits, rows).to_output()
@@ -99,6 +107,7 @@ class Sampler:
             return logits
         x = logits.clone()  # [N, V]; the raw logits stay intact for the logprobs
         _apply_min_tokens(x, rows)
+        self.controls.apply(x, rows)
         _apply_penalties(x, rows)
         if plan.temperature is not None:
             x.div_(plan.temperature[:, None])
@@ -171,7 +180,8 @@ def _changes_logits(rows: list[SamplingRow], plan: _Plan) -> bool:
     """Whether any processing step applies to any row (greedy rows without penalties need none)."""
     if any(t is not None for t in (plan.temperature, plan.top_k, plan.top_p, plan.min_p)):
         return True
-    return any(_has_penalty(r.params) or len(r.output_token_ids) < r.params.min_tokens for r in rows)
+    return any(_has_penalty(r.params) or len(r.output_token_ids) < r.params.min_tokens
+               or uses_token_controls(r.params) for r in rows)
 
 
 def _tensor_unless(values: list, neutral: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -220,8 +230,9 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
 
 
 def needs_output_history(p: SamplingParams) -> bool:
-    """Whether sampling for ``p`` reads the values of earlier output tokens (penalties and grammars do)."""
-    return _has_penalty(p) or p.guided_decoding is not None
+    """Whether sampling for ``p`` reads the values of earlier output tokens (penalties, grammars and
+    multi-token bad words do)."""
+    return _has_penalty(p) or p.guided_decoding is not None or reads_output_tokens(p)
 
 
 def _has_penalty(p: SamplingParams) -> bool:

@@ -3,7 +3,8 @@
 It owns the scheduler, the KV cache and the model runner. ``step()`` schedules, launches a step
 on the device and returns the new tokens of finished steps as :class:`EngineCoreOutput`s; it
 checks the stop conditions a token decides (EOS, stop tokens, ``max_tokens``, the context
-length). Stop strings, detokenization and ``n > 1`` fan-out belong to the front end.
+length). Stop strings, detokenization and ``n > 1`` fan-out belong to the front end. A beam search
+runs here as a group of requests that fork by sharing KV blocks (``pagoda.beam.groups``).
 
 Overlapped steps (``EngineConfig.overlap_steps``): step N+1 is scheduled and launched while
 step N still runs on the device; N's sampled tokens stay on the device as placeholders in the
@@ -23,11 +24,12 @@ from dataclasses import dataclass
 import msgspec
 
 from pagoda.config import EngineConfig
+from pagoda.beam.groups import BeamGroups
 from pagoda.engine.builder import EngineParts, build_engine_parts
 from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.engine.sampler import needs_output_history
-from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, StepStats
+from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
@@ -63,11 +65,12 @@ class EngineCore:
                 parts.workers.shutdown()
             raise
         self.runner = self.executor.runner
-        self.speculator = build_speculator(self.config.speculative_config, parts.kv_cache, parts.max_model_len,
-                                           self.config.tensor_parallel_size)
-        self.overlap = self.config.overlap_steps and self.speculator is None  # drafts need the last token
+        self.speculator = build_speculator(self.config.speculative_config, parts, self.runner)
+        self.overlap = self.config.overlap_steps  # steps with drafts are read at once (see step())
         self.eos_token_id = _eos_token_id(parts)
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
+        self.beams = BeamGroups(self.scheduler, self._release, self.max_model_len, parts.hf_config.vocab_size,
+                                refuse=_beam_search_refusal(self.config))
         self.stats = StepStats()
         self._inflight: InflightStep | None = None
         self.trace = Trace.from_env("core")  # PAGODA_TRACE_DIR: step and first-token timings
@@ -79,16 +82,23 @@ class EngineCore:
     def info(self) -> EngineInfo:
         return EngineInfo(max_model_len=self.max_model_len, vocab_size=self.parts.hf_config.vocab_size,
                           eos_token_id=self.eos_token_id, num_kv_blocks=self.kv_cache.num_blocks,
-                          block_size=self.config.block_size, description=self.parts.platform.describe())
+                          block_size=self.config.block_size, description=self.parts.platform.describe(),
+                          runner=self.config.runner, pooling=pooling_info(self.parts.pooler_config))
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, add: AddRequest) -> None:
         """Queue one sequence. Raises RequestError for a prompt the engine cannot take."""
-        validate_prompt(add.prompt_token_ids, self.max_model_len, self.parts.hf_config.vocab_size)
-        if add.request_id in self.requests:
+        validate_prompt(add.prompt_token_ids, self.max_model_len, self.parts.hf_config.vocab_size,
+                        pooling=add.pooling_params is not None)
+        check_runner(self.config.runner, add.pooling_params)
+        if add.request_id in self.requests or self.beams.owns(add.request_id):
             raise RequestError(f"request id {add.request_id!r} is already in use")
+        add.params.check_vocab(self.parts.hf_config.vocab_size)
+        if add.beam is not None:  # beam search: its beams are requests of their own (pagoda.beam.groups)
+            self.beams.add(add, self.eos_token_id)
+            return
         req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
-                      priority=add.priority, eos_token_id=self.eos_token_id)
+                      priority=add.priority, eos_token_id=self.eos_token_id, pooling_params=add.pooling_params)
         req.received_time = time.monotonic()
         self.requests[add.request_id] = req
         self.scheduler.add_request(req)
@@ -98,24 +108,27 @@ class EngineCore:
         for request_id in request_ids:
             req = self.requests.pop(request_id, None)
             if req is None:
+                self.beams.abort(request_id)
                 continue
             if not req.status.finished:
                 self.scheduler.finish(request_id, RequestStatus.FINISHED_ABORTED)
-            self.executor.release(request_id)
+            self._release(request_id)
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests) or self._inflight is not None
+        return bool(self.requests) or self._inflight is not None or self.beams.active
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         """Schedule and launch one step; return the outputs of the step(s) whose tokens were read."""
         start = time.monotonic()
+        outputs: list[EngineCoreOutput] = []
         if self.speculator is not None:
-            self.speculator.propose(self.requests.values())
+            outputs += self._propose()
         scheduled = self.scheduler.schedule()
+        if scheduled.is_empty() and self._inflight is None and self.beams.requeue_waiting():
+            scheduled = self.scheduler.schedule()  # waiting beams gave their blocks to a preempted sibling
         if self.speculator is not None:
             self.speculator.fit(scheduled)
-        outputs: list[EngineCoreOutput] = []
         if self._inflight is not None and _needs_tokens(scheduled):  # e.g. penalties count every output token
             outputs += self._resolve(self._inflight)
             self._inflight = None
@@ -124,13 +137,27 @@ class EngineCore:
         if self._inflight is not None:
             outputs += self._resolve(self._inflight)
         self._inflight = launched
-        if launched is not None and not self.overlap:
+        if launched is not None and (not self.overlap or self._verifies(scheduled) or self.beams.any_in(scheduled)):
             outputs += self._resolve(launched)
             self._inflight = None
         if self.trace is not None:
             self.trace.record(step=start, seconds=time.monotonic() - start, tokens=scheduled.total_tokens,
                               seqs=len(scheduled.requests), outputs=len(outputs))
         return outputs
+
+    def _propose(self) -> list[EngineCoreOutput]:
+        """Drafts for the requests that speculate this step; the tokens of an in-flight step are
+        read first when a request needs its last token to propose."""
+        outputs: list[EngineCoreOutput] = []
+        if self._inflight is not None and self.speculator.wants_tokens(self.requests.values()):
+            outputs = self._resolve(self._inflight)
+            self._inflight = None
+        self.speculator.propose(self.requests.values())
+        return outputs
+
+    def _verifies(self, scheduled: SchedulerOutput) -> bool:
+        """Whether the step verifies drafts: its tokens are read before the next step proposes."""
+        return self.speculator is not None and self.speculator.has_drafts(scheduled)
 
     def _launch(self, scheduled: SchedulerOutput) -> InflightStep:
         block_tables = [self.kv_cache.block_ids(req.request_id) for req in scheduled.requests]
@@ -145,6 +172,8 @@ class EngineCore:
             for req in scheduled.requests:
                 if req.first_launch_time is None:
                     req.first_launch_time = now
+        for request_id in pending.pooled_request_ids:  # pooled: nothing more to compute, free seats and blocks
+            self.scheduler.finish(request_id, RequestStatus.FINISHED_STOPPED)
         for req in pending.requests:  # their last token is in flight: free their seats and blocks now
             if req.status is RequestStatus.RUNNING and self._reaches_length(req, req.num_tokens - 1):
                 self.scheduler.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
@@ -158,26 +187,38 @@ class EngineCore:
         for req, index in zip(step.pending.requests, step.positions):
             token = result.sampled[req.request_id]
             if req.num_draft_tokens:  # speculative: the verified drafts, then the target's token
-                index, tokens = self.speculator.settle(req, index, result.draft_argmax[req.request_id], token)
+                index, tokens = self.speculator.settle(req, index, result.verified[req.request_id])
             else:
                 req.resolve_placeholder(index, token)
                 tokens = [token]
             if req.request_id in self.requests:
                 out = outputs.setdefault(req.request_id, EngineCoreOutput(req.request_id, []))
                 for offset, tok in enumerate(tokens):
-                    self._add_token(out, req, tok, index + offset, result)
+                    self._add_token(out, req, tok, index + offset, result, offset)
                     if req.request_id not in self.requests:  # a stop among the accepted drafts
                         break
+            elif self.beams.owns(req.request_id):  # a beam: it waits until every beam of its prompt sampled
+                self.beams.on_sampled(req, result.top_logprobs.get(req.request_id, []))
+        for request_id, (data, shape) in result.pooled.items():  # pooling requests end with their values
+            req = self.requests.get(request_id)
+            if req is not None:
+                outputs[request_id] = EngineCoreOutput(request_id, [], "stop", pooled=data, pooled_shape=shape)
+                self._finish_reported(req, RequestStatus.FINISHED_STOPPED)
         self.stats.generation_tokens += sum(len(o.new_token_ids) for o in outputs.values())
-        return list(outputs.values())
+        return list(outputs.values()) + self.beams.advance()
 
-    def _add_token(self, out: EngineCoreOutput, req: Request, token: int, index: int, result: RunnerOutput) -> None:
+    def _add_token(self, out: EngineCoreOutput, req: Request, token: int, index: int, result: RunnerOutput,
+                   offset: int = 0) -> None:
         if self.trace is not None and index == req.num_prompt_tokens:
             self.trace.record(request=req.request_id, arrival=req.arrival_time, received=req.received_time,
                               launched=req.first_launch_time, first_token=time.monotonic())
         out.new_token_ids.append(token)
         out.num_cached_tokens = req.num_cached_tokens
-        if req.request_id in result.logprobs:
+        verified = result.verified.get(req.request_id)
+        if verified is not None and verified.logprobs is not None:  # one per emitted token of the round
+            out.logprobs = [*(out.logprobs or []), verified.logprobs[offset]]
+            out.top_logprobs = [*(out.top_logprobs or []), verified.top_logprobs[offset] or []]
+        elif req.request_id in result.logprobs:
             out.logprobs = [result.logprobs[req.request_id]]
             out.top_logprobs = [result.top_logprobs.get(req.request_id, [])]
         status, out.stop_reason = self._check_stop(req, token, index)
@@ -208,7 +249,13 @@ class EngineCore:
             req.status = status
         else:
             self.scheduler.finish(req.request_id, status)
-        self.executor.release(req.request_id)
+        self._release(req.request_id)
+
+    def _release(self, request_id: str) -> None:
+        """Forget a finished request's per-request state (runner, proposer)."""
+        self.executor.release(request_id)
+        if self.speculator is not None:
+            self.speculator.release(request_id)
 
     # -- utilities (front ends call these between steps) --------------------------------------
     def snapshot_stats(self) -> StepStats:
@@ -218,11 +265,13 @@ class EngineCore:
         s.num_waiting = self.scheduler.num_waiting
         s.kv_cache_usage = self.kv_cache.usage
         s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
+        if self.speculator is not None:
+            self.speculator.fill_stats(s)
         return msgspec.structs.replace(s)
 
     def kv_cache_state(self) -> dict:
         return {"num_blocks": self.kv_cache.num_blocks, "num_free_blocks": self.kv_cache.num_free_blocks,
-                "num_unfinished": len(self.requests)}
+                "num_unfinished": len(self.requests) + len(self.beams.groups)}
 
     def reset_prefix_cache(self) -> None:
         self.kv_cache.reset_prefix_cache()
@@ -232,11 +281,15 @@ class EngineCore:
         self.executor.shutdown()
 
 
-def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int) -> None:
-    """Raise RequestError naming what is wrong with a prompt and how to fix it."""
+def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int, pooling: bool = False) -> None:
+    """Raise RequestError naming what is wrong with a prompt and how to fix it (a pooling prompt
+    may fill the context: nothing is generated after it)."""
     if not prompt_token_ids:
         raise RequestError("the prompt is empty; give at least one token")
-    if len(prompt_token_ids) >= max_model_len:
+    if pooling and len(prompt_token_ids) > max_model_len:
+        raise RequestError(f"the prompt has {len(prompt_token_ids)} tokens, but max_model_len is {max_model_len}; "
+                           "shorten it, or set truncate_prompt_tokens to cut it")
+    if not pooling and len(prompt_token_ids) >= max_model_len:
         raise RequestError(
             f"the prompt has {len(prompt_token_ids)} tokens, but max_model_len is {max_model_len} "
             "(prompt plus at least one generated token); shorten the prompt or raise --max-model-len"
@@ -244,6 +297,17 @@ def validate_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size:
     if max(prompt_token_ids) >= vocab_size or min(prompt_token_ids) < 0:
         raise RequestError(f"prompt token ids must be in [0, {vocab_size}); "
                            f"got {min(prompt_token_ids)}..{max(prompt_token_ids)}")
+
+
+def check_runner(runner: str, pooling_params: object | None) -> None:
+    """RequestError when a request asks for what the engine's runner does not do."""
+    if runner == "pooling" and pooling_params is None:
+        raise RequestError("this model runs as a pooling model (runner 'pooling'): it embeds or scores prompts and "
+                           "generates nothing; use embed/encode/score (/v1/embeddings, /score, /rerank), or start "
+                           "the engine with runner='generate' for a model with an LM head")
+    if runner != "pooling" and pooling_params is not None:
+        raise RequestError("this model runs as a generative model: pooling (embed/encode/score, /v1/embeddings) needs "
+                           "an engine started with runner='pooling' (--runner pooling)")
 
 
 def _needs_tokens(scheduled: SchedulerOutput) -> bool:
@@ -264,6 +328,13 @@ def _num_prompt_tokens(scheduled: SchedulerOutput) -> int:
     )
 
 
+def _beam_search_refusal(config: EngineConfig) -> str | None:
+    """Why this engine cannot run beam search, or None."""
+    if config.tensor_parallel_size > 1:
+        return "beam search does not run under tensor parallelism yet; use tensor_parallel_size 1"
+    return None
+
+
 def _eos_token_id(parts: EngineParts) -> int | None:
     eos = getattr(parts.tokenizer, "eos_token_id", None)
     if eos is None:
@@ -271,3 +342,10 @@ def _eos_token_id(parts: EngineParts) -> int | None:
     if isinstance(eos, (list, tuple)):
         eos = eos[0] if eos else None
     return eos
+
+
+def pooling_info(config) -> PoolingInfo | None:
+    """What front ends need of a PoolerConfig (None for generative engines)."""
+    if config is None:
+        return None
+    return PoolingInfo(config.pooling_type, config.normalize, config.hidden_size, config.num_labels)

@@ -12,9 +12,20 @@ from typing import Any, Union
 
 import msgspec
 
+from pagoda.beam.params import BeamSearchParams
+from pagoda.pooling.params import PoolingParams
 from pagoda.sampling_params import SamplingParams
 
 TopLogprobs = list[tuple[int, float]]  # (token id, logprob), most likely first
+
+
+class PoolingInfo(msgspec.Struct, frozen=True):
+    """A pooling model's defaults, for front ends (pagoda.pooling.config.PoolerConfig)."""
+
+    pooling_type: str
+    normalize: bool
+    hidden_size: int
+    num_labels: int = 0  # > 0: a classifier (cross-encoder); its outputs are label scores
 
 
 class EngineInfo(msgspec.Struct, frozen=True):
@@ -26,16 +37,41 @@ class EngineInfo(msgspec.Struct, frozen=True):
     num_kv_blocks: int
     block_size: int
     description: str
+    runner: str = "generate"  # "generate" or "pooling" (docs/pooling.md)
+    pooling: PoolingInfo | None = None  # the pooling defaults when runner == "pooling"
+
+
+def sequence_ids(request_id: str, n: int) -> list[str]:
+    """The ids of a request's ``n`` sequences in the core and in its outputs: the request's own for
+    n == 1, else ``id#0``, ``id#1``..."""
+    return [request_id] if n == 1 else [f"{request_id}#{i}" for i in range(n)]
 
 
 class AddRequest(msgspec.Struct, tag=True):
-    """One sequence to generate (a request with n > 1 arrives as n of these: ``id#0``, ``id#1``...)."""
+    """One sequence to generate (a request with n > 1 arrives as n of these: ``id#0``, ``id#1``...),
+    or, with ``beam`` set, one beam search whose ``beam_width`` sequences come out as ``sequence_ids``."""
 
     request_id: str
     prompt_token_ids: list[int]
-    params: SamplingParams  # n == 1 here
+    params: SamplingParams  # n == 1 here (for a beam search: ``logprobs`` is the top logprobs to report)
     arrival_time: float  # time.monotonic() of the front end (one clock per host)
     priority: int = 0
+    beam: BeamSearchParams | None = None
+    pooling_params: PoolingParams | None = None  # a pooling request: its prompt is pooled, nothing is generated
+
+    @property
+    def output_ids(self) -> list[str]:
+        """The sequence ids this request's outputs will carry."""
+        return sequence_ids(self.request_id, self.beam.beam_width) if self.beam is not None else [self.request_id]
+
+
+def add_messages(request_id: str, prompt_token_ids: list[int], sequences: list[tuple[str, SamplingParams]],
+                 arrival_time: float, priority: int = 0, beam: BeamSearchParams | None = None) -> list[AddRequest]:
+    """What a front end sends for one request: one AddRequest per sequence, or one for a beam search."""
+    if beam is not None:
+        return [AddRequest(request_id, list(prompt_token_ids), sequences[0][1], arrival_time, priority, beam=beam)]
+    return [AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival_time, priority)
+            for seq_id, seq_params in sequences]
 
 
 class AbortRequests(msgspec.Struct, tag=True):
@@ -70,6 +106,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     top_logprobs: list[TopLogprobs] | None = None
     prompt_logprobs: list[tuple[float, TopLogprobs]] | None = None  # this step's prompt positions
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    pooled: bytes | None = None  # a pooling request's result: float32 values, C order
+    pooled_shape: list[int] | None = None
 
 
 class StepStats(msgspec.Struct):
@@ -82,6 +120,11 @@ class StepStats(msgspec.Struct):
     num_preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    # speculative decoding (counters since start; the list is empty without speculation)
+    spec_num_drafts: int = 0  # verification rounds: a request verifying its drafts in a step
+    spec_num_draft_tokens: int = 0  # drafted tokens verified
+    spec_num_accepted_tokens: int = 0  # of them, accepted
+    spec_accepted_per_position: list[int] = []  # [k]: rounds whose j-th draft was accepted
 
 
 class EngineCoreOutputs(msgspec.Struct, tag=True):

@@ -138,7 +138,8 @@ class CoreLoop:
         else:
             try:
                 self.core.add_request(add)
-                self.owners[add.request_id] = identity
+                for output_id in add.output_ids:  # a beam search answers under its sequences' ids
+                    self.owners[output_id] = identity
                 return
             except RequestError as exc:
                 error = str(exc)

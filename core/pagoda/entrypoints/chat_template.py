@@ -23,22 +23,24 @@ class ChatTemplateError(ValueError):
 
 
 def render_chat(tokenizer: Any, conversation: list[dict], chat_template: str | None = None,
-                add_generation_prompt: bool = True) -> tuple[str, list[int]]:
+                add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
     """The rendered prompt text and its token ids. Raises ChatTemplateError when there is no
-    template, the template raises, or it drops a message."""
+    template, the template raises, or it drops a message. ``tools`` (OpenAI's
+    ``[{"type": "function", "function": {...}}]``) go to the template as transformers' ``tools``."""
     if chat_template is None and not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError("this tokenizer has no chat template; pass chat_template=... (a Jinja template)",
                                 param="chat_template")
-    text = _apply(tokenizer, conversation, chat_template, add_generation_prompt)
-    dropped = dropped_messages(tokenizer, conversation, chat_template, add_generation_prompt)
+    text = _apply(tokenizer, conversation, chat_template, add_generation_prompt, tools)
+    dropped = dropped_messages(tokenizer, conversation, chat_template, add_generation_prompt, tools)
     if dropped:
         raise _dropped_error(conversation, dropped)
     return text, tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _apply(tokenizer: Any, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool) -> str:
+def _apply(tokenizer: Any, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool,
+           tools: list[dict] | None = None) -> str:
     try:
-        return tokenizer.apply_chat_template(conversation, chat_template=chat_template,
+        return tokenizer.apply_chat_template(conversation, chat_template=chat_template, tools=tools,
                                              add_generation_prompt=add_generation_prompt, tokenize=False)
     except jinja2.TemplateSyntaxError as exc:
         raise ChatTemplateError(f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})",
@@ -53,13 +55,13 @@ def _has_text(message: dict) -> bool:
 
 
 def dropped_messages(tokenizer: Any, conversation: list[dict], chat_template: str | None = None,
-                     add_generation_prompt: bool = True) -> list[int]:
+                     add_generation_prompt: bool = True, tools: list[dict] | None = None) -> list[int]:
     """Indices of the messages with text that the template leaves out of the prompt."""
     nonce = secrets.token_hex(4)
     markers = {i: f"pagoda{nonce}m{i}e" for i, m in enumerate(conversation) if _has_text(m)}
     marked = [{**m, "content": markers[i]} if i in markers else m for i, m in enumerate(conversation)]
     try:
-        rendered = _apply(tokenizer, marked, chat_template, add_generation_prompt).lower()
+        rendered = _apply(tokenizer, marked, chat_template, add_generation_prompt, tools).lower()
     except ChatTemplateError:
         return []  # the template reacts to the content itself: the real render was accepted, keep it
     return [i for i, marker in markers.items() if marker not in rendered]

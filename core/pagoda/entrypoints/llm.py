@@ -7,9 +7,11 @@ from typing import Any, Sequence, Union
 
 from tqdm.auto import tqdm
 
+from pagoda.beam.params import BeamSearchParams
 from pagoda.config import EngineConfig
 from pagoda.engine.engine import LLMEngine
 from pagoda.entrypoints.chat_template import render_chat
+from pagoda.entrypoints.pooling import PoolingAPI
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 
@@ -17,8 +19,9 @@ Prompt = Union[str, list[int], dict[str, Any]]
 Message = dict[str, str]
 
 
-class LLM:
-    """An engine plus a tokenizer, for batch generation in one process.
+class LLM(PoolingAPI):
+    """An engine plus a tokenizer, for batch generation in one process (and, with ``runner="pooling"``,
+    for embeddings and scores: ``embed``, ``encode``, ``classify``, ``score``; docs/pooling.md).
 
     Arguments are :class:`pagoda.config.EngineConfig` fields (``model``, ``dtype``, ``seed``,
     ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
@@ -60,10 +63,31 @@ class LLM:
         encoded = [self._encode(p) for p in items]
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)  # reject bad input before queueing anything
+        params = [self.engine.resolve_params(p) for p in params]  # bad words tokenized, token ids checked
         request_ids = []
         for (ids, text), p, prio in zip(encoded, params, priorities):
             request_id = self.engine.next_request_id()
             self.engine.add_request(request_id, ids, p, prompt=text, priority=prio)
+            request_ids.append(request_id)
+        return self._run(request_ids, use_tqdm)
+
+    def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
+                    use_tqdm: bool = False) -> list[RequestOutput]:
+        """Beam search for each prompt (HF transformers' rules; docs/beam_search.md).
+
+        Returns one RequestOutput per prompt whose ``outputs`` are its ``beam_width`` best sequences,
+        best first by the length-penalised score; each has ``cumulative_logprob`` and per-token
+        ``logprobs``. Beams share their prompt's and each other's KV blocks.
+        """
+        if not isinstance(params, BeamSearchParams):
+            raise TypeError(f"beam_search takes BeamSearchParams, got {type(params).__name__}")
+        encoded = [self._encode(p) for p in _as_list(prompts)]
+        for ids, _ in encoded:
+            self.engine.validate_prompt(ids)
+        request_ids = []
+        for ids, text in encoded:
+            request_id = self.engine.next_request_id()
+            self.engine.add_request(request_id, ids, params.output_params(logprobs=0), prompt=text, beam=params)
             request_ids.append(request_id)
         return self._run(request_ids, use_tqdm)
 

@@ -60,6 +60,10 @@ def make_executor(parts: "EngineParts") -> Executor:
     runner = make_runner(parts.config, parts.platform, parts.attention, parts.model, parts.kv_caches,
                          parts.max_model_len, parts.tp)
     runner.guided = guided_sampling_for(parts)  # rank 0 samples, so only its runner applies grammars
+    if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)
+        from pagoda.pooling.runner import build_pooler
+
+        runner.pooler = build_pooler(parts.pooler_config, parts.model)
     if parts.workers is None:
         return UniprocExecutor(runner)
     from pagoda.executor.multiproc import MultiprocExecutor
@@ -78,8 +82,8 @@ def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBa
 
 def use_graphs(config: EngineConfig, platform: Platform, attention: AttentionBackend) -> bool:
     """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
-    if config.enforce_eager or not platform.supports_graphs():
-        return False
+    if config.enforce_eager or not platform.supports_graphs() or config.runner == "pooling":
+        return False  # pooling steps are whole prompts, never the decode steps graphs capture
     if not attention.supports_graphs:
         logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
                     type(attention).__name__)

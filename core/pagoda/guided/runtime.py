@@ -67,8 +67,48 @@ class GuidedSampling:
             self.backends[name].fill_bitmasks(matchers, bitmask, slots)
         apply_bitmask(logits, bitmask, rows)
 
+    def mask_verify(self, logits: torch.Tensor, requests: list["Request"], counts: list[int]) -> None:
+        """:meth:`mask` for a speculative verify step: ``counts[i]`` rows of ``logits`` belong to
+        ``requests[i]`` in order; row ``j`` of a request verifying drafts is masked by its grammar
+        after its first ``j`` drafts. The matcher accepts the drafts to fill those rows, then rolls
+        them back (the tokens the target keeps are fed later, as any output)."""
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        guided = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
+        if not guided:
+            return
+        rows = [starts[i] + j for i in guided for j in range(counts[i])]
+        bitmask = self._bitmask_rows(len(rows))
+        slot = 0
+        for i in guided:
+            state = self._advance(requests[i])
+            if not (state.off_grammar or state.matcher.is_terminated()):
+                drafts = requests[i].token_ids[requests[i].num_tokens - counts[i] + 1:] if counts[i] > 1 else []
+                self._fill_through_drafts(state.matcher, drafts, bitmask, slot)
+            slot += counts[i]
+        apply_bitmask(logits, bitmask, rows)
+
+    def can_roll_back(self, request_id: str) -> bool:
+        """Whether the request's matcher exists and can undo accepted tokens (needed to verify drafts)."""
+        state = self.states.get(request_id)
+        return state is not None and type(state.matcher).rollback is not GrammarMatcher.rollback
+
     def release(self, request_id: str) -> None:
         self.states.pop(request_id, None)
+
+    @staticmethod
+    def _fill_through_drafts(matcher: GrammarMatcher, drafts: list[int], bitmask: torch.Tensor, slot: int) -> None:
+        """Rows ``slot + j``: the tokens allowed after the first ``j`` drafts. A draft the grammar
+        forbids cannot be sampled (its row masks it), so the rows after it stay all-allowed."""
+        accepted = 0
+        for j in range(len(drafts) + 1):
+            if matcher.is_terminated():
+                break
+            matcher.fill_bitmask(bitmask, slot + j)
+            if j == len(drafts) or not matcher.accept(drafts[j]):
+                break
+            accepted += 1
+        if accepted:
+            matcher.rollback(accepted)
 
     def _advance(self, req: "Request") -> MatcherState:
         """The request's matcher, fed every output token it has not seen yet."""
@@ -76,7 +116,7 @@ class GuidedSampling:
         if state is None:
             state = MatcherState(self._backend(req.sampling_params.guided_decoding).new_matcher(req.sampling_params.guided_decoding))
             self.states[req.request_id] = state
-        new = req.output_token_ids[state.consumed :]
+        new = req.output_token_ids[state.consumed : req.num_output_tokens - req.num_draft_tokens]  # no drafts
         for token in new:
             if token < 0:
                 raise RuntimeError("guided decoding needs the previous step's tokens on the host; "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pagoda.errors import RequestError
+from pagoda.guided.schema_compat import json_safe_schema
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class XgrammarBackend(GuidedDecodingBackend):
         printed form, which turns "ça" into "\\xe7a" and then into U+0E7A."""
         kind, c = params.kind, self.compiler
         if kind == "json":
-            return c.compile_json_schema(json.dumps(params.json), any_whitespace=False)
+            return c.compile_json_schema(json.dumps(json_safe_schema(params.json)), any_whitespace=False)
         if kind == "json_object":
             return c.compile_json_schema('{"type": "object"}', any_whitespace=False)
         if kind == "regex":
@@ -91,7 +92,7 @@ def _grammar(xgr: Any, params: "GuidedDecodingParams") -> Any:
     """The xgrammar ``Grammar`` of ``params`` (raises on a bad schema, regex or grammar)."""
     kind = params.kind
     if kind == "json":
-        return xgr.Grammar.from_json_schema(json.dumps(params.json), any_whitespace=False)
+        return xgr.Grammar.from_json_schema(json.dumps(json_safe_schema(params.json)), any_whitespace=False)
     if kind == "json_object":
         return xgr.Grammar.from_json_schema('{"type": "object"}', any_whitespace=False)
     if kind == "regex":

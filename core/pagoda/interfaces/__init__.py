@@ -1,19 +1,23 @@
-"""Typed interfaces of the seven plugin kinds. Plugins subclass these."""
+"""Typed interfaces of the plugin kinds. Plugins subclass these."""
 
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
-from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
+from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext, PoolingModel
 from pagoda.interfaces.platform import Platform
-from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer
+from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
+from pagoda.interfaces.reasoning_parser import ReasoningParser, ReasoningPiece
 from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from pagoda.interfaces.tool_parser import ArgumentsPiece, CallStarted, TextPiece, ToolEvent, ToolParser
 
 __all__ = [
+    "ArgumentsPiece",
     "AttentionBackend",
     "AttentionMetadata",
     "AttentionSpec",
     "BuildContext",
+    "CallStarted",
     "Capability",
     "CausalLM",
     "ForwardContext",
@@ -21,12 +25,19 @@ __all__ = [
     "GuidedDecodingBackend",
     "InputQuantizer",
     "Platform",
+    "PoolingModel",
     "Proposal",
     "ProposalInput",
     "Proposer",
+    "ProposerContext",
     "QuantizationMethod",
     "QuantizedInput",
+    "ReasoningParser",
+    "ReasoningPiece",
     "Scheduler",
     "SchedulerConfig",
     "SchedulerOutput",
+    "TextPiece",
+    "ToolEvent",
+    "ToolParser",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -23,6 +24,9 @@ class AttentionSpec:
     block_size: int
     dtype: torch.dtype  # of q/k/v and the KV cache
     sliding_window: int | None = None
+    causal: bool = True  # False: bidirectional attention within each sequence (encoder-only models)
+    logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2/3 option)
+    mixed_windows: bool = False  # some layers attend within sliding_window, the others to the whole context
 
 
 @dataclass
@@ -53,11 +57,15 @@ class AttentionBackend(Capability, ABC):
 
     Contract: ``forward`` writes this step's ``key``/``value`` into ``kv_cache`` at
     ``metadata.slot_mapping`` and returns attention of ``query`` over each sequence's full
-    context (causal within the new tokens). A backend with ``supports_graphs = True`` must not
+    context (causal within the new tokens; with ``spec.causal`` False, over the whole sequence:
+    encoder models run each prompt whole in one step). A backend with ``supports_graphs = True`` must not
     synchronise with the host or branch on tensor values inside ``forward``.
     """
 
     supports_graphs: ClassVar[bool] = False
+    supports_non_causal: ClassVar[bool] = False  # can attend bidirectionally (AttentionSpec.causal=False)
+    supports_mixed_windows: ClassVar[bool] = False  # forward reads the window from self.spec only (see with_window)
+    supports_logits_soft_cap: ClassVar[bool] = False  # applies AttentionSpec.logits_soft_cap
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)  # --kv-cache-dtype values it stores (auto: model dtype)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
@@ -78,6 +86,16 @@ class AttentionBackend(Capability, ABC):
         """Called once per step before the layers run: derive backend-specific fields."""
         return metadata
 
+    def with_window(self, sliding_window: int | None) -> "AttentionBackend":
+        """This backend for the layers of a mixed-window model (``spec.mixed_windows``) whose window is
+        ``sliding_window`` (None: the whole context): a shallow copy that shares all state (``prepare``
+        runs once per step, on the engine's instance) and differs only in ``spec.sliding_window``.
+        Backends declare ``supports_mixed_windows`` when their ``forward`` reads the window from
+        ``self.spec`` and nothing derived from it at construction."""
+        view = copy.copy(self)
+        view.spec = replace(self.spec, sliding_window=sliding_window)
+        return view
+
     @abstractmethod
     def forward(
         self,
@@ -88,3 +106,17 @@ class AttentionBackend(Capability, ABC):
         metadata: AttentionMetadata,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_size]
         """Write k/v into the paged cache, then attend."""
+
+
+def contract_reason(backend_cls: type[AttentionBackend], spec: AttentionSpec | None) -> str | None:
+    """Why ``backend_cls`` cannot serve ``spec`` by the contract alone (before its own ``check``)."""
+    if spec is not None and not spec.causal and not getattr(backend_cls, "supports_non_causal", False):
+        return ("it computes causal (decoder) attention only, and this encoder model needs bidirectional "
+                "attention; use --attention-backend torch (attention_backend='torch')")
+    if spec is not None and spec.mixed_windows and not getattr(backend_cls, "supports_mixed_windows", False):
+        return ("it applies one sliding window to every layer, and this model interleaves sliding-window and "
+                "full-attention layers (e.g. Gemma 3); use --attention-backend torch or triton")
+    if spec is not None and spec.logits_soft_cap and not getattr(backend_cls, "supports_logits_soft_cap", False):
+        return (f"it does not soft-cap attention scores, and this model's config sets attn_logit_softcapping="
+                f"{spec.logits_soft_cap}; use --attention-backend torch")
+    return None

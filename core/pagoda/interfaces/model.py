@@ -1,10 +1,11 @@
-"""The model protocol: a causal LM written against Pagoda's layers, registered by HF architecture."""
+"""The model protocols: a causal LM, or a pooling (encoder) model, written against Pagoda's layers and
+registered by HF architecture."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import torch
 from torch import nn
@@ -37,6 +38,7 @@ class ForwardContext:
 
     metadata: "AttentionMetadata"
     kv_caches: list[torch.Tensor] = field(default_factory=list)
+    token_type_ids: torch.Tensor | None = None  # [num_tokens] int64 segment ids of text pairs (BERT); None: all 0
 
 
 class CausalLM(nn.Module, ABC):
@@ -62,6 +64,41 @@ class CausalLM(nn.Module, ABC):
     @abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[n, hidden_size]`` -> float32 logits ``[n, vocab_size]``."""
+
+    @abstractmethod
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy checkpoint tensors (HF names) into parameters; return the parameter names filled."""
+
+
+class PoolingModel(nn.Module, ABC):
+    """A model whose outputs are pooled hidden states, not tokens (encoder-only models such as BERT).
+
+    Runs only under ``runner="pooling"`` (docs/pooling.md): each prompt is computed whole in one
+    step and the runner pools ``forward``'s hidden states per sequence (CLS, mean, last token).
+    ``causal_attention = False`` makes the engine build a bidirectional AttentionSpec.
+    A model with a task head (a classifier) applies it in :meth:`pooled_head`.
+    """
+
+    causal_attention: ClassVar[bool] = False
+    default_pooling_type: ClassVar[str] = "CLS"  # when the checkpoint carries no sentence-transformers config
+    is_classifier: ClassVar[bool] = False  # pooled_head returns ``config.num_labels`` label logits
+
+    @abstractmethod
+    def __init__(self, hf_config: "PretrainedConfig", ctx: BuildContext) -> None:
+        super().__init__()
+
+    @abstractmethod
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [num_tokens] int64
+        positions: torch.Tensor,  # [num_tokens] int64, from 0 within each sequence
+        fwd: ForwardContext,
+    ) -> torch.Tensor:  # [num_tokens, hidden_size]
+        """Run the encoder; returns the last layer's hidden states."""
+
+    def pooled_head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[n, hidden_size]`` pooled vectors -> the model's outputs (identity for embedding models)."""
+        return pooled
 
     @abstractmethod
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

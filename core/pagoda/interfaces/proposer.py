@@ -24,6 +24,19 @@ class ProposalInput:
     request_id: str
     token_ids: Sequence[int]  # prompt + output so far, ending with the last sampled token
     hidden: torch.Tensor | None = None  # [hidden_size]: the target's last hidden state (EAGLE-style proposers)
+    max_drafts: int | None = None  # this request's budget this step (<= k; back-off lowers it); None: k
+
+
+@dataclass(frozen=True)
+class ProposerContext:
+    """The target engine a proposer serves (given to :meth:`Proposer.attach` once, at start)."""
+
+    platform: Any  # pagoda.interfaces.Platform: where the target runs
+    engine_config: Any  # pagoda.config.EngineConfig of the target
+    hf_config: Any  # the target model's HF config (vocab_size, ...)
+    dtype: torch.dtype  # the target's weights dtype
+    max_model_len: int
+    num_kv_blocks: int  # the target's KV cache blocks (of engine_config.block_size tokens)
 
 
 @dataclass
@@ -45,9 +58,14 @@ class Proposer(Capability, ABC):
     def __init__(self, config: Any) -> None:
         self.config = config
 
+    def attach(self, context: ProposerContext) -> None:
+        """Prepare to serve the target engine in ``context`` (a draft model loads here); default: nothing."""
+
     @abstractmethod
     def propose(self, inputs: list[ProposalInput], k: int) -> Proposal:
-        """Up to ``k`` draft tokens per input (fewer, or none, where the proposer has no guess)."""
+        """Up to ``k`` draft tokens per input, and at most ``input.max_drafts`` where set (fewer,
+        or none, where the proposer has no guess). Called once per engine step with the requests
+        that speculate in it; ``token_ids`` never contain unverified tokens."""
 
     def release(self, request_id: str) -> None:
         """Forget per-request state once the request finished (default: none kept)."""

@@ -71,6 +71,12 @@ class Scheduler(Capability, ABC):
     def finish(self, request_id: str, status: "RequestStatus") -> None:
         """Remove a request (stopped, length, aborted) and free its KV blocks."""
 
+    def fork(self, parent: "Request", child: "Request") -> None:
+        """Add ``child``, a running copy of the running ``parent`` plus new tokens (a beam of beam
+        search), sharing the parent's full computed KV blocks (``KVCacheManager.fork``). Optional:
+        schedulers that do not override it cannot run beam search."""
+        raise NotImplementedError(f"the {type(self).__name__} scheduler cannot fork sequences (beam search)")
+
     @property
     @abstractmethod
     def num_waiting(self) -> int: ...

@@ -39,3 +39,26 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma's ``x / rms(x) * (1 + weight)``: the checkpoint holds ``weight`` (zero-centred); the product is
+    taken in float32 and cast once, as transformers computes it."""
+
+    def __init__(self, hidden_size: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(hidden_size, dtype=dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor, quant: "InputQuantizer | None" = None):
+        """``x``: [num_tokens, hidden]; with ``quant`` (the consuming linear's ``input_quantizer``) the
+        result comes out quantized."""
+        xf = x.float()
+        out = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+        return out if quant is None else quant.quantize(out)
+
+    def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
+        copy_checked(getattr(self, param_name).data, tensor)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, offset=1"

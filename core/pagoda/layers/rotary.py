@@ -1,9 +1,11 @@
 """Rotary position embedding: a cos/sin cache per position, applied in place through ``CustomOps``.
 
-Scaling types: ``default``, ``linear`` (positions divided by ``factor``) and ``llama3``
+Scaling types: ``default``, ``linear`` (positions divided by ``factor``), ``llama3``
 (per-frequency: long wavelengths divided by ``factor``, short ones kept, a smooth blend
-between). The rope parameters are read from either layout of HF configs: ``rope_parameters``
-(transformers v5) or ``rope_theta`` + ``rope_scaling`` (earlier versions).
+between) and ``longrope`` (Phi-3: per-frequency ``short_factor`` / ``long_factor`` divisors and
+an attention factor on cos/sin; see :meth:`RotaryEmbedding.rope_positions`). The rope parameters
+are read from either layout of HF configs: ``rope_parameters`` (transformers v5, possibly one
+set per layer type, as Gemma 3's local/global layers) or ``rope_theta`` + ``rope_scaling``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from torch import nn
 from pagoda.errors import ModelLoadError
 from pagoda.layers.ops import CustomOps
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
+ROPE_TYPE_ALIASES = {"su": "longrope"}  # Phi-3's name before transformers 4.42
 DEFAULT_ROPE_THETA = 10000.0
+FULL, SLIDING = "full_attention", "sliding_attention"  # HF's layer types
 
 
 @dataclass(frozen=True)
@@ -34,21 +38,25 @@ class RopeConfig:
     is_neox: bool = True  # rotate halves (Llama/Qwen); False: interleaved pairs (GPT-J)
 
 
-def _rope_dicts(hf_config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(rope_parameters, rope_scaling)`` as plain dicts (either may be empty)."""
+def _rope_dicts(hf_config: Any, layer_type: str = FULL) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(rope_parameters, rope_scaling)`` of ``layer_type``'s layers as plain dicts (either may be empty)."""
     params = dict(getattr(hf_config, "rope_parameters", None) or {})
     if params and "rope_theta" not in params and all(isinstance(v, dict) for v in params.values()):
-        params = dict(params.get("full_attention") or next(iter(params.values())))  # per layer type
+        params = dict(params.get(layer_type) or params.get(FULL) or next(iter(params.values())))  # per layer type
+    elif layer_type == SLIDING and getattr(hf_config, "rope_local_base_freq", None):  # Gemma 3 before v5
+        return {"rope_theta": hf_config.rope_local_base_freq, "rope_type": "default"}, {}
     scaling = dict(getattr(hf_config, "rope_scaling", None) or {})
     return params, scaling
 
 
-def rope_config_from_hf(hf_config: Any, head_dim: int) -> RopeConfig:
-    """Read theta, scaling and the rotary fraction from an HF config of any transformers version."""
-    params, scaling = _rope_dicts(hf_config)
+def rope_config_from_hf(hf_config: Any, head_dim: int, layer_type: str = FULL) -> RopeConfig:
+    """Read theta, scaling and the rotary fraction (of ``layer_type``'s layers) from an HF config of any
+    transformers version."""
+    params, scaling = _rope_dicts(hf_config, layer_type)
     merged = {**scaling, **params}
     theta = merged.get("rope_theta", getattr(hf_config, "rope_theta", None)) or DEFAULT_ROPE_THETA
     rope_type = merged.get("rope_type") or merged.get("type") or "default"
+    rope_type = ROPE_TYPE_ALIASES.get(rope_type, rope_type)
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ModelLoadError(
             f"rope scaling type '{rope_type}' in the model config is not supported "
@@ -57,6 +65,9 @@ def rope_config_from_hf(hf_config: Any, head_dim: int) -> RopeConfig:
     partial = merged.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0)) or 1.0
     max_position = int(getattr(hf_config, "max_position_embeddings", 0) or 4096)
     scaling = {k: v for k, v in merged.items() if k not in ("type", "rope_type", "rope_theta")}
+    if rope_type == "longrope":
+        scaling.setdefault("original_max_position_embeddings", getattr(hf_config, "original_max_position_embeddings",
+                                                                       None) or max_position)
     return RopeConfig(float(theta), int(head_dim * partial), max_position, rope_type, scaling)
 
 
@@ -81,12 +92,42 @@ def _llama3_scale(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
     return torch.where(wavelen < original / high, inv_freq, scaled)
 
 
-def cos_sin_cache(rope: RopeConfig, device: torch.device | None = None) -> torch.Tensor:
-    """[max_position, rotary_dim] float32: cos of each frequency, then sin."""
-    inv_freq = inverse_frequencies(rope).to(device)
-    positions = torch.arange(rope.max_position, dtype=torch.float32, device=device)
-    angles = positions[:, None] * inv_freq[None, :]  # [max_position, rotary_dim / 2]
+def _cos_sin(inv_freq: torch.Tensor, max_position: int, device: torch.device | None) -> torch.Tensor:
+    positions = torch.arange(max_position, dtype=torch.float32, device=device)
+    angles = positions[:, None] * inv_freq.to(device)[None, :]  # [max_position, rotary_dim / 2]
     return torch.cat((angles.cos(), angles.sin()), dim=-1)
+
+
+def cos_sin_cache(rope: RopeConfig, device: torch.device | None = None) -> torch.Tensor:
+    """[max_position, rotary_dim] float32: cos of each frequency, then sin. LongRoPE: [2 * max_position,
+    rotary_dim], the short-factor rows then the long-factor rows, both times the attention factor."""
+    if rope.rope_type == "longrope":
+        return _longrope_cache(rope, device)
+    return _cos_sin(inverse_frequencies(rope), rope.max_position, device)
+
+
+def longrope_attention_factor(rope: RopeConfig) -> float:
+    """The cos/sin multiplier: ``attention_factor``, else ``sqrt(1 + ln(factor) / ln(original))`` where
+    ``factor`` defaults to ``max_position / original_max_position_embeddings`` (1 when not extended)."""
+    s = rope.scaling
+    if s.get("attention_factor") is not None:
+        return float(s["attention_factor"])
+    original = float(s["original_max_position_embeddings"])
+    factor = float(s.get("factor") or rope.max_position / original)
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def _longrope_cache(rope: RopeConfig, device: torch.device | None) -> torch.Tensor:
+    exponents = torch.arange(0, rope.rotary_dim, 2, dtype=torch.int64).float() / rope.rotary_dim
+    base = rope.theta**exponents  # [rotary_dim / 2]
+    halves = []
+    for key in ("short_factor", "long_factor"):
+        factors = torch.tensor(rope.scaling[key], dtype=torch.float32)
+        if factors.shape != base.shape:
+            raise ModelLoadError(f"rope_scaling.{key} has {factors.numel()} entries; this model needs "
+                                 f"{base.numel()} (rotary dimension / 2). Check config.json.")
+        halves.append(_cos_sin(1.0 / (factors * base), rope.max_position, device))
+    return torch.cat(halves) * longrope_attention_factor(rope)
 
 
 class RotaryEmbedding(nn.Module):
@@ -99,6 +140,20 @@ class RotaryEmbedding(nn.Module):
         self.ops = ops
         device = torch.get_default_device()
         self.register_buffer("cos_sin_cache", cos_sin_cache(rope, device), persistent=False)
+
+    def rope_positions(self, positions: torch.Tensor, metadata: Any) -> torch.Tensor:
+        """The cache rows of ``positions`` ([num_tokens]). LongRoPE: the tokens of a sequence whose context
+        (``metadata.seq_lens``) exceeds ``original_max_position_embeddings`` take the long-factor rows, the
+        others the short ones, as transformers decides per forward pass. Each step decides for its own
+        tokens: keys cached before a sequence crossed the limit keep their short rotation (transformers'
+        generate instead recomputes its cache once, at the crossing; see docs/models.md)."""
+        if self.rope.rope_type != "longrope":
+            return positions
+        starts, seq_lens = metadata.query_start_loc, metadata.seq_lens
+        token = torch.arange(positions.shape[0], dtype=starts.dtype, device=positions.device)
+        seq = torch.searchsorted(starts[1:], token, right=True).clamp_(max=seq_lens.shape[0] - 1)  # [num_tokens]
+        long = seq_lens[seq] > int(self.rope.scaling["original_max_position_embeddings"])
+        return positions + long.to(positions.dtype) * self.rope.max_position
 
     def forward(
         self,

@@ -16,6 +16,7 @@ ARCHITECTURE_OF_MODEL_TYPE = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 
 
@@ -31,7 +32,8 @@ def load_hf_config(source: ModelSource) -> Any:
     if source.is_gguf:
         kwargs["gguf_file"] = source.gguf_file
     try:
-        config = AutoConfig.from_pretrained(str(source.path), **kwargs)
+        fast = _fast_gguf_config(source)
+        config = fast if fast is not None else AutoConfig.from_pretrained(str(source.path), **kwargs)
     except Exception as exc:  # transformers raises ValueError/OSError/KeyError for bad configs
         raise ModelLoadError(
             f"Cannot read the model config from {_where(source)}: {exc}. Check that the file is complete and "
@@ -42,6 +44,19 @@ def load_hf_config(source: ModelSource) -> Any:
         if arch:
             config.architectures = [arch]
     return config
+
+
+def _fast_gguf_config(source: ModelSource) -> Any:
+    """The config of a GGUF file read by Pagoda's parser where it can (see pagoda.loader.gguf_config)."""
+    if not source.is_gguf:
+        return None
+    from transformers import AutoConfig
+
+    from pagoda.loader.gguf_config import gguf_config_dict
+    from pagoda.loader.gguf_file import GGUFFile
+
+    params = gguf_config_dict(GGUFFile(source.gguf_path))
+    return None if params is None else AutoConfig.for_model(**params)
 
 
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
@@ -61,12 +76,15 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
             "pass --tokenizer PATH to a folder that has them."
         )
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
     except Exception as exc:
         raise ModelLoadError(
             f"Cannot load a tokenizer from {where}: {exc}. The folder needs tokenizer.json or "
             "tokenizer_config.json (a .gguf file carries its own); pass --tokenizer PATH to use another one."
         ) from exc
+    from pagoda.loader.chat_templates import ensure_chat_template
+
+    return ensure_chat_template(tokenizer)  # e.g. Gemma GGUF files that carry no chat template
 
 
 def _tokenizer_path(tokenizer: str) -> tuple[str, dict[str, Any], str]:

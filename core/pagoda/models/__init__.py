@@ -14,6 +14,10 @@ MODEL_CLASSES: dict[str, str] = {
     "Qwen3ForCausalLM": "pagoda.models.qwen3:Qwen3ForCausalLM",
     "MixtralForCausalLM": "pagoda.models.mixtral:MixtralForCausalLM",
     "Qwen3MoeForCausalLM": "pagoda.models.qwen3_moe:Qwen3MoeForCausalLM",
+    "Gemma3ForCausalLM": "pagoda.models.gemma3:Gemma3ForCausalLM",
+    "Phi3ForCausalLM": "pagoda.models.phi3:Phi3ForCausalLM",
+    "BertModel": "pagoda.models.bert:BertModel",  # pooling models (runner="pooling", docs/pooling.md)
+    "BertForSequenceClassification": "pagoda.models.bert:BertForSequenceClassification",
 }
 
 

@@ -54,7 +54,8 @@ class DecoderAttention(nn.Module):
         self.qk_norm = opts.qk_norm
         self.rotary_emb = rotary  # one module (one cos/sin cache) shared by all layers
         local_heads, local_kv_heads = self.qkv_proj.q_size // d, self.qkv_proj.kv_size // d  # this rank's
-        self.attn = Attention(layer_idx, local_heads, local_kv_heads, d, ctx.attention)
+        backend = spec.layer_attention(ctx.attention, cfg, layer_idx)  # its sliding window, if the model mixes them
+        self.attn = Attention(layer_idx, local_heads, local_kv_heads, d, backend)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # [T, heads*d], [T, kv*d], [T, kv*d]
@@ -74,7 +75,8 @@ class GatedMLP(nn.Module):
         shards = {"gate": inter, "up": inter}
         self.gate_up_proj = MergedLinear(h, shards, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp)
         self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp, parallel="row")
-        self.act_fn = gated_activation(getattr(cfg, "hidden_act", "silu"), ctx.ops)
+        self.act_fn = gated_activation(getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", "silu"),
+                                       ctx.ops)
 
     @property
     def input_quantizer(self) -> Any:
@@ -129,7 +131,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp)
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
-        rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
+        self.rotary_emb = rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)) for i in range(n)
         )
@@ -137,6 +139,7 @@ class DecoderModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
+        positions = self.rotary_emb.rope_positions(positions, fwd.metadata)  # LongRoPE: maybe its long rows
         for layer in self.layers:
             x, residual = layer(positions, x, residual, fwd)
         x, _ = self.norm(x, residual)

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 
 from pagoda.errors import ModelLoadError
-from pagoda.interfaces.attention import AttentionSpec
+from pagoda.interfaces.attention import AttentionBackend, AttentionSpec
+
+SOFT_CAPPED_ATTENTION = {"gemma2"}  # model types whose attention applies attn_logit_softcapping
 
 
 def head_dim(hf_config: Any) -> int:
@@ -53,17 +55,35 @@ def layer_is_sliding(hf_config: Any) -> list[bool]:
 
 
 def sliding_window(hf_config: Any) -> int | None:
-    """The model-wide sliding window, or ``None``; per-layer mixes are rejected clearly."""
+    """The window of the model's sliding-window layers, or ``None`` if it has none."""
+    return int(hf_config.sliding_window) if any(layer_is_sliding(hf_config)) else None
+
+
+def has_mixed_windows(hf_config: Any) -> bool:
+    """Do sliding-window layers alternate with full-attention ones (Gemma 3, some Qwen2 configs)?"""
     flags = layer_is_sliding(hf_config)
-    if not any(flags):
+    return any(flags) and not all(flags)
+
+
+def layer_attention(backend: AttentionBackend, hf_config: Any, layer_idx: int) -> AttentionBackend:
+    """The attention backend layer ``layer_idx`` calls: the engine's, or for a mixed-window model
+    its view with this layer's window (the selection already refused backends that cannot)."""
+    if not backend.spec.mixed_windows:
+        return backend
+    return backend.with_window(backend.spec.sliding_window if layer_is_sliding(hf_config)[layer_idx] else None)
+
+
+def attention_soft_cap(hf_config: Any) -> float | None:
+    """``attn_logit_softcapping`` where the architecture applies it (Gemma 2). Gemma 3 configs carry the key
+    too, but Gemma 3 does not cap attention scores (transformers ignores it; the released configs set null)."""
+    if getattr(hf_config, "model_type", None) not in SOFT_CAPPED_ATTENTION:
         return None
-    if not all(flags):
-        raise ModelLoadError(
-            f"The model config mixes sliding-window layers ({sum(flags)} of {len(flags)}) with full-attention "
-            "layers; Pagoda's attention backends take one window per model. Set use_sliding_window=false "
-            "(or max_window_layers >= num_hidden_layers) in config.json if the checkpoint allows it."
-        )
-    return int(hf_config.sliding_window)
+    return getattr(hf_config, "attn_logit_softcapping", None) or None
+
+
+def attention_scale(hf_config: Any) -> float:
+    """Scores are scaled by ``query_pre_attn_scalar ** -0.5`` (Gemma) or ``head_dim ** -0.5``."""
+    return float(getattr(hf_config, "query_pre_attn_scalar", None) or head_dim(hf_config)) ** -0.5
 
 
 def rank_heads(num_heads: int, num_kv_heads: int, rank: int, tp_size: int) -> tuple[int, int, int, int]:
@@ -101,8 +121,9 @@ def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:
 
 
 def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> AttentionSpec:
-    """The AttentionSpec every layer of this model uses (scale ``head_dim ** -0.5``), for one of
-    ``tp_size`` tensor-parallel ranks (its heads; the KV cache holds only those)."""
+    """The AttentionSpec of this model's layers, for one of ``tp_size`` tensor-parallel ranks (its
+    heads; the KV cache holds only those). A mixed-window model's layers use views of the backend
+    with their own window (:func:`layer_attention`)."""
     d = head_dim(hf_config)
     heads, kv_heads = int(hf_config.num_attention_heads), num_kv_heads(hf_config)
     if heads % kv_heads:
@@ -115,8 +136,10 @@ def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size:
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_size=d,
-        scale=d**-0.5,
+        scale=attention_scale(hf_config),
         block_size=block_size,
         dtype=dtype,
         sliding_window=sliding_window(hf_config),
+        logits_soft_cap=attention_soft_cap(hf_config),
+        mixed_windows=has_mixed_windows(hf_config),
     )

@@ -44,9 +44,11 @@ def register_schedulers(register: Register) -> None:
 
 @hookimpl
 def register_proposers(register: Register) -> None:
+    from pagoda.spec_decode.draft import DraftProposer
     from pagoda.spec_decode.ngram import NgramProposer
 
     register("ngram", NgramProposer)
+    register("draft", DraftProposer)
 
 
 @hookimpl
@@ -54,3 +56,22 @@ def register_guided_decoding_backends(register: Register) -> None:
     from pagoda.guided.xgrammar_backend import XgrammarBackend
 
     register("xgrammar", XgrammarBackend)
+
+
+@hookimpl
+def register_tool_parsers(register: Register) -> None:
+    from pagoda.tools.hermes import HermesToolParser
+    from pagoda.tools.llama3_json import Llama3JsonToolParser
+    from pagoda.tools.mistral import MistralToolParser
+
+    register("hermes", HermesToolParser)
+    register("llama3_json", Llama3JsonToolParser)
+    register("mistral", MistralToolParser)
+
+
+@hookimpl
+def register_reasoning_parsers(register: Register) -> None:
+    from pagoda.reasoning.think import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
+
+    register("deepseek_r1", DeepSeekR1ReasoningParser)
+    register("qwen3", Qwen3ReasoningParser)

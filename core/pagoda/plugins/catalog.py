@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -12,19 +13,32 @@ class Kind:
     label: str  # for messages: "attention backend"
     flag: str | None  # CLI flag that selects it, if any
     check_args: tuple[str, ...]  # keyword arguments passed to obj.check(...)
+    # what the kind's contract requires of every entry, checked before obj.check: (obj, **check_args) -> reason
+    requirement: Callable[..., str | None] | None = None
+    auto: bool = True  # whether 'auto' may pick an entry (False: a name must be given, e.g. a tool-call parser)
+
+
+def _attention_contract(backend_cls: Any, platform: Any = None, spec: Any = None) -> str | None:
+    from pagoda.interfaces.attention import contract_reason
+
+    return contract_reason(backend_cls, spec)
 
 
 KINDS: dict[str, Kind] = {
     k.key: k
     for k in (
         Kind("platform", "register_platforms", "platform", "--platform", ()),
-        Kind("attention", "register_attention_backends", "attention backend", "--attention-backend", ("platform", "spec")),
+        Kind("attention", "register_attention_backends", "attention backend", "--attention-backend", ("platform", "spec"),
+             _attention_contract),
         Kind("quantization", "register_quantization_methods", "quantization method", "--quantization", ("platform",)),
         Kind("model", "register_models", "model architecture", None, ()),
         Kind("scheduler", "register_schedulers", "scheduler", "--scheduler", ()),
         Kind("proposer", "register_proposers", "speculative proposer", "--speculative-config", ()),
         Kind("guided_decoding", "register_guided_decoding_backends", "guided decoding backend",
              "--guided-decoding-backend", ()),
+        Kind("tool_parser", "register_tool_parsers", "tool-call parser", "--tool-call-parser", (), auto=False),
+        Kind("reasoning_parser", "register_reasoning_parsers", "reasoning parser", "--reasoning-parser", (),
+             auto=False),
     )
 }
 

@@ -251,15 +251,18 @@ def _validate(key: str, name: str, obj: Any) -> None:
         "platform": api.Platform,
         "attention": api.AttentionBackend,
         "quantization": api.QuantizationMethod,
-        "model": api.CausalLM,
+        "model": (api.CausalLM, api.PoolingModel),
         "scheduler": api.Scheduler,
         "proposer": api.Proposer,
         "guided_decoding": api.GuidedDecodingBackend,
+        "tool_parser": api.ToolParser,
+        "reasoning_parser": api.ReasoningParser,
     }[key]
     if not isinstance(name, str) or not name:
         raise TypeError(f"{KINDS[key].label} names must be non-empty strings, got {name!r}")
     if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise TypeError(f"{KINDS[key].label} '{name}' must be a subclass of pagoda.interfaces.{base.__name__}, got {obj!r}")
+        names = " or ".join(f"pagoda.interfaces.{b.__name__}" for b in (base if isinstance(base, tuple) else (base,)))
+        raise TypeError(f"{KINDS[key].label} '{name}' must be a subclass of {names}, got {obj!r}")
 
 
 def _version(dist: str) -> str | None:

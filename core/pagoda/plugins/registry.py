@@ -53,11 +53,14 @@ class Registry:
 
     def reason_against(self, name: str, **context: Any) -> str | None:
         """Why ``name`` cannot be used in ``context`` (``None`` if it can)."""
-        check = getattr(self.get(name), "check", None)
-        if check is None:
-            return None
+        obj = self.get(name)
         args = {k: context.get(k) for k in self.kind.check_args}
-        return check(**args)
+        if self.kind.requirement is not None:
+            reason = self.kind.requirement(obj, **args)
+            if reason:
+                return reason
+        check = getattr(obj, "check", None)
+        return None if check is None else check(**args)
 
     def select(self, name: str | None, **context: Any) -> tuple[str, Any]:
         """Resolve ``name`` (or ``auto``/``None``: the best usable by priority) to ``(name, obj)``."""
@@ -90,7 +93,7 @@ class Registry:
         label = self.kind.label
         names = self.names()
         choices = ", ".join(names) if names else "none"
-        if self.kind.check_args or self.kind.flag:
+        if self.kind.auto and (self.kind.check_args or self.kind.flag):
             choices += f" (or '{AUTO}')"
         message = f"Unknown {label} '{name}'. Available: {choices}."
         close = difflib.get_close_matches(name, names, n=1)

@@ -120,6 +120,14 @@ class FcfsScheduler(Scheduler):
             if token is not None:
                 request.append_token(token)
 
+    def fork(self, parent: Request, child: Request) -> None:
+        if parent.status is not RequestStatus.RUNNING or child.request_id in self._requests:
+            raise ValueError(f"cannot fork {parent.request_id!r} ({parent.status.value}) into {child.request_id!r}")
+        child.num_computed_tokens = self.kv_cache.fork(parent, child)
+        child.status = RequestStatus.RUNNING
+        self._requests[child.request_id] = child
+        self._insert_running(child)
+
     def finish(self, request_id: str, status: RequestStatus) -> None:
         if not status.finished:
             raise ValueError(f"finish() needs a finished status, got {status}")

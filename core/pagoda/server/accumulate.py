@@ -17,6 +17,7 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
     finish_reason: str | None = None
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # of the request's prompt, when asked for
 
     def add(self, delta: CompletionOutput) -> None:
         self.text += delta.text
@@ -33,7 +34,10 @@ async def collect(merged: AsyncIterator[tuple[int, RequestOutput]], n: int) -> d
     async for prompt_index, out in merged:
         for delta in out.outputs:
             index = prompt_index * n + delta.index
-            choices.setdefault(index, Choice(index)).add(delta)
+            choice = choices.setdefault(index, Choice(index))
+            choice.add(delta)
+            if out.prompt_logprobs is not None:
+                choice.prompt_logprobs = out.prompt_logprobs
     return dict(sorted(choices.items()))
 
 

@@ -34,6 +34,8 @@ class ApiServerSpec:
     api_server_count: int = 1
     max_n_per_request: int = 16
     request_timeout: float | None = None  # seconds; None: no limit
+    tool_call_parser: str | None = None  # --tool-call-parser
+    reasoning_parser: str | None = None  # --reasoning-parser
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -52,7 +54,8 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
                          request_timeout=spec.request_timeout)
-    app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request)
+    app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request, spec.tool_call_parser,
+                    spec.reasoning_parser)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()
     server.run(sockets=[sock])

@@ -6,11 +6,12 @@ import contextlib
 import hmac
 import json
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from pagoda import __version__
-from pagoda.server import routes_chat, routes_completions, routes_misc
+from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling
 from pagoda.server.async_engine import AsyncEngine
+from pagoda.server.chat_tools import parser_class
 from pagoda.server.errors import error_body, install_error_handlers
 from pagoda.server.openapi import install_openapi
 from pagoda.server.state import ServerState
@@ -76,9 +77,11 @@ async def _reply(send, status: int, message: str, code: str) -> None:
 
 
 def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None,
-              max_n: int = 16) -> FastAPI:
-    """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core."""
-    state = ServerState(engine, served_model_names, api_key, max_n)
+              max_n: int = 16, tool_parser: str | None = None, reasoning_parser: str | None = None) -> FastAPI:
+    """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core.
+    ``tool_parser`` / ``reasoning_parser``: registered parser names (docs/tools.md)."""
+    state = ServerState(engine, served_model_names, api_key, max_n, tool_parser=parser_class("tool_parser", tool_parser),
+                        reasoning_parser=parser_class("reasoning_parser", reasoning_parser))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -93,7 +96,9 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
     app.state.pagoda = state
     install_error_handlers(app)
     install_openapi(app)
-    for module in (routes_completions, routes_chat, routes_misc):
-        app.include_router(module.router)
+    for module in (routes_completions, routes_chat):  # 400 on a pooling model, and the pooling routes vice versa
+        app.include_router(module.router, dependencies=[Depends(routes_pooling.generation_only)])
+    app.include_router(routes_pooling.router, dependencies=[Depends(routes_pooling.pooling_only)])
+    app.include_router(routes_misc.router)
     app.add_middleware(GateMiddleware, state=state)
     return app

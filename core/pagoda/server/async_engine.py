@@ -20,13 +20,17 @@ import time
 from typing import AsyncIterator
 
 from pagoda.engine.output_processor import OutputProcessor
+from pagoda.engine.token_controls import resolve_token_controls
 from pagoda.engine_core.client import AsyncMPClient, EngineDeadError
 from pagoda.engine_core.core import validate_prompt
-from pagoda.engine_core.messages import AddRequest, EngineCoreOutputs
+from pagoda.beam.params import BeamSearchParams
+from pagoda.engine_core.messages import EngineCoreOutputs, add_messages
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
+from pagoda.pooling.tracker import PoolingTracker
+from pagoda.server.async_pooling import AsyncPooling
 from pagoda.server.metrics import ServerMetrics
 
 logger = logging.getLogger("pagoda.server")
@@ -46,7 +50,7 @@ class RequestTimeout(Exception):
         self.seconds = seconds
 
 
-class AsyncEngine:
+class AsyncEngine(AsyncPooling):
     """Serve many asyncio tasks from one engine core process."""
 
     def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None,
@@ -58,6 +62,7 @@ class AsyncEngine:
         self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
         self.outputs = OutputProcessor(tokenizer)
+        self.pooling = PoolingTracker()  # pooling requests (runner "pooling"): see AsyncPooling.encode
         self.error: str | None = None
         self.draining = False  # set on shutdown: new requests get 503
         self._streams: dict[str, asyncio.Queue] = {}
@@ -106,11 +111,14 @@ class AsyncEngine:
         validate_prompt(token_ids, self.max_model_len, self.info.vocab_size)
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       prompt: str | None = None, priority: int = 0) -> AsyncIterator[RequestOutput]:
-        """Yield delta outputs of one request until it finishes; aborts it if the consumer stops early."""
+                       prompt: str | None = None, priority: int = 0,
+                       beam: BeamSearchParams | None = None) -> AsyncIterator[RequestOutput]:
+        """Yield delta outputs of one request until it finishes; aborts it if the consumer stops early.
+        With ``beam``, a beam search whose sequences ``params`` describes (they arrive when it ends)."""
         reason = self.unavailable_reason()
         if reason is not None:
             raise EngineDeadError(reason)
+        params = resolve_token_controls(params, self.tokenizer, self.info.vocab_size)
         arrival = time.monotonic()
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = queue
@@ -119,8 +127,8 @@ class AsyncEngine:
         finished = traced = False
         timer = self._arm_timeout(queue)
         try:
-            await self.client.add_requests([AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival, priority)
-                                            for seq_id, seq_params in sequences])
+            await self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority,
+                                                        beam))
             while not finished:
                 item = await queue.get()
                 while isinstance(item, RequestOutput) and not item.finished and not queue.empty():
@@ -152,6 +160,8 @@ class AsyncEngine:
             return
         state = self.outputs.states.get(request_id)
         sequences = self.outputs.abort(request_id)
+        if self.pooling.discard(request_id):
+            sequences.append(request_id)
         if state is not None:
             self.metrics.on_aborted(request_id, len(state.children))
         if sequences and self.error is None:
@@ -189,6 +199,7 @@ class AsyncEngine:
                 self._fail(out.request_id.partition("#")[0], RequestError(batch.error))
             return
         results, stopped = self.outputs.process(batch.outputs)
+        self._deliver_pooled(batch.outputs)
         if stopped:
             asyncio.get_running_loop().create_task(self.client.abort(stopped))
         self.metrics.observe_outputs(results)
@@ -208,6 +219,7 @@ class AsyncEngine:
     def _fail(self, request_id: str, error: BaseException) -> None:
         queue = self._streams.pop(request_id, None)
         self.outputs.fail(request_id)
+        self.pooling.discard(request_id)
         if queue is not None:
             queue.put_nowait(error)
 

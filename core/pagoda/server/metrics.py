@@ -147,6 +147,7 @@ class ServerMetrics:
         out += ["# HELP pagoda:request_success_total Finished sequences by finish reason.",
                 "# TYPE pagoda:request_success_total counter"]
         out += [f'pagoda:request_success_total{{{label},finished_reason="{r}"}} {n}' for r, n in sorted(self.finished.items())]
+        out += _spec_decode_lines(s, label)
         for name, text, hist in (
             ("pagoda:time_to_first_token_seconds", "Arrival to first generated token.", self.ttft),
             ("pagoda:inter_token_latency_seconds", "Time between consecutive tokens of a request.", self.itl),
@@ -154,6 +155,31 @@ class ServerMetrics:
         ):
             out += [f"# HELP {name} {text}", f"# TYPE {name} histogram", *hist.render(name, label)]
         return out
+
+
+def _spec_decode_lines(s: StepStats, label: str) -> list[str]:
+    """Speculative decoding (only when the engine speculates): counters as in vLLM, plus the
+    acceptance rate and mean acceptance length (1 + accepted drafts per round) they imply."""
+    if not s.spec_accepted_per_position:
+        return []
+    rounds, drafted, accepted = s.spec_num_drafts, s.spec_num_draft_tokens, s.spec_num_accepted_tokens
+    out: list[str] = []
+    for name, kind, text, value in (
+        ("pagoda:spec_decode_num_drafts_total", "counter",
+         "Verification rounds (a request verifying drafts in a step).", rounds),
+        ("pagoda:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", drafted),
+        ("pagoda:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", accepted),
+        ("pagoda:spec_decode_acceptance_rate", "gauge", "Accepted over verified draft tokens since start (0-1).",
+         accepted / drafted if drafted else 0.0),
+        ("pagoda:spec_decode_mean_acceptance_length", "gauge",
+         "Tokens emitted per verification round since start (1 + accepted drafts).",
+         1 + accepted / rounds if rounds else 0.0),
+    ):
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
+    name = "pagoda:spec_decode_num_accepted_tokens_per_pos_total"
+    out += [f"# HELP {name} Rounds whose draft at this position (0-based) was accepted.", f"# TYPE {name} counter"]
+    out += [f'{name}{{{label},position="{j}"}} {n}' for j, n in enumerate(s.spec_accepted_per_position)]
+    return out
 
 
 def _escape(value: str) -> str:

@@ -1,15 +1,16 @@
 """Pydantic request models of the OpenAI-compatible API (the response models are in ``responses.py``).
 
 Unknown fields are kept aside (``model_extra``): most are ignored, as OpenAI clients send optional
-fields Pagoda does not implement, but those that ask for a guarantee (``response_format``,
-``tools``, ...) are answered with 400 (``pagoda.server.unsupported``).
+fields Pagoda does not implement, but those that ask for a guarantee it cannot give
+(``functions``, ``suffix``, ...) are answered with 400 (``pagoda.server.unsupported``).
 Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repetition_penalty``, ``ignore_eos``,
 ``min_tokens``, ...) follow vLLM's names.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import json
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +48,12 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     user: str | None = None
     priority: Int = 0  # with --scheduler priority: lower runs first (vLLM's extension)
+    logit_bias: dict[str, float] | None = None  # token id (a JSON key, so a string) -> bias in [-100, 100]
+    allowed_token_ids: list[Int] | None = None  # vLLM: only these tokens may be sampled
+    bad_words: list[str] | None = None  # vLLM: words that may not be generated
+    use_beam_search: bool = False  # vLLM: beam search with n beams, returning the n best sequences
+    length_penalty: float = 1.0  # beam search: a sequence scores sum(logprobs) / length ** length_penalty
+    early_stopping: Union[bool, Literal["never"]] = False  # beam search: HF transformers' meaning
 
     @property
     def include_usage_in_stream(self) -> bool:
@@ -63,6 +70,7 @@ class CompletionRequest(SamplingFields):
     max_tokens: Int | None = 16
     logprobs: Int | None = None
     echo: bool = False
+    best_of: Int | None = None  # sample best_of sequences, return the n with the highest cumulative logprob
 
 
 class TextPart(BaseModel):
@@ -72,12 +80,44 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    """A call an earlier assistant turn made: ``arguments`` is JSON text, as OpenAI sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: Union[str, dict[str, Any]] = "{}"
+
+
+class MessageToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    def as_template_dict(self) -> dict:
+        """As chat templates expect it: ``arguments`` a dict when it is a JSON object (templates
+        apply ``tojson`` to it; a JSON string would be encoded twice)."""
+        arguments = self.function.arguments
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments)
+            except ValueError:
+                parsed = None
+            arguments = parsed if isinstance(parsed, dict) else arguments
+        call = {"type": "function", "function": {"name": self.function.name, "arguments": arguments}}
+        return call if self.id is None else {"id": self.id, **call}
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[TextPart], None] = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # tool results: the call they answer
 
     def as_template_dict(self) -> dict:
         """The message as a chat template sees it (text parts joined into one string)."""
@@ -87,7 +127,44 @@ class ChatMessage(BaseModel):
         message = {"role": self.role, "content": content or ""}
         if self.name is not None:
             message["name"] = self.name
+        if self.tool_calls:
+            message["tool_calls"] = [call.as_template_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
         return message
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments object
+    strict: bool | None = None
+
+
+class ChatTool(BaseModel):
+    """One entry of ``tools``: a function the model may call."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+    def as_template_dict(self) -> dict:
+        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``tool_choice: {"type": "function", "function": {"name": ...}}``: call exactly this function."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Union[Literal["none", "auto", "required"], NamedToolChoice]
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -100,6 +177,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: Int | None = None
     add_generation_prompt: bool = True
     chat_template: str | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: ToolChoice | None = None  # default: "auto" with tools, "none" without
+    parallel_tool_calls: bool = True
 
 
 class TokenizeRequest(BaseModel):
@@ -112,6 +192,7 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool = False  # also answer each token's string (vLLM)
 
 
 class DetokenizeRequest(BaseModel):

@@ -11,7 +11,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length", "abort", "tool_calls"]
 
 
 class ErrorInfo(BaseModel):
@@ -34,11 +34,12 @@ class Usage(BaseModel):
 
 
 class CompletionLogprobs(BaseModel):
-    """The legacy completions ``logprobs`` object, one entry per generated token."""
+    """The legacy completions ``logprobs`` object, one entry per generated token (with ``echo``,
+    first one per prompt token: the first prompt token has no logprob, so null)."""
 
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 
@@ -83,9 +84,25 @@ class ChatLogprobs(BaseModel):
     content: list[TokenLogprob]
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str  # JSON text of the arguments object
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: FunctionCallOut
+
+
 class AssistantMessage(BaseModel):
+    """``content`` is null when the reply is only tool calls; ``reasoning_content`` is set with
+    ``--reasoning-parser``, ``tool_calls`` when the model called tools (docs/tools.md)."""
+
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -104,11 +121,25 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage
 
 
+class FunctionDelta(BaseModel):
+    name: str | None = None  # in the first delta of a call
+    arguments: str | None = None  # "" in the first delta, then fragments of the JSON text
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None  # in the first delta of a call
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
 class ChatDelta(BaseModel):
-    """What a chat chunk adds: the role (first chunk of a choice), then text."""
+    """What a chat chunk adds: the role (first chunk of a choice), then text, reasoning or tool calls."""
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):
@@ -146,6 +177,7 @@ class TokenizeResponse(BaseModel):
     tokens: list[int]
     count: int
     max_model_len: int
+    token_strs: list[str] | None  # with return_token_strs
 
 
 class DetokenizeResponse(BaseModel):

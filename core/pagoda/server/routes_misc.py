@@ -31,22 +31,32 @@ async def list_models(request: Request) -> dict:
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERRORS)
 async def tokenize(body: TokenizeRequest, request: Request) -> dict:
-    """Token ids of ``prompt``, or of ``messages`` rendered with the chat template."""
+    """Token ids of ``prompt``, or of ``messages`` rendered with the chat template (vLLM's shape;
+    ``return_token_strs`` adds each token's string)."""
     state = _state(request)
     state.check_model(body.model)
+    _check_tokenizer(state, "/tokenize")
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", param="prompt")
     if body.messages is not None:
         _, ids = render_messages(state, body.messages, add_generation_prompt=body.add_generation_prompt)
     else:
         ids = state.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
-    return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len}
+    strs = state.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+    return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len, "token_strs": strs}
+
+
+def _check_tokenizer(state: ServerState, route: str) -> None:
+    if state.tokenizer is None:
+        raise APIError(400, f"{route} needs the model's tokenizer, and this server runs with --skip-tokenizer-init; "
+                            "restart it without that flag")
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=ERRORS)
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict:
     state = _state(request)
     state.check_model(body.model)
+    _check_tokenizer(state, "/detokenize")
     vocab = len(state.tokenizer)
     bad = [t for t in body.tokens if not 0 <= t < vocab]
     if bad:

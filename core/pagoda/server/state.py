@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from pagoda.engine.token_controls import resolve_token_controls
 from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams
 from pagoda.server.async_engine import AsyncEngine, EngineDeadError, RequestTimeout
@@ -22,6 +23,8 @@ class ServerState:
     served_model_names: list[str]
     api_key: str | None = None
     max_n: int = 16  # most choices one request may ask for (--max-n-per-request)
+    tool_parser: type | None = None  # --tool-call-parser: a ToolParser subclass (docs/tools.md)
+    reasoning_parser: type | None = None  # --reasoning-parser: a ReasoningParser subclass
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -57,6 +60,10 @@ class ServerState:
             raise APIError(400, "structured output (response_format, guided_*) needs the model's tokenizer, and this "
                                 "server runs with --skip-tokenizer-init; restart it without that flag",
                            param="response_format")
+        try:  # bad words tokenize, and every token id is in the vocabulary (the engine does it again)
+            resolve_token_controls(params, self.tokenizer, self.engine.info.vocab_size)
+        except RequestError as exc:
+            raise bad_request(exc) from exc
         if params.max_tokens is None:
             return
         for length in prompt_lens:
@@ -84,6 +91,8 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, logprobs: int |
         "stop_token_ids": req.stop_token_ids, "ignore_eos": req.ignore_eos, "min_tokens": req.min_tokens,
         "skip_special_tokens": req.skip_special_tokens, "include_stop_str_in_output": req.include_stop_str_in_output,
         "max_tokens": max_tokens, "logprobs": logprobs, "guided_decoding": guided_params(req.model_extra),
+        "logit_bias": req.logit_bias, "allowed_token_ids": req.allowed_token_ids, "bad_words": req.bad_words,
+        "best_of": getattr(req, "best_of", None),
     }
     given = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
     try:

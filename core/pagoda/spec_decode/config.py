@@ -16,6 +16,7 @@ class SpeculativeConfig:
     prompt_lookup_max: int = 5  # ngram: longest suffix n-gram searched
     prompt_lookup_min: int = 2  # ngram: shortest
     model: str | None = None  # draft/eagle: the proposer's checkpoint
+    backoff: bool = True  # per-request adaptive draft count and pauses (pagoda.spec_decode.backoff)
     options: dict[str, Any] = field(default_factory=dict)  # anything else, for plugin proposers
 
 
@@ -53,5 +54,7 @@ def _check(config: SpeculativeConfig) -> None:
     lo, hi = config.prompt_lookup_min, config.prompt_lookup_max
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise ConfigError(f"prompt_lookup_min/max must be integers with 1 <= min <= max, got {lo!r}/{hi!r}")
+    if not isinstance(config.backoff, bool):
+        raise ConfigError(f"backoff must be true or false, got {config.backoff!r}")
     if not isinstance(config.method, str) or not config.method:
         raise ConfigError(f"method must be a proposer name such as \"ngram\", got {config.method!r}")

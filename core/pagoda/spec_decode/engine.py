@@ -1,54 +1,77 @@
 """Speculative decoding inside the engine core: drafts before scheduling, verification after.
 
 Each step, the :class:`Speculator` asks the proposer for drafts for the running requests that may
-speculate and appends them to the requests as *draft tokens* (not known tokens: the prefix cache
-never hashes them). The scheduler then schedules ``1 + d`` tokens for such a request like a short
-prefill chunk; :meth:`Speculator.fit` drops the drafts the step will not compute. The model runner
-returns the target's greedy token at each drafted position (``RunnerOutput.draft_argmax``) and the
-sampled token after the last one; :meth:`Speculator.settle` keeps the longest matching prefix,
-appends the target's token after it, rolls the computed count back and releases the KV blocks of
-the rejected positions. Greedy requests only for now (their tokens equal plain greedy decoding);
-the others run normally in the same steps. Steps run serially (no overlap) while speculating.
+speculate (their budget from :class:`~pagoda.spec_decode.backoff.Backoff`) and appends them to the
+requests as *draft tokens* (not known tokens: the prefix cache never hashes them). The scheduler
+then schedules ``1 + d`` tokens for such a request like a short prefill chunk; :meth:`Speculator.fit`
+drops the drafts the step will not compute. The model runner samples the target at every drafted
+position and keeps the longest accepted prefix (:mod:`pagoda.spec_decode.verify`);
+:meth:`Speculator.settle` truncates the rejected drafts, rolls the computed count back and releases
+the KV blocks of the rejected positions. A step with drafts is read before the next one is
+scheduled (the proposer needs the tokens); steps without drafts overlap as usual.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.request import Request, RequestStatus
-from pagoda.engine.sampler import needs_output_history
 from pagoda.errors import ConfigError
-from pagoda.interfaces.proposer import ProposalInput, Proposer
+from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.scheduler import SchedulerOutput
+from pagoda.spec_decode.backoff import Backoff
 from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
 
-GREEDY = 1e-5  # the sampler's greedy threshold on temperature
+if TYPE_CHECKING:
+    from pagoda.engine_core.messages import StepStats
+    from pagoda.spec_decode.verify import Verified
 
 
 class Speculator:
     def __init__(self, config: SpeculativeConfig, proposer: Proposer, kv_cache: KVCacheManager,
-                 max_model_len: int) -> None:
+                 max_model_len: int, guided: Any = None) -> None:
+        self.config = config
+        self.guided = guided  # the runner's GuidedSampling: grammars must roll back rejected drafts
         self.k = config.num_speculative_tokens
         self.proposer = proposer
         self.kv_cache = kv_cache
         self.max_model_len = max_model_len
+        self.backoff = Backoff(self.k, enabled=config.backoff)
         self._drafted: list[Request] = []
+        self.step_index = 0
+        self.num_rounds = 0  # request-steps that verified drafts
         self.num_drafts = 0  # drafted tokens verified so far
         self.num_accepted = 0  # of them, accepted
+        self.accepted_per_position = [0] * self.k  # rounds whose j-th draft was accepted
+
+    # -- before scheduling -------------------------------------------------------------------
+    def wants_tokens(self, requests: Iterable[Request]) -> bool:
+        """Whether some running request will propose this step (its last token must be read first)."""
+        return any(self._budget(req, self.step_index + 1) > 0 for req in requests)
 
     def propose(self, requests: Iterable[Request]) -> None:
         """Append drafts to the requests that may speculate this step."""
-        eligible = [req for req in requests if self._eligible(req)]
+        self.step_index += 1
         self._drafted = []
+        eligible, budgets = [], []
+        for req in requests:
+            budget = self._budget(req, self.step_index) if not req.num_pending_tokens else 0
+            if budget > 0:
+                eligible.append(req)
+                budgets.append(budget)
         if not eligible:
             return
-        proposal = self.proposer.propose([ProposalInput(r.request_id, r.token_ids) for r in eligible], self.k)
-        for req, drafts in zip(eligible, proposal.token_ids):
-            n = min(len(drafts), self._room(req))
-            if n > 0:
-                req.add_drafts(list(drafts[:n]))
-                self._drafted.append(req)
+        inputs = [ProposalInput(r.request_id, r.token_ids, max_drafts=b) for r, b in zip(eligible, budgets)]
+        proposal = self.proposer.propose(inputs, max(budgets))
+        for i, (req, drafts, budget) in enumerate(zip(eligible, proposal.token_ids, budgets)):
+            n = min(len(drafts), budget)
+            if n <= 0:
+                self.backoff.record(req.request_id, self.step_index, 0, 0)
+                continue
+            probs = proposal.probs[i, :n] if proposal.probs is not None else None
+            req.add_drafts([int(t) for t in drafts[:n]], probs)
+            self._drafted.append(req)
 
     def fit(self, scheduled: SchedulerOutput) -> None:
         """Drop the drafts this step will not compute (cut by the token budget, unscheduled, preempted)."""
@@ -58,30 +81,60 @@ class Speculator:
             running = n is not None and req.status is RequestStatus.RUNNING
             req.drop_drafts(keep=max(0, n - 1) if running else 0)
 
-    def settle(self, req: Request, index: int, argmax: list[int], sampled: int) -> tuple[int, list[int]]:
-        """After the step: keep the verified drafts, put the target's token after them in place of
-        the placeholder at ``index``. Returns (index of the first emitted token, emitted tokens)."""
-        d = req.num_draft_tokens
-        drafts = req.token_ids[index - d : index]
-        accepted = next((j for j in range(d) if drafts[j] != argmax[j]), d)
-        final = argmax[accepted] if accepted < d else sampled
+    def has_drafts(self, scheduled: SchedulerOutput) -> bool:
+        return any(req.num_draft_tokens for req in scheduled.requests)
+
+    # -- after the step ----------------------------------------------------------------------
+    def settle(self, req: Request, index: int, verified: "Verified") -> tuple[int, list[int]]:
+        """Keep the verified drafts and put the target's token after them in place of the
+        placeholder at ``index``. Returns (index of the first emitted token, emitted tokens)."""
+        d, accepted = req.num_draft_tokens, verified.num_accepted
         rejected = d - accepted
         del req.token_ids[index - rejected : index]
         req.num_draft_tokens = 0
+        req.draft_probs = None
         req.num_computed_tokens -= rejected
         index -= rejected
-        req.resolve_placeholder(index, final)
+        req.resolve_placeholder(index, verified.token_ids[-1])
         self.kv_cache.trim(req, req.num_computed_tokens)
-        self.num_drafts += d
-        self.num_accepted += accepted
-        return index - accepted, drafts[:accepted] + [final]
+        self._count(req.request_id, d, accepted)
+        return index - accepted, verified.token_ids
 
-    def _eligible(self, req: Request) -> bool:
-        params = req.sampling_params
-        return (req.status is RequestStatus.RUNNING and not req.num_pending_tokens and not req.num_draft_tokens
-                and req.num_computed_tokens == req.num_tokens - 1 and params.temperature < GREEDY
-                and not needs_output_history(params) and params.logprobs is None and params.prompt_logprobs is None
-                and not getattr(params, "guided_decoding", None))
+    def release(self, request_id: str) -> None:
+        """Forget a finished request (its back-off state, the proposer's state)."""
+        self.backoff.forget(request_id)
+        self.proposer.release(request_id)
+
+    def fill_stats(self, stats: "StepStats") -> None:
+        stats.spec_num_drafts = self.num_rounds
+        stats.spec_num_draft_tokens = self.num_drafts
+        stats.spec_num_accepted_tokens = self.num_accepted
+        stats.spec_accepted_per_position = list(self.accepted_per_position)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _count(self, request_id: str, num_drafts: int, num_accepted: int) -> None:
+        self.num_rounds += 1
+        self.num_drafts += num_drafts
+        self.num_accepted += num_accepted
+        for j in range(num_accepted):
+            self.accepted_per_position[j] += 1
+        self.backoff.record(request_id, self.step_index, num_drafts, num_accepted)
+
+    def _budget(self, req: Request, step: int) -> int:
+        """Drafts ``req`` may propose at ``step``: its back-off budget within its room; 0 if it may not."""
+        if not self._may_speculate(req):
+            return 0
+        return min(self.backoff.budget(req.request_id, step), self._room(req))
+
+    def _may_speculate(self, req: Request) -> bool:
+        """Running, past its prompt (one new token to compute), no drafts yet, and no grammar unless
+        its matcher can roll back (``GrammarMatcher.rollback``; xgrammar's can)."""
+        if (req.status is not RequestStatus.RUNNING or req.num_draft_tokens
+                or req.num_computed_tokens != req.num_tokens - 1 or getattr(req, "pooling_params", None) is not None):
+            return False
+        if getattr(req.sampling_params, "guided_decoding", None) is None:
+            return True
+        return self.guided is not None and self.guided.can_roll_back(req.request_id)
 
     def _room(self, req: Request) -> int:
         """Drafts that keep the step's last token short of max_tokens and the context (so length
@@ -93,15 +146,24 @@ class Speculator:
         return room
 
 
-def build_speculator(value, kv_cache: KVCacheManager, max_model_len: int, tp_size: int) -> Speculator | None:
-    """The engine's Speculator for ``--speculative-config``, or None when it is not set."""
+def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator | None:
+    """The engine's Speculator for ``--speculative-config`` (``parts``: EngineParts), or None when
+    it is not set. Builds the proposer (a draft model loads here) and, where the runner records
+    decode graphs, records verify graphs too."""
     config = parse_speculative_config(value)
     if config is None:
         return None
-    if tp_size > 1:
+    if parts.config.tensor_parallel_size > 1:
         raise ConfigError("speculative decoding does not run with tensor parallelism yet; "
                           "drop --speculative-config or use --tensor-parallel-size 1")
     from pagoda.plugins.manager import get_plugin_manager
 
     proposer_cls = get_plugin_manager().registry("proposer").get(config.method)
-    return Speculator(config, proposer_cls(config), kv_cache, max_model_len)
+    proposer = proposer_cls(config)
+    proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
+                                    dtype=parts.dtype, max_model_len=parts.max_model_len,
+                                    num_kv_blocks=parts.kv_cache.num_blocks))
+    if runner is not None and getattr(runner, "graphs", None) is not None:
+        runner.capture_verify_graphs(config.num_speculative_tokens + 1, parts.max_model_len,
+                                     parts.config.max_num_seqs)
+    return Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None))

@@ -35,6 +35,7 @@ class FlashAttentionBackend(AttentionBackend):
     # 0.58-0.98x triton. `--attention-backend flash` selects it explicitly.
     priority = 40
     supports_graphs: ClassVar[bool] = True
+    supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)

@@ -32,6 +32,7 @@ class TritonAttentionBackend(AttentionBackend):
     description = "Triton paged attention (prefill tiles, split-KV decode; GPU, or CPU under TRITON_INTERPRET=1)"
     priority = 50
     supports_graphs: ClassVar[bool] = True
+    supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
