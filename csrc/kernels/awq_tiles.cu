@@ -118,8 +118,8 @@ struct Slice {
   int begin, len;
 };
 PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group) {
-  const int g0 = static_cast<int>(static_cast<int64_t>(q) * groups / slices);
-  const int g1 = static_cast<int>(static_cast<int64_t>(q + 1) * groups / slices);
+  const int g0 = q * groups / slices;  // 32-bit: q * groups < 2^31 (K / 32 groups, <= 4096 slices)
+  const int g1 = (q + 1) * groups / slices;
   return {g0 * steps_per_group, (g1 - g0) * steps_per_group};
 }
 
@@ -202,21 +202,28 @@ __global__ void __launch_bounds__(kThreads, TileShape<MT>::kMinBlocks) awq_tiles
 #pragma unroll
   for (int w = 0; w < WK; ++w) longest = max(longest, slice_of(blockIdx.z * WK + w, slices, groups, SPG).len);
 
+  // a strip past N or an empty slice reads valid addresses (strip and step clamped) and discards them
+  const int strip_in = min(strip, n_strips - 1), begin_in = min(mine.begin, steps - SPG);
   const uint4* wptr = reinterpret_cast<const uint4*>(p.weights) +
-                      (static_cast<int64_t>(strip) * steps + mine.begin) * 32 + lane;  // + step * 32
-  const int group0 = mine.begin / SPG;
-  const uint4* sptr = reinterpret_cast<const uint4*>(p.scales) + (static_cast<int64_t>(group0) * n_strips + strip) * 8 + g;
-  const uint32_t* zptr = p.zeros + (static_cast<int64_t>(group0) * n_strips + strip) * 8 + g;  // + group * n_strips * 8
+                      (static_cast<int64_t>(strip_in) * steps + begin_in) * 32 + lane;  // + step * 32
+  const int group0 = begin_in / SPG;
+  const uint4* sptr = reinterpret_cast<const uint4*>(p.scales) + (static_cast<int64_t>(group0) * n_strips + strip_in) * 8 + g;
+  const uint32_t* zptr = p.zeros + (static_cast<int64_t>(group0) * n_strips + strip_in) * 8 + g;  // + group * n_strips * 8
 
+  // Every load is issued unconditionally (a step past the slice rereads its last step), so that
+  // every path issues the same loads in the same order: ptxas then waits for the oldest load only
+  // (a counted scoreboard wait) instead of for all of them, which cost one memory latency per step.
   uint4 wbuf[D];                // B words of steps i .. i + D - 1
   uint4 sbuf[D / SPG];          // scales of the groups starting in that window
   uint32_t zbuf[D / SPG];
+  const int last = max(mine.len - 1, 0);
 #pragma unroll
   for (int j = 0; j < D; ++j) {
-    if (strip_ok && j < mine.len) wbuf[j] = load_stream(wptr + j * 32);
-    if (j % SPG == 0 && strip_ok && j < mine.len) {
-      sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(j / SPG) * n_strips * 8);
-      zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(j / SPG) * n_strips * 8);
+    const int at = min(j, last);
+    wbuf[j] = load_stream(wptr + static_cast<int64_t>(at) * 32);
+    if (j % SPG == 0) {
+      sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(at / SPG) * n_strips * 8);
+      zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(at / SPG) * n_strips * 8);
     }
   }
 
@@ -257,13 +264,11 @@ __global__ void __launch_bounds__(kThreads, TileShape<MT>::kMinBlocks) awq_tiles
             }
           }
         }
-        const int next = i + D;  // refill this slot D steps ahead
-        if (strip_ok && next < mine.len) {
-          wbuf[j] = load_stream(wptr + static_cast<int64_t>(next) * 32);
-          if (j % SPG == 0) {
-            sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
-            zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
-          }
+        const int next = min(i + D, last);  // refill this slot D steps ahead
+        wbuf[j] = load_stream(wptr + static_cast<int64_t>(next) * 32);
+        if (j % SPG == 0) {
+          sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
+          zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
         }
       }
     }

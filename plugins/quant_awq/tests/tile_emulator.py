@@ -132,6 +132,19 @@ def stage_x(stage: torch.Tensor, x_bits: torch.Tensor, m: int, mt_count: int, sp
             stage[dst + 4 * e] = v[e]
 
 
+def check_prefetch(strip: int, begin: int, length: int, walked: int, n_strips: int, steps: int, spg: int,
+                   depth_: int, sizes: tuple[int, int, int]) -> None:
+    """Every load a warp issues is unconditional (clamped strip and step, see the kernel's prologue
+    and refill): each must fall inside the weights, scales and zeros, even for a strip past N or an
+    empty slice."""
+    strip_in, begin_in, last = min(strip, n_strips - 1), min(begin, steps - spg), max(length - 1, 0)
+    issued = [min(j, last) for j in range(depth_)] + [min(i + depth_, last) for i in range(walked)]
+    for at in issued:
+        w = ((strip_in * steps + begin_in) + at) * 32 + 31
+        s = ((begin_in // spg + at // spg) * n_strips + strip_in) * 8 + 7
+        assert 0 <= w < sizes[0] and 0 <= s < sizes[1] and s < sizes[2], (strip, begin, length, at)
+
+
 def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> torch.Tensor:
     """``x`` [m, K] fp16/bf16 -> [m, N] in x's dtype, as launch_awq_tiles_gemm with this plan."""
     dtype = x.dtype
@@ -166,9 +179,11 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> 
                     strip = by * wn_count + wn
                     a_acc = torch.zeros(m_tiles, 8, 32, 4, dtype=torch.float32)
                     acc[wn, wk] = a_acc
+                    begin, length = slice_of(bz * wk_count + wk, slices, groups, spg)
+                    check_prefetch(strip, begin, length, chunks * ch, n_strips, steps, spg, D,
+                                   (len(weights), len(scales), len(zeros)))
                     if strip >= n_strips:
                         continue
-                    begin, length = slice_of(bz * wk_count + wk, slices, groups, spg)
                     wbase = (strip * steps + begin) * 32 + LANE  # uint4 index per lane, + step * 32
                     group0 = begin // spg
                     sbase = (group0 * n_strips + strip) * 8 + G
