@@ -125,6 +125,8 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
 
 // Chunk c of x for every warp slice of the block, in A-fragment order:
 // stage[((wk * kChunk + cs) * MT + mt) * 128 + lane * 4 + reg], reg = (row >= 8) + 2 * (col >= 8).
+// Only rows below m are written: the kernel zeroes the stage once, and rows past m stay zero (at
+// one token, 15 of every 16 rows).
 template <typename T, int MT, int SPG>
 __device__ void stage_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, int slices, int groups) {
   using S = TileShape<MT>;
@@ -134,13 +136,14 @@ __device__ void stage_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, int s
     const int h = item & 1, r = (item >> 1) & 15;
     int rest = item >> 5;
     const int mt = rest % MT;
+    const int row = (blockIdx.x * MT + mt) * 16 + r;
+    if (row >= p.m) continue;
     rest /= MT;
     const int cs = rest % S::kChunk, wk = rest / S::kChunk;
     const Slice s = slice_of(blockIdx.z * S::kWK + wk, slices, groups, SPG);
     const int local = chunk * S::kChunk + cs;
-    const int row = (blockIdx.x * MT + mt) * 16 + r;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (local < s.len && row < p.m) {
+    if (local < s.len) {
       v = *reinterpret_cast<const uint4*>(x + row * p.x_stride + (s.begin + local) * kAwqTileStep + 8 * h);
     }
     uint32_t* dst = stage + ((wk * S::kChunk + cs) * MT + mt) * kFragWords + 4 * (4 * (r & 7)) + (r >> 3) + 2 * h;
@@ -237,6 +240,9 @@ __global__ void __launch_bounds__(kThreads, TileShape<MT>::kMinBlocks) awq_tiles
   uint32_t scale2[8], zero2[8];
 
   const int chunks = (longest + CH - 1) / CH;
+  for (int i = threadIdx.x; i < kStageSteps * kFragWords / 4; i += kThreads) {
+    reinterpret_cast<uint4*>(stage)[i] = make_uint4(0u, 0u, 0u, 0u);  // rows past m stay zero
+  }
   for (int c = 0; c < chunks; ++c) {
     __syncthreads();  // the previous chunk's fragments are read
     stage_x<T, MT, SPG>(stage, p, c, slices, groups);

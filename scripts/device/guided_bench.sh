@@ -11,7 +11,7 @@ source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_
 TOK=$(bash scripts/device/llama3_tokenizer.sh /tmp/llama3-tokenizer)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 COMMON=(benchmarks/configs/llama-3.1-8b --load-format dummy --tokenizer "$TOK" --attention-backend triton
-        --max-model-len 2048 --log-level warning)
+        --max-model-len 2048)
 for shape in ${SHAPES:-64:256 16:256}; do
   batch=${shape%%:*}; len=${shape##*:}
   timeout "${LIMIT:-280}" python3 benchmarks/guided_decoding.py "${COMMON[@]}" --batch-size "$batch" --output-len "$len" \

@@ -1,8 +1,7 @@
 """Which AWQ kernel computes a product of a given shape, and the call itself.
 
-Two weight layouts (docs/quant_awq.md). With ``PAGODA_AWQ_KERNEL=tiles`` (or ``tiles_dense``) on
-NVIDIA GPUs (sm_80+, fp16/bf16 models, N a multiple of 64, pagoda-platform-cuda's kernels built)
-every layer is repacked at load into the *tiles* layout (:mod:`pagoda_quant_awq.tiles`) and runs ``tiles`` (the tensor-core kernel, csrc
+Two weight layouts (docs/quant_awq.md). On NVIDIA GPUs (sm_80+, fp16/bf16 models, N a multiple
+of 64, pagoda-platform-cuda's kernels built) every layer is repacked at load into the *tiles* layout (:mod:`pagoda_quant_awq.tiles`) and runs ``tiles`` (the tensor-core kernel, csrc
 ``awq_tiles_gemm``) or ``tiles_dense`` (dequantize to W, then the dense matmul), by
 :data:`TILES_TABLE`. Otherwise the checkpoint's layout stays and runs ``cuda`` (the CUDA-core GEMV,
 few tokens), ``triton`` (dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the
@@ -29,9 +28,10 @@ CUDA_MAX_TOKENS = 8  # the GEMV kernel is compiled for 1..8 tokens
 # (largest token count, kernel), first match wins. H100, 2026-11-23 (benchmarks/results/h100_2026-11-23_awq): the CUDA GEMV wins only at M = 1, Triton up to
 # 16-64 tokens, the dequantize + dense matmul beyond (decoder-layer totals)
 TABLE: tuple[tuple[int, str], ...] = ((1, "cuda"), (32, "triton"), (1 << 62, "dense"))
-# The same for layers in the tiles layout (opt-in): the tensor-core kernel up to 16 tokens, where the
-# H100 measured it at 0.93-1.30x bf16 by layer; dequantize + cuBLAS above (it fell to 0.3-0.7x at 64+).
-TILES_TABLE: tuple[tuple[int, str], ...] = ((16, "tiles"), (1 << 62, "tiles_dense"))
+# The same for layers in the tiles layout (the default on NVIDIA GPUs): the tensor-core kernel up to
+# 64 tokens (H100, 2026-11-23, run3: 1.56-1.77x bf16 per decoder layer at 1-16 tokens, and still ahead
+# of dequantize + cuBLAS at 64), dequantize + cuBLAS above.
+TILES_TABLE: tuple[tuple[int, str], ...] = ((64, "tiles"), (1 << 62, "tiles_dense"))
 
 
 @functools.cache
@@ -61,8 +61,8 @@ def tiles_reason(device: torch.device, dtype: torch.dtype, k: int, n: int, group
     from pagoda_quant_awq.tiles import tiles_fit
 
     forced = forced_kernel()
-    if forced not in TILES_KERNELS:  # measured slower end to end (docs/quant_awq.md): opt-in for now
-        return f"the tiles layout is opt-in ({ENV_FORCE}=tiles or tiles_dense)"
+    if forced is not None and forced not in TILES_KERNELS:
+        return f"{ENV_FORCE}={forced} forces a kernel of the checkpoint's layout"
     if device.type != "cuda":
         return "the tiles kernels are for NVIDIA GPUs"  # (ROCm builds leave them out: tiles_extension is None)
     if dtype not in (torch.float16, torch.bfloat16):

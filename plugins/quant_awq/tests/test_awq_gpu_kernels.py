@@ -182,8 +182,8 @@ def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest
 def test_tiny_awq_llama_tiles_equal_the_reference_path(tiles_kernels, checkpoints_on_gpu,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Greedy decoding through CUDA graphs in float16, where the tiles layout dequantizes bit-exactly:
-    the repacked layers (opt-in, PAGODA_AWQ_KERNEL=tiles) give the reference path's tokens; by
-    default layers keep the checkpoint's layout. (bfloat16 rounds the scales once more at the
+    the repacked layers (the default; PAGODA_AWQ_KERNEL=tiles forces the tensor-core kernel at any
+    size) give the reference path's tokens; forcing a checkpoint-layout kernel keeps that layout. (bfloat16 rounds the scales once more at the
     repack: its logprobs are checked in test_tiny_awq_llama_logprobs_on_cuda.)"""
     from pagoda import LLM, SamplingParams
     from pagoda_quant_awq.method import AwqMethod
@@ -206,7 +206,8 @@ def test_tiny_awq_llama_tiles_equal_the_reference_path(tiles_kernels, checkpoint
 
     tiles, repacked = greedy("tiles")
     assert repacked, "PAGODA_AWQ_KERNEL=tiles repacks fp16/bf16 layers on an sm_80+ GPU"
-    assert not greedy(None)[1], "the tiles layout is opt-in"
+    default, repacked = greedy(None)
+    assert repacked, "the tiles layout is the default on an sm_80+ GPU"
     reference, repacked = greedy("reference")
     assert not repacked
-    assert tiles == reference
+    assert tiles == reference == default

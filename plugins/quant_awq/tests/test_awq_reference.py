@@ -53,10 +53,10 @@ def test_tiles_layout_choice(monkeypatch) -> None:
     from pagoda_quant_awq import dispatch
 
     cuda = torch.device("cuda")
-    monkeypatch.delenv(dispatch.ENV_FORCE, raising=False)  # the tiles layout is opt-in
-    assert "opt-in" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
+    monkeypatch.delenv(dispatch.ENV_FORCE, raising=False)  # the tiles layout is the default on NVIDIA GPUs
+    assert "NVIDIA GPUs" in dispatch.tiles_reason(torch.device("cpu"), torch.bfloat16, 4096, 4096, 128)
     monkeypatch.setenv(dispatch.ENV_FORCE, "triton")  # a checkpoint-layout kernel keeps layers unpacked
-    assert "opt-in" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
+    assert "forces a kernel of the checkpoint's layout" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
     monkeypatch.setenv(dispatch.ENV_FORCE, "tiles")
     assert "NVIDIA GPUs" in dispatch.tiles_reason(torch.device("cpu"), torch.bfloat16, 4096, 4096, 128)
     assert dispatch.choose_tiles_kernel(4096) == "tiles"

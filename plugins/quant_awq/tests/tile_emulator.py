@@ -123,8 +123,10 @@ def stage_x(stage: torch.Tensor, x_bits: torch.Tensor, m: int, mt_count: int, sp
         begin, length = slice_of(split * wk_count + wk, slices, groups, spg)
         local = chunk * ch + cs
         row = (m_block * mt_count + mt) * 16 + r
+        if row >= m:
+            continue  # never written: zero from the kernel's start
         v = [0, 0, 0, 0]
-        if local < length and row < m:
+        if local < length:
             col_pair = ((begin + local) * STEP + 8 * h) // 2
             v = x_bits[row, col_pair:col_pair + 4].tolist()
         dst = ((wk * ch + cs) * mt_count + mt) * FRAG_WORDS + 4 * (4 * (r & 7)) + (r >> 3) + 2 * h
@@ -170,8 +172,9 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> 
                 longest = max(slice_of(bz * wk_count + w, slices, groups, spg)[1] for w in range(wk_count))
                 chunks = (longest + ch - 1) // ch
                 stages = []
+                stage = torch.zeros(STAGE_STEPS * FRAG_WORDS, dtype=torch.int64)  # zeroed once per block
                 for c in range(chunks):
-                    stage = torch.zeros(STAGE_STEPS * FRAG_WORDS, dtype=torch.int64)
+                    stage = stage.clone()  # the kernel overwrites the previous chunk in place
                     stage_x(stage, x_bits, m, m_tiles, spg, c, bz, slices, groups, bx)
                     stages.append(stage)
                 for warp in range(THREADS // 32):
