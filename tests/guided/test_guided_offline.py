@@ -82,3 +82,34 @@ def test_unguided_requests_in_the_same_batch_are_untouched(llm) -> None:
     mixed = llm.generate(["Hello", "Hello"], [free, guided], use_tqdm=False)
     assert mixed[0].outputs[0].token_ids == alone
     assert re.fullmatch(r"\d{3}", mixed[1].outputs[0].text)
+
+
+def test_guided_steps_keep_the_overlap_and_its_outputs(llm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overlapped steps: a guided step is launched while the previous one is in flight, its matchers
+    read that step's tokens from the runner (pagoda.guided.runtime.in_flight_token), and the outputs
+    equal strictly serial steps' (seeded sampling and greedy, several schemas and a regex)."""
+    from pagoda.guided import runtime
+
+    read = []
+    original = runtime.in_flight_token
+    monkeypatch.setattr(runtime, "in_flight_token", lambda prev, rid: read.append(rid) or original(prev, rid))
+    names = sorted(SCHEMAS)[:6]
+    params = [SamplingParams(temperature=1.0 if i % 2 else 0.0, seed=i, max_tokens=60,
+                             guided_decoding=GuidedDecodingParams(json=SCHEMAS[name])) for i, name in enumerate(names)]
+    params.append(SamplingParams(temperature=1.0, seed=9, max_tokens=20,
+                                 guided_decoding=GuidedDecodingParams(regex=r"[a-z]{2,5}-\d{2}")))
+    prompts = ["Describe it:"] * len(params)
+
+    def texts() -> list[tuple[list[int], str]]:
+        return [(o.outputs[0].token_ids, o.outputs[0].finish_reason) for o in llm.generate(prompts, params, use_tqdm=False)]
+
+    core = llm.engine.core
+    overlapped = texts()
+    assert core.overlap and len(read) > 50  # the matchers took in-flight tokens: the steps overlapped
+    core.overlap = False
+    try:
+        read.clear()
+        serial = texts()
+    finally:
+        core.overlap = True
+    assert not read and overlapped == serial

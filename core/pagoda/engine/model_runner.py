@@ -103,7 +103,7 @@ class ModelRunner:
             index = inputs.sample_token_index
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
             if self.guided is not None:  # grammar bitmasks: filled on the CPU while the device runs the step
-                self.guided.mask(logits, requests)
+                self.guided.mask(logits, requests, prev)
             sample = self.sampler.sample(logits, [self._row(req) for req in requests])
             self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
         return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
@@ -186,9 +186,16 @@ class PendingStep:
         self.sample = sample
         self._wait = wait
         self._prompt_logprobs = prompt_logprobs
+        self._result: RunnerOutput | None = None
 
     def result(self) -> RunnerOutput:
-        """Wait for the step's tokens (and logprobs) and return them per request id."""
+        """Wait for the step's tokens (and logprobs) and return them per request id (read once:
+        guided decoding may read them while launching the next step, the engine core after)."""
+        if self._result is None:
+            self._result = self._read()
+        return self._result
+
+    def _read(self) -> RunnerOutput:
         result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
         if self.sample is None:
             return result

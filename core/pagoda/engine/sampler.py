@@ -235,6 +235,13 @@ def needs_output_history(p: SamplingParams) -> bool:
     return _has_penalty(p) or p.guided_decoding is not None or reads_output_tokens(p)
 
 
+def needs_tokens_before_launch(p: SamplingParams) -> bool:
+    """Whether a step sampling for ``p`` can only be launched once the previous step's tokens are on
+    the host. Grammars need not: the runner reads the in-flight step's tokens while the next
+    step's forward pass runs (pagoda.guided.runtime), so guided steps keep the overlap."""
+    return _has_penalty(p) or reads_output_tokens(p)
+
+
 def _has_penalty(p: SamplingParams) -> bool:
     return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
 

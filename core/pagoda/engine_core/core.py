@@ -28,7 +28,7 @@ from pagoda.beam.groups import BeamGroups
 from pagoda.engine.builder import EngineParts, build_engine_parts
 from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
-from pagoda.engine.sampler import needs_output_history
+from pagoda.engine.sampler import needs_tokens_before_launch
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
@@ -312,7 +312,7 @@ def check_runner(runner: str, pooling_params: object | None) -> None:
 
 def _needs_tokens(scheduled: SchedulerOutput) -> bool:
     """Whether a request of this step must know its tokens before the step is launched."""
-    return any(req.num_pending_tokens and needs_output_history(req.sampling_params) for req in scheduled.requests)
+    return any(req.num_pending_tokens and needs_tokens_before_launch(req.sampling_params) for req in scheduled.requests)
 
 
 def _without_finished(scheduled: SchedulerOutput) -> SchedulerOutput:

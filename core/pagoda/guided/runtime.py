@@ -5,9 +5,10 @@ and the logits on the device and before it queues sampling: each guided request'
 catches up with the tokens the request accepted since the last step, then the backend fills the
 rows of a CPU bitmask (xgrammar does it on native threads), and the packed bitmask is copied to
 the device and applied there. On an asynchronous device (CUDA) the CPU work thus overlaps the
-step's forward pass. The tokens of the previous step must be known on the host first, so the
-engine core resolves an in-flight step before launching one with a guided request
-(``pagoda.engine.sampler.needs_output_history``): guided steps give up cross-step overlap.
+step's forward pass. With overlapped steps the previous step may still be in flight when this one
+is launched (its last token is a placeholder on the host; the forward pass took it from the
+device): the matcher then reads that step's tokens itself (``prev.result()``, which waits only for
+the previous step, queued before this forward pass), so guided steps keep the cross-step overlap.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pagoda.guided.bitmask import allocate_bitmask, apply_bitmask
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 
 if TYPE_CHECKING:
+    from pagoda.engine.model_runner import PendingStep
     from pagoda.engine.request import Request
     from pagoda.guided.params import GuidedDecodingParams
 
@@ -48,15 +50,16 @@ class GuidedSampling:
         self.states: dict[str, MatcherState] = {}  # request id -> its matcher
         self._bitmask = allocate_bitmask(0, vocab_size)
 
-    def mask(self, logits: torch.Tensor, requests: list["Request"]) -> None:
-        """Forbid, in ``logits`` (``[len(requests), V]``), the tokens each guided request's grammar forbids."""
+    def mask(self, logits: torch.Tensor, requests: list["Request"], prev: "PendingStep | None" = None) -> None:
+        """Forbid, in ``logits`` (``[len(requests), V]``), the tokens each guided request's grammar
+        forbids. ``prev``: the step still in flight, whose tokens are placeholders on the host."""
         rows = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
         if not rows:
             return
         bitmask = self._bitmask_rows(len(rows))
         by_backend: dict[str, tuple[list[GrammarMatcher], list[int]]] = {}
         for slot, i in enumerate(rows):
-            state = self._advance(requests[i])
+            state = self._advance(requests[i], prev)
             if state.off_grammar or state.matcher.is_terminated():
                 continue  # the row stays all-allowed (-1)
             name = self._backend_name(requests[i].sampling_params.guided_decoding)
@@ -110,17 +113,20 @@ class GuidedSampling:
         if accepted:
             matcher.rollback(accepted)
 
-    def _advance(self, req: "Request") -> MatcherState:
-        """The request's matcher, fed every output token it has not seen yet."""
+    def _advance(self, req: "Request", prev: "PendingStep | None" = None) -> MatcherState:
+        """The request's matcher, fed every output token it has not seen yet (a trailing placeholder
+        read from ``prev``, the step in flight that samples it)."""
         state = self.states.get(req.request_id)
         if state is None:
             state = MatcherState(self._backend(req.sampling_params.guided_decoding).new_matcher(req.sampling_params.guided_decoding))
             self.states[req.request_id] = state
         new = req.output_token_ids[state.consumed : req.num_output_tokens - req.num_draft_tokens]  # no drafts
+        if new and new[-1] < 0 and prev is not None and req.request_id in prev.rows:
+            new = [*new[:-1], in_flight_token(prev, req.request_id)]
         for token in new:
             if token < 0:
-                raise RuntimeError("guided decoding needs the previous step's tokens on the host; "
-                                   "needs_output_history must hold for guided requests")
+                raise RuntimeError("guided decoding needs the previous step's tokens: the step that samples "
+                                   f"request {req.request_id}'s last token was not passed to mask()")
             if not state.off_grammar and not state.matcher.accept(token):
                 state.off_grammar = True
                 logger.warning("request %s: token %d is outside its grammar; the rest of it is unguided",
@@ -168,3 +174,8 @@ def guided_sampling_for(parts: Any) -> GuidedSampling | None:
         eos = getattr(parts.hf_config, "eos_token_id", None)
     stops = [t for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
     return GuidedSampling(parts.tokenizer, parts.hf_config.vocab_size, stops, parts.config.guided_decoding_backend)
+
+
+def in_flight_token(prev: "PendingStep", request_id: str) -> int:
+    """The token the in-flight step ``prev`` samples for a request (waits for that step only)."""
+    return prev.result().sampled[request_id]
