@@ -33,9 +33,9 @@ struct FlashAttentionArgs {
 
 // Head sizes with compiled kernels (both entry points) and the tile sizes the Python side needs.
 bool flash_supports_head_size(int head_size);
-constexpr int kFlashPrefillBlockM = 64;  // query tokens per prefill program (grid size)
+constexpr int kFlashPrefillBlockM = 128;  // query tokens per prefill program (grid size)
 
-// Prefill / chunked prefill of sequences [num_decodes, num_seqs): grid (num_prefill_tokens / 64 +
+// Prefill / chunked prefill of sequences [num_decodes, num_seqs): grid (num_prefill_tokens / 128 +
 // num_prefills, num_heads); the program of each query block is found on the device.
 void launch_flash_prefill(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_seqs,
                           int64_t num_prefill_tokens, cudaStream_t stream);

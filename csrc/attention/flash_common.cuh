@@ -68,23 +68,28 @@ PAGODA_INLINE void cp_async_wait() {
 // Four 8x8 matrices of 16-bit values; lanes 8i..8i+7 give the row addresses of matrix i, and
 // register i receives (row lane/4, cols 2(lane%4)..+1) of matrix i (with .trans: (rows 2(lane%4)..+1,
 // col lane/4), i.e. the transpose).
-PAGODA_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
+// `addr` is a shared-space address (see smem_addr).
+PAGODA_INLINE void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
 #if PAGODA_FLASH_ENABLED
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(src));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 #endif
 }
 
-PAGODA_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) {
+PAGODA_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 #if PAGODA_FLASH_ENABLED
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(src));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 #endif
 }
+
+PAGODA_INLINE uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+PAGODA_INLINE void ldmatrix_x4(uint32_t (&r)[4], const void* src) { ldmatrix_x4(r, smem_addr(src)); }
+
+PAGODA_INLINE void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) { ldmatrix_x4_trans(r, smem_addr(src)); }
 
 // ---- tensor-core product -------------------------------------------------------------------------
 // c (16 x 8, fp32) += a (16 x 16) * b (16 x 8), 16-bit inputs of type T.
@@ -127,6 +132,13 @@ template <>
 PAGODA_INLINE uint32_t pack2<bf16_t>(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0; 2^-inf = 0). exp2f adds a range fix-up.
+PAGODA_INLINE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- warp reductions over the 4 lanes of a quad (the lanes that share a fragment row) ------------
@@ -199,15 +211,29 @@ PAGODA_INLINE void load_a(uint32_t (&a)[4], const void* tile, int row0, int k, i
   ldmatrix_x4(a, base + swizzle<D>(row0 + (lane & 15), 2 * k + (lane >> 4)));
 }
 
+// Lane address of the ldmatrix that loads the B fragments of keys key0..key0+15, dims 16k..16k+15
+// of a swizzled K tile [keys, D]: registers 0, 1 for keys key0..+7, registers 2, 3 for keys +8..+15.
+template <int D>
+PAGODA_INLINE const uint16_t* k_frag_src(const void* k_tile, int key0, int k, int lane) {
+  const int i = lane >> 3;
+  return static_cast<const uint16_t*>(k_tile) + swizzle<D>(key0 + (lane & 7) + 8 * (i >> 1), 2 * k + (i & 1));
+}
+
+// Lane address of the ldmatrix.trans that loads the B fragments of keys key0..key0+15, dims
+// 16dp..16dp+15 of a swizzled V tile [keys, D]: registers 0, 1 for dims 16dp..+7, 2, 3 for +8..+15.
+template <int D>
+PAGODA_INLINE const uint16_t* v_frag_src(const void* v_tile, int key0, int dp, int lane) {
+  const int i = lane >> 3;
+  return static_cast<const uint16_t*>(v_tile) + swizzle<D>(key0 + (lane & 7) + 8 * (i & 1), 2 * dp + (i >> 1));
+}
+
 // s[2p], s[2p+1] += a (16 rows x dims 16k..16k+15) @ K^T for keys key0 + 16p .. +15 of a swizzled
 // K tile [keys, D] (so K rows are the B operand's columns: no transpose).
 template <typename T, int D>
 PAGODA_INLINE void qk_step(float (&s0)[4], float (&s1)[4], const uint32_t (&a)[4], const void* k_tile, int key0,
                            int k, int lane) {
-  const auto* base = static_cast<const uint16_t*>(k_tile);
-  const int i = lane >> 3;
   uint32_t b[4];
-  ldmatrix_x4(b, base + swizzle<D>(key0 + (lane & 7) + 8 * (i >> 1), 2 * k + (i & 1)));
+  ldmatrix_x4(b, k_frag_src<D>(k_tile, key0, k, lane));
   mma_16816<T>(s0, a, b[0], b[1]);
   mma_16816<T>(s1, a, b[2], b[3]);
 }
@@ -215,12 +241,10 @@ PAGODA_INLINE void qk_step(float (&s0)[4], float (&s1)[4], const uint32_t (&a)[4
 // o[dt] += p (16 rows x keys key0..key0+15) @ V[key0.., all D dims] of a swizzled V tile [keys, D].
 template <typename T, int D>
 PAGODA_INLINE void pv_step(float (&o)[D / 8][4], const uint32_t (&p)[4], const void* v_tile, int key0, int lane) {
-  const auto* base = static_cast<const uint16_t*>(v_tile);
-  const int i = lane >> 3;
 #pragma unroll
   for (int dp = 0; dp < D / 16; ++dp) {
     uint32_t b[4];
-    ldmatrix_x4_trans(b, base + swizzle<D>(key0 + (lane & 7) + 8 * (i & 1), 2 * dp + (i >> 1)));
+    ldmatrix_x4_trans(b, v_frag_src<D>(v_tile, key0, dp, lane));
     mma_16816<T>(o[2 * dp], p, b[0], b[1]);
     mma_16816<T>(o[2 * dp + 1], p, b[2], b[3]);
   }

@@ -1,18 +1,24 @@
 // Paged prefill attention (FlashAttention-2 algorithm) on tensor cores: mma.sync m16n8k16, sm_80+.
 //
-// A program (128 threads, 4 warps) owns 64 query tokens of one sequence and one q head; warp w owns
-// rows 16w..16w+15. It walks the keys of its sequence up to its last query position in tiles of
-// BN keys, read straight from the paged cache through the block table (cached prefix and this
+// A program owns BM = 128 query tokens of one sequence and one q head. Head 64/128: 4 warps, warp w
+// owns rows 32w..32w+31 as two m16 row tiles, so every K or V fragment an ldmatrix loads feeds two
+// MMAs (one per row tile); head 256: 8 warps of one row tile (two would need 256 fp32 output
+// registers per thread). It walks the keys of its sequence up to its last query position in tiles
+// of BN keys, read straight from the paged cache through the block table (cached prefix and this
 // step's keys alike: the KV write runs first), keeping per row the running max, the sum and the
-// fp32 output in registers (online softmax, log2 domain). Shared memory holds Q [64, D], one K tile
-// and one V tile [BN, D] (swizzled, see flash_common.cuh); the V tile loads while Q K^T runs and the
-// next K tile while P V runs (cp.async). Tiles that reach past the tile's first query position (or
-// the sliding window) are masked; keys past the sequence are zero-filled.
+// fp32 output in registers (online softmax, log2 domain).
 //
-// Grid: x = num_prefill_tokens / 64 + num_prefills (an upper bound on the query blocks of all
+// Shared memory: Q [BM, D] (read back by ldmatrix at every k-step; registers hold S and O) and two
+// stages of K and V tiles [BN, D] (swizzled, see flash_common.cuh). One barrier per key tile: after
+// it, the next tile's K and V loads (cp.async) go to the other stage and run under this tile's
+// products. A warp skips the tiles none of its rows may see and masks only the tiles that the causal
+// diagonal or the sliding window cut for its rows; keys past the range are zero-filled.
+//
+// Grid: x = num_prefill_tokens / BM + num_prefills (an upper bound on the query blocks of all
 // prefills; each program finds its (sequence, block) by binary search over query_start_loc and
 // programs past their sequence's end return), heaviest (last) blocks first; y = q head.
 #include <algorithm>
+#include <climits>
 
 #include "flash_attention.h"
 #include "flash_common.cuh"
@@ -20,18 +26,22 @@
 namespace pagoda {
 namespace flash {
 
-constexpr int kPrefillThreads = 128;
-constexpr int kPrefillBlockM = kFlashPrefillBlockM;  // 4 warps x 16 rows
+constexpr int kPrefillBlockM = kFlashPrefillBlockM;  // query rows per program
 
 template <int D>
 struct PrefillTile {
-  static constexpr int kBlockN = D <= 128 ? 64 : 32;  // keys per step (registers: S tile + O rows)
-  static constexpr bool kQInRegisters = D <= 128;    // else reread Q fragments from shared memory
-  static constexpr int kSmemBytes = (kPrefillBlockM + 2 * kBlockN) * D * 2;
+  static constexpr int kRowTiles = D <= 128 ? 2 : 1;  // m16 row tiles per warp (registers: O is [kRowTiles][D/8][4])
+  static constexpr int kWarpRows = 16 * kRowTiles;
+  static constexpr int kWarps = kPrefillBlockM / kWarpRows;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kBlockN = D <= 128 ? 64 : 32;  // keys per tile (registers: S is [kRowTiles][BN/8][4])
+  static constexpr int kStageElems = 2 * kBlockN * D;  // one K tile and one V tile
+  static constexpr int kSmemBytes = (kPrefillBlockM * D + 2 * kStageElems) * 2;  // 48 / 96 / 128 KiB
+  static constexpr int kMinBlocks = D <= 64 ? 2 : 1;    // programs per SM the registers must allow
 };
 
 // (sequence, query block within it) of program `pid`: block i of sequence s is program
-// (qsl[s] - qsl[seq_lo]) / 64 + (s - seq_lo) + i.
+// (qsl[s] - qsl[seq_lo]) / BM + (s - seq_lo) + i.
 PAGODA_INLINE void find_query_block(const int32_t* qsl, int pid, int seq_lo, int seq_hi, int& seq, int& block) {
   const int base = qsl[seq_lo];
   int lo = seq_lo, hi = seq_hi;
@@ -48,30 +58,240 @@ PAGODA_INLINE void find_query_block(const int32_t* qsl, int pid, int seq_lo, int
   block = pid - ((qsl[lo] - base) / kPrefillBlockM + lo - seq_lo);
 }
 
-// cp.async a [ROWS, D] tile: row r comes from base + src_row(r) (zeros where src_row(r) < 0).
-template <int D, int ROWS, typename RowFn>
-PAGODA_INLINE void load_tile(uint16_t* tile, const uint16_t* base, RowFn src_row) {
-  constexpr int kChunks = D / 8;
-  static_assert(ROWS * kChunks % kPrefillThreads == 0, "whole passes of the block");
+// A thread's share of a [rows, D] tile copy: passes of THREADS 16-byte chunks; in pass i it copies
+// chunk `chunk` of row `row + i * kRowsPerPass`, whose swizzled offset is `at + i * kRowsPerPass * D`
+// (kRowsPerPass is a multiple of 8, so the row's swizzle pattern stays the same).
+template <int D, int THREADS>
+struct CopyLane {
+  static constexpr int kRowsPerPass = THREADS / (D / 8);
+  static_assert(kRowsPerPass % 8 == 0, "the swizzle pattern repeats every 8 rows");
+  int row, chunk, at;
+  PAGODA_INLINE CopyLane() : row(threadIdx.x / (D / 8)), chunk(threadIdx.x % (D / 8)), at(swizzle<D>(row, chunk)) {}
+};
+
+// cp.async the Q tile [BM, D]: rows past the block's tokens are zero-filled.
+template <int D, int THREADS>
+PAGODA_INLINE void load_q_tile(uint16_t* s_q, const uint16_t* q_base, int64_t q_stride, int rows) {
+  using Lane = CopyLane<D, THREADS>;
+  const Lane t;
 #pragma unroll
-  for (int pass = 0; pass < ROWS * kChunks / kPrefillThreads; ++pass) {
-    const int i = threadIdx.x + pass * kPrefillThreads;
-    const int r = i / kChunks, c = i % kChunks;
-    const int64_t offset = src_row(r);
-    cp_async16(tile + swizzle<D>(r, c), offset >= 0 ? base + offset + c * 8 : base, offset >= 0);
+  for (int pass = 0; pass < kPrefillBlockM / Lane::kRowsPerPass; ++pass) {
+    const int r = t.row + pass * Lane::kRowsPerPass;
+    const bool valid = r < rows;
+    cp_async16(s_q + t.at + pass * Lane::kRowsPerPass * D, valid ? q_base + r * q_stride + t.chunk * 8 : q_base, valid);
+  }
+}
+
+// The keys of one sequence and kv head: its block-table row, the kv head's offset in a cache half,
+// the end of the range (keys at or past key_hi are zero-filled). Strides and cache pointers are
+// read from the kernel parameters where used (constant memory: no registers held in the loop).
+struct KeySource {
+  const int32_t* bt_row;
+  int64_t head_offset;
+  int key_hi;
+};
+
+// cp.async keys key0..key0+BN-1 into one stage: the K tile, then the V tile (same row addresses).
+template <int D, int BN, int THREADS>
+PAGODA_INLINE void load_kv_stage(uint16_t* stage, const FlashAttentionArgs& p, const KeySource& src, int key0) {
+  using Lane = CopyLane<D, THREADS>;
+  static_assert(BN % Lane::kRowsPerPass == 0, "whole passes of the block");
+  const Lane t;
+#pragma unroll
+  for (int pass = 0; pass < BN / Lane::kRowsPerPass; ++pass) {
+    const int pos = key0 + t.row + pass * Lane::kRowsPerPass;
+    const bool valid = pos < src.key_hi;
+    const int64_t row =
+        valid ? src.head_offset + paged_row(src.bt_row, pos, p.block_size, p.cache_stride_block, p.cache_stride_token)
+              : 0;
+    uint16_t* dst = stage + t.at + pass * Lane::kRowsPerPass * D;
+    cp_async16(dst, static_cast<const uint16_t*>(p.k_cache) + row + t.chunk * 8, valid);
+    cp_async16(dst + BN * D, static_cast<const uint16_t*>(p.v_cache) + row + t.chunk * 8, valid);
+  }
+}
+
+// Element offsets of this lane's ldmatrix row in swizzled tiles, at k-step (or dim pair) 0: the
+// A fragment of rows row0.. of Q, the B fragments of keys 0..15 of a K tile (no transpose) and of a
+// V tile (.trans). Every such row r has r % 8 == lane % 8 and chunk 2k + h (h = 0 or 1), stored at
+// chunk ((2k + h) ^ r % 8) = (h ^ r % 8) ^ 2k: step k's offset is the step-0 offset XOR (k << 4)
+// (r * D is a multiple of D and untouched); rows 16 further are 16 * D further.
+template <int D>
+struct FragOffsets {
+  int q, k, v;
+  PAGODA_INLINE FragOffsets(int row0, int lane) {
+    const int i = lane >> 3;
+    q = swizzle<D>(row0 + (lane & 15), lane >> 4);      // = load_a<D>(.., row0, 0, lane)
+    k = swizzle<D>((lane & 7) + 8 * (i >> 1), i & 1);   // = k_frag_src<D>(.., 0, 0, lane)
+    v = swizzle<D>((lane & 7) + 8 * (i & 1), i >> 1);   // = v_frag_src<D>(.., 0, 0, lane)
+  }
+};
+
+// Shared-space address of the fragment at `offset` (a FragOffsets member) of a tile at `tile` (aligned
+// to 2 * D bytes) for step `step`, `rows16` groups of 16 rows further down.
+template <int D>
+PAGODA_INLINE uint32_t frag_addr(uint32_t tile, int offset, int step, int rows16) {
+  return ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * D;
+}
+
+// S[i] = Q rows 16i.. of this warp (i < RT) @ K^T for the BN keys of a tile: each K fragment feeds
+// RT MMAs.
+template <typename T, int D, int BN, int RT>
+PAGODA_INLINE void tile_scores(float (&s)[RT][BN / 8][4], uint32_t q_tile, uint32_t k_tile, const FragOffsets<D>& f) {
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) s[i][nt][0] = s[i][nt][1] = s[i][nt][2] = s[i][nt][3] = 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < D / 16; ++k) {
+    uint32_t a[RT][4];
+#pragma unroll
+    for (int i = 0; i < RT; ++i) ldmatrix_x4(a[i], frag_addr<D>(q_tile, f.q, k, i));
+#pragma unroll
+    for (int np = 0; np < BN / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, frag_addr<D>(k_tile, f.k, k, np));
+#pragma unroll
+      for (int i = 0; i < RT; ++i) {
+        mma_16816<T>(s[i][2 * np], a[i], b[0], b[1]);
+        mma_16816<T>(s[i][2 * np + 1], a[i], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// o[i] += P[i] @ V for the BN keys of a tile: each V fragment feeds RT MMAs.
+template <typename T, int D, int BN, int RT>
+PAGODA_INLINE void tile_pv(float (&o)[RT][D / 8][4], const uint32_t (&prob)[RT][BN / 16][4], uint32_t v_tile,
+                           const FragOffsets<D>& f) {
+#pragma unroll
+  for (int kp = 0; kp < BN / 16; ++kp) {
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, frag_addr<D>(v_tile, f.v, dp, kp));
+#pragma unroll
+      for (int i = 0; i < RT; ++i) {
+        mma_16816<T>(o[i][2 * dp], prob[i][kp], b[0], b[1]);
+        mma_16816<T>(o[i][2 * dp + 1], prob[i][kp], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// -inf where a key is invisible to the fragment's row: with d = (query position) - key, visible iff
+// 0 <= d (causal) and d < window (window > 0). Element e of score tile nt of row tile i is key
+// key0 + 8nt + 2t + (e & 1) of the row at position pos0 + 16i + 8(e >> 1), so d = `rel` + a constant:
+// one compare against an immediate each, no per-element registers.
+template <int BN, int RT>
+PAGODA_INLINE void mask_scores(float (&s)[RT][BN / 8][4], int key0, int pos0, int window, int lane) {
+  const int rel = pos0 - key0 - 2 * (lane % 4);
+  const int rel_window = window > 0 ? rel - window : INT_MIN / 2;  // visible iff rel_window + c < 0
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 16 * i + 8 * (e >> 1) - 8 * nt - (e & 1);
+        const bool visible = rel >= -c && rel_window < -c;
+        s[i][nt][e] = visible ? s[i][nt][e] : -INFINITY;
+      }
+    }
+  }
+}
+
+// Online softmax of one row tile (rows g, g + 8) over raw scores `s` (masked: -inf): the running
+// max `m` is kept scaled (log2 domain, `scale` = softmax scale * log2 e), so p = 2^(s * scale - m)
+// is one FFMA and one MUFU.EX2. `l` is this lane's partial sum (the quad's are added at the end).
+// Rescales `o` and `l`; turns `s` into probabilities in place.
+template <int N, int D>
+PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                  float scale) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float raw_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+    const float row_max = fmaxf(m[half], quad_max(raw_max) * scale);
+    // a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0, alpha = 1 or 0)
+    const float base = row_max == -INFINITY ? 0.0f : row_max;
+    const float alpha = fast_exp2(m[half] - base);
+    m[half] = row_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      s[nt][2 * half] = fast_exp2(fmaf(s[nt][2 * half], scale, -base));
+      s[nt][2 * half + 1] = fast_exp2(fmaf(s[nt][2 * half + 1], scale, -base));
+      sum += s[nt][2 * half] + s[nt][2 * half + 1];
+    }
+    l[half] = l[half] * alpha + sum;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][2 * half] *= alpha;
+      o[dt][2 * half + 1] *= alpha;
+    }
+  }
+}
+
+// One warp's work on one key tile (K at `k_tile`, V right after it): scores, mask (kMasked),
+// online softmax, O += P V.
+template <typename T, int D, int BN, int RT, bool kMasked>
+PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], float (&l)[RT][2], uint32_t q_tile,
+                               uint32_t k_tile, const FragOffsets<D>& f, int key0, int pos0, int window, float scale,
+                               int lane) {
+  float s[RT][BN / 8][4];
+  tile_scores<T, D, BN, RT>(s, q_tile, k_tile, f);
+  if constexpr (kMasked) mask_scores<BN, RT>(s, key0, pos0, window, lane);
+  uint32_t prob[RT][BN / 16][4];
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+    softmax_update<BN, D>(s[i], m[i], l[i], o[i], scale);
+#pragma unroll
+    for (int kp = 0; kp < BN / 16; ++kp) probs_to_a<T>(s[i][2 * kp], s[i][2 * kp + 1], prob[i][kp]);
+  }
+  tile_pv<T, D, BN, RT>(o, prob, k_tile + BN * D * 2, f);
+}
+
+// Normalise this warp's rows, stage them in its own rows of s_q (no other warp reads those), store
+// 16-byte chunks of the rows below `rows` (the block's tokens).
+template <typename T, int D, int RT>
+PAGODA_INLINE void store_rows(uint16_t* out, int64_t o_stride, float (&o)[RT][D / 8][4], const float (&l)[RT][2],
+                              uint16_t* s_q, int row0, int rows, int lane) {
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = quad_sum(l[i][half]);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int r = row0 + 16 * i + lane / 4 + 8 * half;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const uint32_t packed = pack2<T>(o[i][dt][2 * half] * inv, o[i][dt][2 * half + 1] * inv);
+        *reinterpret_cast<uint32_t*>(s_q + swizzle<D>(r, dt) + 2 * (lane % 4)) = packed;
+      }
+    }
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int j = lane; j < 16 * RT * kChunks; j += kWarpSize) {
+    const int r = row0 + j / kChunks, c = j % kChunks;
+    if (r < rows) {
+      *reinterpret_cast<uint4*>(out + r * o_stride + c * 8) = *reinterpret_cast<const uint4*>(s_q + swizzle<D>(r, c));
+    }
   }
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kPrefillThreads)
+__global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMinBlocks)
     flash_prefill_kernel(FlashAttentionArgs p, int seq_lo, int seq_hi) {
 #if PAGODA_FLASH_ENABLED
   using Tile = PrefillTile<D>;
-  constexpr int BN = Tile::kBlockN, BM = kPrefillBlockM;
-  extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* s_q = smem;            // [BM, D]
-  uint16_t* s_k = s_q + BM * D;    // [BN, D]
-  uint16_t* s_v = s_k + BN * D;    // [BN, D]
+  constexpr int BN = Tile::kBlockN, BM = kPrefillBlockM, RT = Tile::kRowTiles, THREADS = Tile::kThreads;
+  extern __shared__ __align__(1024) uint16_t smem[];
+  uint16_t* s_q = smem;             // [BM, D]
+  uint16_t* s_kv = s_q + BM * D;    // 2 stages of (K [BN, D], V [BN, D])
 
   int seq, block;
   find_query_block(p.query_start_loc, gridDim.x - 1 - blockIdx.x, seq_lo, seq_hi, seq, block);
@@ -79,128 +299,65 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int q_len = p.query_start_loc[seq + 1] - q_start;
   const int m0 = block * BM;
   if (m0 >= q_len) return;  // the whole program: no barrier is skipped by some threads only
+  const int rows = min(BM, q_len - m0);                        // valid query rows of the block
   const int head = blockIdx.y;
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
   const int seq_len = p.seq_lens[seq];
-  const int first_pos = seq_len - q_len + m0;                   // position of query row 0
-  const int last_pos = seq_len - q_len + min(m0 + BM, q_len) - 1;
-  const int key_hi = last_pos + 1;                                // keys [key_lo, key_hi)
-  const int key_lo = p.window > 0 ? max(first_pos - p.window + 1, 0) / BN * BN : 0;
+  const int first_pos = seq_len - q_len + m0;                  // position of query row 0
+  const int key_hi = first_pos + rows;                         // keys [key_lo, key_hi)
+  const int window = p.window;
+  const int key_lo = window > 0 ? max(first_pos - window + 1, 0) / BN * BN : 0;
   const int num_tiles = (key_hi - key_lo + BN - 1) / BN;
 
-  const auto* q_base = static_cast<const uint16_t*>(p.query) + head * p.q_stride_head;
-  const auto* k_base = static_cast<const uint16_t*>(p.k_cache) + kv_head * p.cache_stride_head;
-  const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
-  const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
-  const int64_t q_stride = p.q_stride_token, stride_block = p.cache_stride_block, stride_token = p.cache_stride_token;
-  const int block_size = p.block_size;
-  auto q_row = [=](int r) -> int64_t { return m0 + r < q_len ? (q_start + m0 + r) * q_stride : -1; };
-  auto kv_row = [=](int key0) {
-    return [=](int r) -> int64_t {
-      const int pos = key0 + r;
-      return pos < key_hi ? paged_row(bt_row, pos, block_size, stride_block, stride_token) : -1;
-    };
-  };
+  const KeySource src{p.block_tables + seq * p.block_table_stride, kv_head * p.cache_stride_head, key_hi};
+  const auto* q_base = static_cast<const uint16_t*>(p.query) + head * p.q_stride_head + (q_start + m0) * p.q_stride_token;
+  load_q_tile<D, THREADS>(s_q, q_base, p.q_stride_token, rows);
+  load_kv_stage<D, BN, THREADS>(s_kv, p, src, key_lo);
+  cp_async_commit();
 
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int row0 = 16 * warp;                                // this warp's first row in the tile
-  const int pos0 = first_pos + row0 + lane / 4;              // query position of fragment row g
+  const int row0 = Tile::kWarpRows * warp;                     // this warp's first row in the block
+  const int pos0 = first_pos + row0 + lane / 4;                // query position of fragment row g
+  // positions of this warp's first and last valid rows (a warp past `rows` has none: sees nothing)
+  const int warp_first = first_pos + row0;
+  const int warp_last = row0 < rows ? first_pos + min(row0 + Tile::kWarpRows, rows) - 1 : -1;
   const float scale = p.scale * kLog2e;
+  const FragOffsets<D> frag(row0, lane);
+  const uint32_t q_tile = smem_addr(s_q), kv_tiles = smem_addr(s_kv);
+  if (q_tile % (2 * D) != 0) __trap();  // frag_addr's XOR needs tiles aligned to a row (2 * D bytes)
 
-  float o[D / 8][4];
+  float o[RT][D / 8][4];
+  float m[RT][2], l[RT][2];
 #pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint32_t q_frag[Tile::kQInRegisters ? D / 16 : 1][4];
-
-  load_tile<D, BM>(s_q, q_base, q_row);
-  load_tile<D, BN>(s_k, k_base, kv_row(key_lo));
-  cp_async_commit();
+  for (int i = 0; i < RT; ++i) {
+    m[i][0] = m[i][1] = -INFINITY;
+    l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) o[i][dt][0] = o[i][dt][1] = o[i][dt][2] = o[i][dt][3] = 0.0f;
+  }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int key0 = key_lo + tile * BN;
-    cp_async_wait<0>();  // K (and Q) of this tile
-    __syncthreads();
-    load_tile<D, BN>(s_v, v_base, kv_row(key0));  // overlaps Q K^T
-    cp_async_commit();
-    if constexpr (Tile::kQInRegisters) {
-      if (tile == 0) {
-#pragma unroll
-        for (int k = 0; k < D / 16; ++k) load_a<D>(q_frag[k], s_q, row0, k, lane);
-      }
-    }
-
-    float s[BN / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
-      uint32_t a[4];
-      if constexpr (Tile::kQInRegisters) {
-        a[0] = q_frag[k][0], a[1] = q_frag[k][1], a[2] = q_frag[k][2], a[3] = q_frag[k][3];
-      } else {
-        load_a<D>(a, s_q, row0, k, lane);
-      }
-#pragma unroll
-      for (int np = 0; np < BN / 16; ++np) qk_step<T, D>(s[2 * np], s[2 * np + 1], a, s_k, 16 * np, k, lane);
-    }
-
-    // causal (and window) mask only where some key of the tile is invisible to some row
-    const bool masked = key0 + BN - 1 > first_pos || (p.window > 0 && key0 <= last_pos - p.window);
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * scale;
-        if (masked) {
-          const int key = key0 + 8 * nt + 2 * (lane % 4) + (e & 1);
-          const int pos = pos0 + 8 * (e >> 1);
-          const bool visible = key <= pos && (p.window <= 0 || key > pos - p.window);
-          x = visible ? x : -INFINITY;
-        }
-        s[nt][e] = x;
-      }
-    }
-    online_softmax<BN, D>(s, m, l, o);
-    uint32_t prob[BN / 16][4];
-#pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) probs_to_a<T>(s[2 * kp], s[2 * kp + 1], prob[kp]);
-
-    cp_async_wait<0>();  // V of this tile; and every warp is done reading K
-    __syncthreads();
+    cp_async_wait<0>();  // this tile's K and V (and Q)
+    __syncthreads();     // ... from every thread; and every warp is done with the other stage
     if (tile + 1 < num_tiles) {
-      load_tile<D, BN>(s_k, k_base, kv_row(key0 + BN));  // overlaps P V
+      load_kv_stage<D, BN, THREADS>(s_kv + ((tile + 1) & 1) * Tile::kStageElems, p, src, key0 + BN);
       cp_async_commit();
     }
-#pragma unroll
-    for (int kp = 0; kp < BN / 16; ++kp) pv_step<T, D>(o, prob[kp], s_v, 16 * kp, lane);
+    const bool after_all = key0 > warp_last;                                  // causal: no row sees a key
+    const bool before_all = window > 0 && key0 + BN - 1 <= warp_first - window;  // out of every row's window
+    if (after_all || before_all) continue;
+    const bool masked = key0 + BN - 1 > warp_first || (window > 0 && key0 <= warp_last - window);
+    const uint32_t k_tile = kv_tiles + (tile & 1) * Tile::kStageElems * 2;
+    if (masked) {
+      attend_tile<T, D, BN, RT, true>(o, m, l, q_tile, k_tile, frag, key0, pos0, window, scale, lane);
+    } else {
+      attend_tile<T, D, BN, RT, false>(o, m, l, q_tile, k_tile, frag, key0, pos0, window, scale, lane);
+    }
   }
 
-  // normalise, stage this warp's 16 rows in its own rows of s_q (no other warp reads them), store
-  // 16-byte chunks
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float sum = quad_sum(l[half]);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int r = row0 + lane / 4 + 8 * half;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const uint32_t packed = pack2<T>(o[dt][2 * half] * inv, o[dt][2 * half + 1] * inv);
-      *reinterpret_cast<uint32_t*>(s_q + swizzle<D>(r, dt) + 2 * (lane % 4)) = packed;
-    }
-  }
-  __syncwarp();
-  auto* o_base = static_cast<uint16_t*>(p.out) + head * p.o_stride_head;
-  constexpr int kChunks = D / 8;
-#pragma unroll
-  for (int i = lane; i < 16 * kChunks; i += kWarpSize) {
-    const int r = row0 + i / kChunks, c = i % kChunks;
-    if (m0 + r < q_len) {
-      const int64_t token = q_start + m0 + r;
-      *reinterpret_cast<uint4*>(o_base + token * p.o_stride_token + c * 8) =
-          *reinterpret_cast<const uint4*>(s_q + swizzle<D>(r, c));
-    }
-  }
+  auto* out = static_cast<uint16_t*>(p.out) + head * p.o_stride_head + (q_start + m0) * p.o_stride_token;
+  store_rows<T, D, RT>(out, p.o_stride_token, o, l, s_q, row0, rows, lane);
 #else
   __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
 #endif
@@ -212,7 +369,7 @@ void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int6
   auto kernel = flash_prefill_kernel<T, D>;
   allow_shared_memory<flash_prefill_kernel<T, D>>(bytes);
   const dim3 grid(static_cast<unsigned>(num_tokens / kPrefillBlockM + (seq_hi - seq_lo)), args.num_heads);
-  kernel<<<grid, kPrefillThreads, bytes, stream>>>(args, seq_lo, seq_hi);
+  kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, seq_lo, seq_hi);
 }
 
 template <typename T>

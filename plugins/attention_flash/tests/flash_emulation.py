@@ -1,7 +1,8 @@
 """A torch model of the flash kernels' control flow (csrc/attention/flash_prefill.cu and
 flash_decode.cu), program by program: the query-block search, key ranges, block-table addressing
-with zero-filled rows past the range, mask conditions, split-KV slices, the per-warp online
-softmax, the merge of the warps and the split reduction. Tensor-core products are plain fp32
+with zero-filled rows past the range, the prefill warps' rows (two m16 row tiles per warp for head
+64/128, one for 256), which key tiles each warp skips or masks (with the kernel's mask arithmetic),
+split-KV slices, the per-warp online softmax, the merge of the warps and the split reduction. Tensor-core products are plain fp32
 matmuls here (their lane layouts are tested in test_fragment_layouts.py); probabilities are rounded
 to the cache dtype before P @ V, as in the kernels.
 """
@@ -12,7 +13,7 @@ import math
 
 import torch
 
-BLOCK_M = 64  # query tokens per prefill program
+BLOCK_M = 128  # query tokens per prefill program (kFlashPrefillBlockM)
 DECODE_KEYS, DECODE_ROWS, DECODE_WARPS = 16, 16, 4
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
@@ -20,6 +21,30 @@ NEG_INF = float("-inf")
 
 def prefill_block_n(head_size: int) -> int:
     return 64 if head_size <= 128 else 32
+
+
+def prefill_warp_rows(head_size: int) -> int:
+    """Query rows per prefill warp: two m16 row tiles (head 64/128; 4 warps) or one (head 256; 8 warps)."""
+    return 32 if head_size <= 128 else 16
+
+
+def prefill_mask(bn: int, warp_rows: int, key0: int, pos0: int, window: int) -> torch.Tensor:
+    """The kernel's mask_scores for one warp, as [warp_rows, bn] booleans: the lane of fragment row g
+    and column pair t holds d = rel + c with rel = pos0 + g - key0 - 2t and c = 16i + 8(e >> 1) -
+    8nt - (e & 1) for row 16i + g + 8(e >> 1) and key 8nt + 2t + (e & 1); visible iff rel >= -c and
+    rel_window < -c."""
+    visible = torch.zeros(warp_rows, bn, dtype=torch.bool)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        rel = pos0 + g - key0 - 2 * t
+        rel_window = rel - window if window > 0 else -(2**31) // 2
+        for i in range(warp_rows // 16):
+            for nt in range(bn // 8):
+                for e in range(4):
+                    c = 16 * i + 8 * (e >> 1) - 8 * nt - (e & 1)
+                    row, key = 16 * i + g + 8 * (e >> 1), 8 * nt + 2 * t + (e & 1)
+                    visible[row, key] = rel >= -c and rel_window < -c
+    return visible
 
 
 def find_query_block(qsl: list[int], pid: int, seq_lo: int, seq_hi: int) -> tuple[int, int]:
@@ -50,11 +75,13 @@ class Softmax:
         self.l = torch.zeros(rows)
         self.o = torch.zeros(rows, d)
 
-    def update(self, s: torch.Tensor, v: torch.Tensor, dtype: torch.dtype) -> None:
-        row_max = torch.maximum(self.m, s.max(1).values)
+    def update(self, s: torch.Tensor, v: torch.Tensor, dtype: torch.dtype, scale: float = 1.0) -> None:
+        """``s``: scores times ``scale`` = the scaled scores (the prefill kernel keeps raw scores and
+        scales inside the exponent: p = 2^(s * scale - m); decode passes them scaled)."""
+        row_max = torch.maximum(self.m, s.max(1).values * scale)
         base = torch.where(row_max == NEG_INF, 0.0, row_max)
         alpha = torch.exp2(self.m - base)
-        p = torch.exp2(s - base[:, None])
+        p = torch.exp2(s * scale - base[:, None])
         self.l = self.l * alpha + p.sum(1)
         self.o = self.o * alpha[:, None] + p.to(dtype).float() @ v
         self.m = row_max
@@ -62,43 +89,53 @@ class Softmax:
 
 def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_decodes, scale, window) -> None:
     num_tokens, num_heads, d = query.shape
-    num_kv_heads, bn = kv_cache.shape[3], prefill_block_n(d)
+    num_kv_heads, bn, warp_rows = kv_cache.shape[3], prefill_block_n(d), prefill_warp_rows(d)
     qsl, seq_lens = qsl_t.tolist(), seq_lens_t.tolist()
     num_seqs = len(seq_lens)
     grid_x = (num_tokens - num_decodes) // BLOCK_M + (num_seqs - num_decodes)
     scale2 = scale * LOG2E
+    masks: dict[tuple[int, int], torch.Tensor] = {}
     for x in range(grid_x):
         seq, block = find_query_block(qsl, grid_x - 1 - x, num_decodes, num_seqs)
         q_start, q_len, seq_len = qsl[seq], qsl[seq + 1] - qsl[seq], seq_lens[seq]
         m0 = block * BLOCK_M
         if m0 >= q_len:
             continue
+        rows = min(BLOCK_M, q_len - m0)
         first_pos = seq_len - q_len + m0
-        last_pos = seq_len - q_len + min(m0 + BLOCK_M, q_len) - 1
-        key_hi = last_pos + 1
+        key_hi = first_pos + rows
         key_lo = max(first_pos - window + 1, 0) // bn * bn if window > 0 else 0
-        rows = torch.arange(BLOCK_M)
-        tok_ok = m0 + rows < q_len
-        pos = first_pos + rows
-        tokens = q_start + m0 + rows[tok_ok]
+        num_tiles = (key_hi - key_lo + bn - 1) // bn
+        tokens = q_start + m0 + torch.arange(rows)
         for head in range(num_heads):
             kv_head = head // (num_heads // num_kv_heads)
-            q = torch.zeros(BLOCK_M, d)
-            q[tok_ok] = query[tokens, head].float()
-            state = Softmax(BLOCK_M, d)
-            for key0 in range(key_lo, key_hi, bn):
-                keys = key0 + torch.arange(bn)
-                k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
-                v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
-                s = (q @ k.T) * scale2
-                if key0 + bn - 1 > first_pos or (window > 0 and key0 <= last_pos - window):
-                    visible = keys[None, :] <= pos[:, None]
-                    if window > 0:
-                        visible &= keys[None, :] > pos[:, None] - window
-                    s = torch.where(visible, s, NEG_INF)
-                state.update(s, v, kv_cache.dtype)
-            inv = torch.where(state.l > 0, 1.0 / state.l, 0.0)
-            out[tokens, head] = (state.o * inv[:, None])[tok_ok].to(out.dtype)
+            q = torch.zeros(BLOCK_M, d)  # the Q tile: rows past the block's tokens zero-filled
+            q[:rows] = query[tokens, head].float()
+            result = torch.zeros(BLOCK_M, d)
+            for row0 in range(0, BLOCK_M, warp_rows):  # one warp's rows
+                warp_first = first_pos + row0
+                warp_last = first_pos + min(row0 + warp_rows, rows) - 1 if row0 < rows else -1
+                state = Softmax(warp_rows, d)
+                for tile in range(num_tiles):
+                    key0 = key_lo + tile * bn
+                    after_all = key0 > warp_last
+                    before_all = window > 0 and key0 + bn - 1 <= warp_first - window
+                    if after_all or before_all:
+                        continue
+                    keys = key0 + torch.arange(bn)
+                    k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
+                    v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
+                    s = q[row0 : row0 + warp_rows] @ k.T
+                    if key0 + bn - 1 > warp_first or (window > 0 and key0 <= warp_last - window):
+                        # the mask depends on key0 - pos0 only: cache it by that difference
+                        rel = warp_first - key0
+                        if (rel, window) not in masks:
+                            masks[(rel, window)] = prefill_mask(bn, warp_rows, key0, warp_first, window)
+                        s = torch.where(masks[(rel, window)], s, NEG_INF)
+                    state.update(s, v, kv_cache.dtype, scale2)
+                inv = torch.where(state.l > 0, 1.0 / state.l, 0.0)
+                result[row0 : row0 + warp_rows] = state.o * inv[:, None]
+            out[tokens, head] = result[:rows].to(out.dtype)
 
 
 def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, scale, window, num_splits) -> None:

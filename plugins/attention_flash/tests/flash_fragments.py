@@ -114,3 +114,25 @@ def c_to_matrix(tiles: list[list[list[float]]]) -> np.ndarray:
             out[g, 8 * nt + 2 * t : 8 * nt + 2 * t + 2] = c[lane][0:2]
             out[g + 8, 8 * nt + 2 * t : 8 * nt + 2 * t + 2] = c[lane][2:4]
     return out
+
+
+def frag_offsets(d: int, row0: int) -> list[tuple[int, int, int]]:
+    """The prefill kernel's FragOffsets per lane: (q, k, v) element offsets at step 0."""
+    out = []
+    for lane in range(WARP):
+        i = lane >> 3
+        out.append((swizzle(d, row0 + (lane & 15), lane >> 4), swizzle(d, (lane & 7) + 8 * (i >> 1), i & 1),
+                    swizzle(d, (lane & 7) + 8 * (i & 1), i >> 1)))
+    return out
+
+
+def frag_addr_bytes(d: int, tile: int, offset: int, step: int, rows16: int) -> int:
+    """The prefill kernel's frag_addr: ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * d bytes."""
+    return ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * d
+
+
+def prefill_addresses(d: int, kind: int, row0: int, step: int, rows16: int, tile: int = 0) -> list[int]:
+    """Element offsets (from ``tile`` bytes, which the kernel aligns to 2 * d) of one prefill ldmatrix:
+    kind 0 = Q (load_a), 1 = K (qk), 2 = V (pv)."""
+    offsets = frag_offsets(d, row0)
+    return [(frag_addr_bytes(d, tile, offsets[lane][kind], step, rows16) - tile) // 2 for lane in range(WARP)]

@@ -102,7 +102,7 @@ def test_split_kv_decode_long_contexts(cuda, splits, head) -> None:
     check_case(cuda, spec, LONG_DECODES, seed=11 + head, splits=splits)
 
 
-@pytest.mark.parametrize("q_len", [1, 15, 64, 65, 200])
+@pytest.mark.parametrize("q_len", [1, 15, 64, 65, 128, 129, 200])
 def test_chunked_prefill_after_long_cached_prefix(cuda, q_len) -> None:
     """Prefix caching and chunked prefill: a few new tokens after thousands of cached ones."""
     spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.float16)
@@ -111,7 +111,7 @@ def test_chunked_prefill_after_long_cached_prefix(cuda, q_len) -> None:
 
 def test_prefill_only_and_decode_only_batches(cuda) -> None:
     spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
-    check_case(cuda, spec, [(700, 700), (64, 64), (3, 3)], seed=21)
+    check_case(cuda, spec, [(700, 700), (64, 64), (128, 128), (129, 129), (3, 3)], seed=21)
     check_case(cuda, spec, [(1, n) for n in (1, 2, 63, 64, 65, 1000, 2049)], seed=22)
 
 

@@ -1,19 +1,26 @@
 """The flash kernels' control flow, emulated on CPU (tests/flash_emulation.py), against the float64
 reference on random paged batches: shuffled block tables, cached prefixes, chunked prefills longer
-than one 64-token query block, GQA groups of 1/4/8/20 (20: two programs of 16 rows), sliding
+than one 128-token query block, GQA groups of 1/4/8/20 (20: two programs of 16 rows), sliding
 windows, split-KV decode. In float32 the emulation must match the reference to float32 accuracy:
-any index, range or mask mistake would show as a large error."""
+any index, range or mask mistake would show as a large error. (40, 73) puts a warp's last query on
+the first key of a tile (prefix 33 + 31 = 64) and (50, 80) a warp's first query right before a
+tile's last key (prefix 30 + 32 = 62): off-by-one skips or masks of the prefill warps fail there."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from flash_emulation import emulate
+from flash_emulation import BLOCK_M, emulate, prefill_block_n, prefill_warp_rows
 from pagoda.attention.testing import make_batch, reference, rel_error
 from pagoda.interfaces.attention import AttentionSpec
 
-MIXED = [(1, 37), (1, 5), (1, 300), (9, 9), (70, 70), (130, 200), (1 + 16, 50), (3, 180)]
+CSRC = Path(__file__).resolve().parents[3] / "csrc" / "attention"
+
+MIXED = [(1, 37), (1, 5), (1, 300), (9, 9), (70, 70), (130, 200), (1 + 16, 50), (3, 180), (40, 73), (50, 80)]
 
 
 def _check(spec: AttentionSpec, seqs, splits: int, seed: int, tol: float) -> None:
@@ -49,3 +56,17 @@ def test_emulated_splits_beyond_the_context_are_empty() -> None:
     """More splits than 64-key slices: the empty ones write lse = -inf and weigh nothing."""
     spec = AttentionSpec(4, 1, 64, 0.125, 16, torch.float32)
     _check(spec, [(1, 1), (1, 65), (1, 130)], 16, seed=5, tol=1e-5)
+
+
+@pytest.mark.skipif(not CSRC.is_dir(), reason="needs the repository's csrc/")
+def test_emulation_uses_the_kernels_tile_sizes() -> None:
+    """The emulation's partition (query block, warp rows, key tile) is the kernel's: the reference
+    comparison cannot see it (any partition gives the right answer), so read it from the sources."""
+    header = (CSRC / "flash_attention.h").read_text()
+    assert re.search(r"kFlashPrefillBlockM = (\d+);", header).group(1) == str(BLOCK_M)
+    prefill = (CSRC / "flash_prefill.cu").read_text()
+    row_tiles = re.search(r"kRowTiles = D <= (\d+) \? (\d+) : (\d+);", prefill).groups()
+    block_n = re.search(r"kBlockN = D <= (\d+) \? (\d+) : (\d+);", prefill).groups()
+    for d in (64, 128, 256):
+        assert prefill_warp_rows(d) == 16 * int(row_tiles[1] if d <= int(row_tiles[0]) else row_tiles[2])
+        assert prefill_block_n(d) == int(block_n[1] if d <= int(block_n[0]) else block_n[2])
