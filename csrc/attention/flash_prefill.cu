@@ -258,6 +258,7 @@ PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], floa
 template <typename T, int D, int RT>
 PAGODA_INLINE void store_rows(uint16_t* out, int64_t o_stride, float (&o)[RT][D / 8][4], const float (&l)[RT][2],
                               uint16_t* s_q, int row0, int rows, int lane) {
+  __syncwarp();  // the warp's lanes are done reading these Q rows (ldmatrix) before any lane overwrites them
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
 #pragma unroll
