@@ -82,6 +82,8 @@ class SamplingParams:
 
     def check_vocab(self, vocab_size: int) -> None:
         """RequestError if a token id of logit_bias, allowed_token_ids or bad words is outside the vocabulary."""
+        if not (self.logit_bias or self.allowed_token_ids or self.bad_words_token_ids):
+            return  # the common case, e.g. every pooling request: nothing to check
         fields = {"logit_bias": list(self.logit_bias or ()), "allowed_token_ids": self.allowed_token_ids or [],
                   "bad_words": [t for seq in self.bad_words_token_ids or () for t in seq]}
         for name, ids in fields.items():

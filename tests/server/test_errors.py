@@ -46,6 +46,16 @@ def test_bad_sampling_values_are_400_naming_the_field(server, field, value, need
     ("/v1/completions", "tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),  # chat only
     ("/v1/completions", "tool_choice", "required"),
     ("/v1/chat/completions", "functions", [{"name": "f", "parameters": {}}]),  # deprecated: send tools
+    ("/v1/chat/completions", "function_call", "none"),  # deprecated: send tool_choice
+    ("/v1/chat/completions", "function_call", {"name": "f"}),
+    ("/v1/chat/completions", "echo", True),  # a /v1/completions field
+    ("/v1/chat/completions", "chat_template_kwargs", {"enable_thinking": False}),  # vLLM's, not implemented
+    ("/v1/chat/completions", "continue_final_message", True),
+    ("/v1/completions", "prompt_logprobs", 1),
+    ("/v1/completions", "guided_whitespace_pattern", " "),
+    ("/v1/chat/completions", "modalities", ["text", "audio"]),
+    ("/v1/completions", "length_penalty", 2.0),  # beam search only
+    ("/v1/chat/completions", "early_stopping", True),
     ("/v1/completions", "structured_outputs", {"json": {"type": "object"}}),
     ("/v1/chat/completions", "best_of", 3),  # logit_bias works now; best_of is a completions field
     ("/v1/completions", "suffix", " end"),
@@ -58,9 +68,17 @@ def test_fields_asking_for_a_guarantee_are_400_not_ignored(server, path, field, 
     assert f"remove '{field}'" in error["message"]
 
 
+def test_continuous_usage_stats_is_400_not_ignored(server):
+    body = {"model": MODEL_NAME, "prompt": "t1", "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    error = error_of(post(server, "/v1/completions", body), 400)
+    assert error["param"] == "stream_options" and "remove continuous_usage_stats" in error["message"]
+
+
 def test_fields_asking_for_nothing_are_accepted(server):
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "t1"}], "max_tokens": 2,
-            "response_format": {"type": "text"}, "tool_choice": "none", "logit_bias": {}, "user": "u", "store": False}
+            "response_format": {"type": "text"}, "tool_choice": "none", "logit_bias": {}, "user": "u", "store": False,
+            "modalities": ["text"], "echo": False, "length_penalty": 1.0, "stream_options": {"include_usage": True}}
     assert post(server, "/v1/chat/completions", body).status_code == 200
 
 

@@ -156,3 +156,49 @@ def test_unknown_parser_names_fail_at_start_with_the_registered_ones() -> None:
     with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
         parser.parse_args(["serve", "--help"])
     assert "--tool-call-parser NAME" in help_text.getvalue() and "--reasoning-parser NAME" in help_text.getvalue()
+
+
+FUNCTIONS = [tool["function"] for tool in TOOLS]
+
+
+@pytest.mark.parametrize("legacy, param, replacement", [
+    ({"functions": FUNCTIONS}, "functions", 'send each function as tools: [{"type": "function"'),
+    ({"functions": FUNCTIONS, "function_call": {"name": "get_time"}}, "functions", "send each function as tools"),
+    ({"tools": TOOLS, "function_call": "none"}, "function_call", "send tool_choice"),
+    ({"tools": TOOLS, "function_call": {"name": "get_time"}}, "function_call", "send tool_choice"),
+])
+def test_legacy_functions_fields_are_400_naming_the_replacement(make_client, legacy, param, replacement) -> None:
+    """OpenAI's deprecated functions/function_call, sent as the official SDK sends them: never ignored."""
+    client, engine = make_client()  # no parser: still the legacy field's 400, not the "auto" one
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, **legacy)
+    error = caught.value.body
+    assert error["param"] == param and error["code"] == "unsupported_parameter", error
+    assert replacement in error["message"] and f"remove '{param}'" in error["message"] and "docs/tools.md" in error["message"]
+    assert engine.requests == []  # nothing was generated
+
+
+def test_a_legacy_function_call_in_the_history_is_400(make_client) -> None:
+    client, engine = make_client()
+    history = MESSAGES + [{"role": "assistant", "content": None,
+                           "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+                          {"role": "user", "content": "And now?"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, messages=history, tools=TOOLS, tool_choice="none")
+    error = caught.value.body
+    assert error["param"] == "messages.1.function_call" and "send it as tool_calls" in error["message"], error
+    assert engine.requests == []
+
+
+def test_strict_tools_are_enforced_or_refused(make_client) -> None:
+    """strict: guaranteed by guided decoding for a named / required choice; under "auto" a 400, not ignored."""
+    client, engine = make_client(tool_parser="hermes")
+    strict = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, tools=strict)
+    error = caught.value.body
+    assert error["param"] == "tools" and "'get_weather' is strict" in error["message"] and '"required"' in error["message"]
+    engine.script = [['{"city": "Oslo"}']]
+    reply = ask(client, tools=strict, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert reply.choices[0].message.tool_calls[0].function.arguments == '{"city": "Oslo"}'
+    assert engine.requests[0].params.guided_decoding.json == TOOLS[0]["function"]["parameters"]

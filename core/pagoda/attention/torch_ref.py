@@ -3,11 +3,14 @@
 Decodes are attended in one batched call (keys gathered through the block tables, padded and
 masked); each prefill (possibly a chunk after a cached prefix) runs one masked SDPA call.
 Encoder layers (``spec.causal`` False: whole prompts, no cached prefix) attend over the step's
-own keys in one padded SDPA call.
+own keys in one padded SDPA call; they skip the KV-cache write (no later step reads an encoder's
+keys) and share one padding layout per step, made by ``prepare`` without a device sync.
 With ``spec.logits_soft_cap`` the scores are computed explicitly (SDPA cannot cap them).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -27,10 +30,16 @@ class TorchAttentionBackend(AttentionBackend):
         super().__init__(spec, platform)
         self.ops = platform.custom_ops()  # the platform's KV-write kernel
 
+    def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
+        if self.spec.causal:
+            return metadata
+        return replace(metadata, extra=Padding.of(metadata))  # once per step, shared by the layers
+
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
-        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         if not self.spec.causal:  # encoders: every prompt is whole in this step, so attend over q/k/v directly
-            return self._attend_whole(query, key, value, metadata.query_start_loc)
+            padding = metadata.extra if isinstance(metadata.extra, Padding) else Padding.of(metadata)
+            return self._attend_whole(query, key, value, padding)
+        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         out = torch.empty_like(query)
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens.tolist()
@@ -62,23 +71,12 @@ class TorchAttentionBackend(AttentionBackend):
             )
         return out.transpose(1, 2).to(q.dtype)
 
-    def _attend_whole(self, query, key, value, query_start_loc: torch.Tensor) -> torch.Tensor:
+    def _attend_whole(self, query, key, value, padding: "Padding") -> torch.Tensor:
         """Bidirectional attention of whole sequences in one padded SDPA call (no cache read)."""
-        starts = query_start_loc.long()  # [num_seqs + 1]
-        lens = starts[1:] - starts[:-1]  # [num_seqs]
-        seq = torch.repeat_interleave(torch.arange(len(lens), device=lens.device), lens)  # [num_tokens]
-        col = torch.arange(query.shape[0], device=lens.device) - starts[seq]  # each token's offset in its sequence
-        width = int(lens.max())
-
-        def padded(x: torch.Tensor) -> torch.Tensor:  # [num_tokens, h, d] -> [num_seqs, h, width, d]
-            out = x.new_zeros(len(lens), width, *x.shape[1:])
-            out[seq, col] = x
-            return out.transpose(1, 2)
-
-        valid = torch.arange(width, device=lens.device)[None, :] < lens[:, None]  # [num_seqs, width] real keys
-        out = F.scaled_dot_product_attention(padded(query), padded(key), padded(value), attn_mask=valid[:, None, None],
-                                             scale=self.spec.scale, enable_gqa=key.shape[1] != query.shape[1])
-        return out.transpose(1, 2)[seq, col]  # [num_tokens, heads, d]
+        out = F.scaled_dot_product_attention(padding.pad(query), padding.pad(key), padding.pad(value),
+                                             attn_mask=padding.valid[:, None, None], scale=self.spec.scale,
+                                             enable_gqa=key.shape[1] != query.shape[1])
+        return padding.unpad(out)  # [num_tokens, heads, d]
 
     def _mask(self, seq_lens: torch.Tensor, q_len: int, max_len: int) -> torch.Tensor:
         """[batch, q_len, max_len] bool: causal, within length, within the sliding window."""
@@ -105,3 +103,32 @@ def _soft_capped_attention(
     scores = torch.tanh(scores / cap) * cap
     probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     return torch.matmul(probs, v).to(q.dtype)
+
+
+@dataclass(frozen=True)
+class Padding:
+    """Where each packed token of a step of whole sequences sits in a [num_seqs, width] padded batch."""
+
+    index: torch.Tensor  # [num_tokens] int64: seq * width + offset within its sequence
+    valid: torch.Tensor  # [num_seqs, width] bool: real (not padding) positions
+    width: int
+
+    @classmethod
+    def of(cls, metadata: AttentionMetadata) -> "Padding":
+        starts = metadata.query_start_loc.long()  # [num_seqs + 1]
+        lens = starts[1:] - starts[:-1]
+        num_seqs, width = lens.shape[0], metadata.max_query_len  # a host int: no sync
+        num_tokens = metadata.slot_mapping.shape[0]
+        seq = torch.repeat_interleave(torch.arange(num_seqs, device=lens.device), lens, output_size=num_tokens)
+        index = torch.arange(num_tokens, device=lens.device) + seq * width - starts[seq]
+        valid = torch.arange(width, device=lens.device)[None, :] < lens[:, None]
+        return cls(index, valid, width)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """[num_tokens, h, d] -> [num_seqs, h, width, d], zeros in the padding."""
+        out = x.new_zeros(self.valid.numel(), *x.shape[1:]).index_copy_(0, self.index, x)
+        return out.view(-1, self.width, *x.shape[1:]).transpose(1, 2)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """[num_seqs, h, width, d] -> [num_tokens, h, d]."""
+        return x.transpose(1, 2).flatten(0, 1).index_select(0, self.index)

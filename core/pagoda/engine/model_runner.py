@@ -59,6 +59,7 @@ class ModelRunner:
         self.verify_graphs = None  # pagoda.spec_decode.verify_graphs.VerifyGraphs, when speculating with graphs
         self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
         self.pooler = None  # pagoda.pooling.pooler.Pooler under runner "pooling": steps pool instead of sampling
+        self.hidden_sink = None  # speculative decoding with EAGLE: called with (out, hidden, query_starts) each step
 
     def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
         """Record decode steps as device graphs (only where backend and platform support it)."""
@@ -91,6 +92,8 @@ class ModelRunner:
 
                 return launch_pooling(self, out, inputs)
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
+            if self.hidden_sink is not None:  # pagoda.spec_decode.hidden: the proposer reads them
+                self.hidden_sink(out, hidden, inputs.query_starts)
             prompt_lps: dict = {}
             self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
             requests = [out.requests[i] for i in inputs.sample_rows]

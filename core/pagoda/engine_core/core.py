@@ -56,6 +56,7 @@ class EngineCore:
         self.parts = parts
         self.config = parts.config
         self.max_model_len = parts.max_model_len
+        self.vocab_size = parts.hf_config.vocab_size  # read per request: HF configs' attribute access is slow
         self.scheduler = parts.scheduler
         self.kv_cache = parts.kv_cache
         try:
@@ -88,12 +89,12 @@ class EngineCore:
     # -- requests --------------------------------------------------------------------------
     def add_request(self, add: AddRequest) -> None:
         """Queue one sequence. Raises RequestError for a prompt the engine cannot take."""
-        validate_prompt(add.prompt_token_ids, self.max_model_len, self.parts.hf_config.vocab_size,
+        validate_prompt(add.prompt_token_ids, self.max_model_len, self.vocab_size,
                         pooling=add.pooling_params is not None)
         check_runner(self.config.runner, add.pooling_params)
         if add.request_id in self.requests or self.beams.owns(add.request_id):
             raise RequestError(f"request id {add.request_id!r} is already in use")
-        add.params.check_vocab(self.parts.hf_config.vocab_size)
+        add.params.check_vocab(self.vocab_size)
         if add.beam is not None:  # beam search: its beams are requests of their own (pagoda.beam.groups)
             self.beams.add(add, self.eos_token_id)
             return

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from typing import Any, Sequence, Union
-
-from tqdm.auto import tqdm
 
 from pagoda.beam.params import BeamSearchParams
 from pagoda.config import EngineConfig
 from pagoda.engine.engine import LLMEngine
 from pagoda.entrypoints.chat_template import render_chat
+from pagoda.entrypoints.offline_run import run_requests
 from pagoda.entrypoints.pooling import PoolingAPI
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
@@ -64,12 +63,9 @@ class LLM(PoolingAPI):
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)  # reject bad input before queueing anything
         params = [self.engine.resolve_params(p) for p in params]  # bad words tokenized, token ids checked
-        request_ids = []
-        for (ids, text), p, prio in zip(encoded, params, priorities):
-            request_id = self.engine.next_request_id()
-            self.engine.add_request(request_id, ids, p, prompt=text, priority=prio)
-            request_ids.append(request_id)
-        return self._run(request_ids, use_tqdm)
+        adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=p, prompt=text, priority=prio)
+                for (ids, text), p, prio in zip(encoded, params, priorities)]
+        return self._run(adds, use_tqdm)
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
                     use_tqdm: bool = False) -> list[RequestOutput]:
@@ -84,12 +80,9 @@ class LLM(PoolingAPI):
         encoded = [self._encode(p) for p in _as_list(prompts)]
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)
-        request_ids = []
-        for ids, text in encoded:
-            request_id = self.engine.next_request_id()
-            self.engine.add_request(request_id, ids, params.output_params(logprobs=0), prompt=text, beam=params)
-            request_ids.append(request_id)
-        return self._run(request_ids, use_tqdm)
+        adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=params.output_params(logprobs=0),
+                        prompt=text, beam=params) for ids, text in encoded]
+        return self._run(adds, use_tqdm)
 
     def chat(
         self,
@@ -98,19 +91,37 @@ class LLM(PoolingAPI):
         use_tqdm: bool = True,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict | None = None,
+        parallel_tool_calls: bool = True,
+        tool_parser: str | type | None = None,
+        reasoning_parser: str | type | None = None,
     ) -> list[RequestOutput]:
-        """Render each conversation with the tokenizer's chat template, then generate."""
+        """Render each conversation with the tokenizer's chat template, then generate.
+
+        ``tools`` (OpenAI's function tools) go to the template; ``tool_choice`` ("none", "auto",
+        "required" or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``,
+        ``tool_parser`` and ``reasoning_parser`` (registered names) work as on the server. With tools
+        or a reasoning parser each sequence is a ``ChatCompletionOutput`` carrying the parsed
+        ``content``, ``reasoning_content`` and ``tool_calls`` (docs/tools.md).
+        """
+        from pagoda.tools.offline import ChatTools, template_messages
+
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        chat_tools = ChatTools.build(self.engine.tokenizer, tools, tool_choice, parallel_tool_calls, tool_parser,
+                                     reasoning_parser)
+        params = [chat_tools.sampling_params(p) for p in _params_list(sampling_params, len(conversations))]
         prompts = [
             {"prompt_token_ids": ids, "prompt": text}
-            for text, ids in (self.render_chat(c, chat_template, add_generation_prompt) for c in conversations)
+            for text, ids in (self.render_chat(template_messages(c), chat_template, add_generation_prompt,
+                                               chat_tools.plan.template_tools) for c in conversations)
         ]
-        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+        return chat_tools.outputs(self.generate(prompts, params, use_tqdm=use_tqdm), params)
 
     def render_chat(self, conversation: list[Message], chat_template: str | None = None,
-                    add_generation_prompt: bool = True) -> tuple[str, list[int]]:
-        """The prompt text for ``conversation`` and its token ids (ValueError without a template)."""
-        return render_chat(self.engine.tokenizer, conversation, chat_template, add_generation_prompt)
+                    add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
+        """The prompt text for ``conversation`` (and ``tools``) and its token ids (ValueError without a template)."""
+        return render_chat(self.engine.tokenizer, conversation, chat_template, add_generation_prompt, tools)
 
     def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
         if isinstance(prompt, str) and self.engine.tokenizer is None:
@@ -125,24 +136,10 @@ class LLM(PoolingAPI):
             return list(prompt), None
         raise TypeError(f"a prompt must be a string, a list of token ids or a dict, got {type(prompt).__name__}")
 
-    def _run(self, request_ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
-        finished: dict[str, RequestOutput] = {}
-        bar = tqdm(total=len(request_ids), desc="Generating", unit="req", disable=not use_tqdm, dynamic_ncols=True)
-        start, generated = time.perf_counter(), 0
-        try:
-            while self.engine.has_unfinished_requests():
-                for output in self.engine.step():
-                    if output.finished:
-                        finished[output.request_id] = output
-                        generated += sum(len(o.token_ids) for o in output.outputs)
-                        bar.update(1)
-                        bar.set_postfix_str(f"{generated / (time.perf_counter() - start):.1f} tok/s")
-        except BaseException:
-            self.engine.abort([r for r in request_ids if r not in finished])
-            raise
-        finally:
-            bar.close()
-        return [finished[r] for r in request_ids]
+    def _run(self, adds: list, use_tqdm: bool) -> list[RequestOutput]:
+        """Queue each request (``add(request_id)``) and generate until all are finished."""
+        return run_requests(self.engine, adds, use_tqdm, "Generating",
+                            tokens=lambda out: sum(len(o.token_ids) for o in out.outputs))
 
 
 def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

@@ -2,18 +2,20 @@
 
 Names and return types follow vLLM's: ``llm.embed(prompts)[i].outputs.embedding``,
 ``llm.score(query, documents)[i].outputs.score``. Every prompt is one pooling request through
-the same scheduler as generation (continuous batching; each request takes one step).
+the same scheduler as generation (continuous batching; each request takes one step). Text
+prompts (and text pairs) are tokenized in one batch call of the tokenizer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from pagoda.entrypoints.offline_run import run_requests
 from pagoda.pooling.outputs import (ClassificationRequestOutput, EmbeddingRequestOutput, PoolingOutput,
                                     PoolingRequestOutput, ScoringRequestOutput)
 from pagoda.pooling.params import PoolingParams
@@ -86,48 +88,37 @@ class PoolingAPI:
         if base.dimensions is not None and base.dimensions > info.hidden_size:
             raise ValueError(f"dimensions must be at most {info.hidden_size} (this model's embedding size), "
                              f"got {base.dimensions}")
-        items = [(*self._encode_truncated(p, truncate), base) for p in prompts]
-        return self._run_pooling(items, use_tqdm)
+        return self._run_pooling([(ids, text, base) for ids, text in self._encode_all(prompts, truncate)], use_tqdm)
 
-    def _encode_truncated(self, prompt: Prompt, truncate: int | None) -> tuple[list[int], str | None]:
-        ids, text = self._encode(prompt)
+    def _encode_all(self, prompts: list[Prompt], truncate: int | None) -> list[tuple[list[int], str | None]]:
+        """Token ids and text of each prompt, cut to ``truncate``; the texts in one tokenizer call."""
         limit = truncation_limit(truncate, self.engine.max_model_len)
+        tokenizer = self.engine.tokenizer
+        texts = {} if tokenizer is None else {i: t for i, t in enumerate(map(_plain_text, prompts)) if t is not None}
+        batch = iter(tokenizer(list(texts.values()), **_ids_only(limit))["input_ids"] if texts else [])
+        return [(next(batch), texts[i]) if i in texts else self._encode_truncated(p, limit)
+                for i, p in enumerate(prompts)]
+
+    def _encode_truncated(self, prompt: Prompt, limit: int | None) -> tuple[list[int], str | None]:
+        ids, text = self._encode(prompt)
         if limit is None or len(ids) <= limit:
             return ids, text
         if text is not None:  # the tokenizer keeps its special tokens ([CLS] ... [SEP]) when it truncates
-            return self.engine.tokenizer(text, truncation=True, max_length=limit)["input_ids"], text
+            return self.engine.tokenizer(text, **_truncation(limit))["input_ids"], text
         return ids[:limit], text
 
     def _run_pooling(self, items: list[Encoded], use_tqdm: bool) -> list[PoolingRequestOutput[PoolingOutput]]:
-        for ids, _, _ in items:
-            self.engine.validate_prompt(ids, pooling=True)  # reject bad input before queueing anything
-        request_ids: list[str] = []
-        finished: dict[str, PoolingRequestOutput] = {}
-        bar = tqdm(total=len(items), desc="Pooling", unit="req", disable=not use_tqdm, dynamic_ncols=True)
-        try:
-            for ids, text, params in items:
-                request_ids.append(self.engine.next_request_id())
-                self.engine.add_pooling_request(request_ids[-1], ids, params, prompt=text)
-            while self.engine.has_unfinished_requests():
-                for output in self.engine.step():
-                    if isinstance(output, PoolingRequestOutput):
-                        finished[output.request_id] = output
-                        bar.update(1)
-        except BaseException:
-            self.engine.abort([r for r in request_ids if r not in finished])
-            raise
-        finally:
-            bar.close()
-        return [finished[r] for r in request_ids]
+        # a prompt the engine refuses raises from its add, and run_requests aborts the ones queued before it
+        adds = [partial(self.engine.add_pooling_request, prompt_token_ids=ids, params=params, prompt=text)
+                for ids, text, params in items]
+        return run_requests(self.engine, adds, use_tqdm, "Pooling", tokens=lambda out: len(out.prompt_token_ids))
 
     def _cross_encode(self, pairs: list[tuple[str, str]], params: PoolingParams | None, use_tqdm: bool,
                       truncate: int | None) -> list[ScoringRequestOutput]:
         base = dataclasses.replace(params or PoolingParams(), task="score")
         limit = truncation_limit(truncate, self.engine.max_model_len)
-        items = []
-        for text_1, text_2 in pairs:
-            ids, segment_start = encode_pair(self.engine.tokenizer, text_1, text_2, limit)
-            items.append((ids, None, dataclasses.replace(base, segment_start=segment_start)))
+        items = [(ids, None, dataclasses.replace(base, segment_start=segment_start))
+                 for ids, segment_start in encode_pairs(self.engine.tokenizer, pairs, limit)]
         return [ScoringRequestOutput.of(o.request_id, pair_score(o.outputs.data), o.prompt_token_ids)
                 for o in self._run_pooling(items, use_tqdm)]
 
@@ -162,13 +153,16 @@ def score_pairs(text_1: str | Sequence[str], text_2: str | Sequence[str]) -> lis
 
 def encode_pair(tokenizer, text_1: str, text_2: str, max_length: int | None) -> tuple[list[int], int | None]:
     """Token ids of a text pair as a cross-encoder reads it, and where the second text starts."""
+    return encode_pairs(tokenizer, [(text_1, text_2)], max_length)[0]
+
+
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]], max_length: int | None) -> list[tuple[list[int], int | None]]:
+    """:func:`encode_pair` of each pair, in one tokenizer call."""
     if tokenizer is None:
         raise ValueError("scoring text pairs needs the model's tokenizer; drop skip_tokenizer_init")
-    kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
-    encoded = tokenizer(text_1, text_2, **kwargs)
-    types = encoded.get("token_type_ids")
-    start = types.index(1) if types and 1 in types else None
-    return list(encoded["input_ids"]), start
+    encoded = tokenizer([a for a, _ in pairs], [b for _, b in pairs], **_truncation(max_length))
+    types = encoded.get("token_type_ids") or [None] * len(pairs)
+    return [(list(ids), t.index(1) if t and 1 in t else None) for ids, t in zip(encoded["input_ids"], types)]
 
 
 def pair_score(data: torch.Tensor) -> float:
@@ -190,6 +184,23 @@ def truncation_limit(truncate: int | None, max_model_len: int) -> int | None:
     if not isinstance(truncate, int) or truncate < 1:
         raise ValueError(f"truncate_prompt_tokens must be -1 (max_model_len) or an int >= 1, got {truncate!r}")
     return min(truncate, max_model_len)
+
+
+def _truncation(max_length: int | None) -> dict:
+    """The tokenizer's arguments that cut a text to ``max_length`` tokens (None: no cut)."""
+    return {"truncation": True, "max_length": max_length} if max_length else {}
+
+
+def _ids_only(max_length: int | None) -> dict:
+    """:func:`_truncation`, and no attention masks or token types (unused, and 5% of a batch call)."""
+    return {**_truncation(max_length), "return_attention_mask": False, "return_token_type_ids": False}
+
+
+def _plain_text(prompt: Prompt) -> str | None:
+    """The text of a prompt given as text only (a string or ``{"prompt": text}``), else None."""
+    if isinstance(prompt, dict) and "prompt_token_ids" not in prompt:
+        prompt = prompt.get("prompt")
+    return prompt if isinstance(prompt, str) else None
 
 
 def _as_prompts(prompts) -> list[Prompt]:

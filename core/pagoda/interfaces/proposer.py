@@ -23,7 +23,10 @@ class ProposalInput:
 
     request_id: str
     token_ids: Sequence[int]  # prompt + output so far, ending with the last sampled token
-    hidden: torch.Tensor | None = None  # [hidden_size]: the target's last hidden state (EAGLE-style proposers)
+    # proposers with ``needs_hidden_states``: the target's final hidden states [n, hidden_size] of the
+    # positions ``len(token_ids) - 1 - n .. len(token_ids) - 2`` (the last computed ones), those computed
+    # since the request last proposed (the prompt the first time); None when there are none
+    hidden: torch.Tensor | None = None
     max_drafts: int | None = None  # this request's budget this step (<= k; back-off lowers it); None: k
 
 
@@ -37,6 +40,7 @@ class ProposerContext:
     dtype: torch.dtype  # the target's weights dtype
     max_model_len: int
     num_kv_blocks: int  # the target's KV cache blocks (of engine_config.block_size tokens)
+    model: Any = None  # the target CausalLM (EAGLE heads use its embedding and LM head)
 
 
 @dataclass
@@ -53,7 +57,7 @@ class Proposal:
 class Proposer(Capability, ABC):
     """Suggests draft tokens. ``config`` is the parsed ``--speculative-config``."""
 
-    needs_hidden_states: ClassVar[bool] = False
+    needs_hidden_states: ClassVar[bool] = False  # True: the engine fills ProposalInput.hidden
 
     def __init__(self, config: Any) -> None:
         self.config = config

@@ -45,10 +45,12 @@ def register_schedulers(register: Register) -> None:
 @hookimpl
 def register_proposers(register: Register) -> None:
     from pagoda.spec_decode.draft import DraftProposer
+    from pagoda.spec_decode.eagle import EagleProposer
     from pagoda.spec_decode.ngram import NgramProposer
 
     register("ngram", NgramProposer)
     register("draft", DraftProposer)
+    register("eagle", EagleProposer)
 
 
 @hookimpl

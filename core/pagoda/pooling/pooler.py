@@ -68,29 +68,44 @@ class Pooler:
 
     def __call__(self, hidden: torch.Tensor, rows: list[PoolingRow]) -> PooledBatch:
         """``hidden``: [num_tokens, hidden_size] of the step; one output per row, in row order."""
-        groups: dict[tuple, list[int]] = {}
-        for i, row in enumerate(rows):
-            groups.setdefault(self._key(row.params), []).append(i)
+        groups = self._groups(rows)
+        request_ids = [r.request_id for r in rows]
+        if len(groups) == 1 and next(iter(groups))[0] != "ALL":  # the usual step: every request alike
+            pooled = self._pool_group(hidden, rows, next(iter(groups)))  # [n, outputs]
+            return PooledBatch(request_ids, [tuple(pooled.shape[1:])] * len(rows), pooled.reshape(-1))
         results: list[torch.Tensor | None] = [None] * len(rows)
         for key, members in groups.items():
             for i, tensor in zip(members, self._pool_group(hidden, [rows[i] for i in members], key)):
                 results[i] = tensor
         data = torch.cat([r.reshape(-1) for r in results]) if results else hidden.new_zeros(0, dtype=torch.float32)
-        return PooledBatch([r.request_id for r in rows], [tuple(r.shape) for r in results], data)
+        return PooledBatch(request_ids, [tuple(r.shape) for r in results], data)
+
+    def _groups(self, rows: list[PoolingRow]) -> dict[tuple, list[int]]:
+        """Row indices by their pooling settings (the requests of one call share one params object)."""
+        keys: dict[int, tuple] = {}
+        groups: dict[tuple, list[int]] = {}
+        for i, row in enumerate(rows):
+            key = keys.get(id(row.params))
+            if key is None:
+                key = keys[id(row.params)] = self._key(row.params)
+            groups.setdefault(key, []).append(i)
+        return groups
 
     def _key(self, params: PoolingParams) -> tuple:
         return (self.pooling_type(params), params.dimensions, params.resolved_normalize(self.config.normalize),
                 params.resolved_activation())
 
-    def _pool_group(self, hidden: torch.Tensor, rows: list[PoolingRow], key: tuple) -> list[torch.Tensor]:
+    def _pool_group(self, hidden: torch.Tensor, rows: list[PoolingRow],
+                    key: tuple) -> torch.Tensor | list[torch.Tensor]:
+        """[n, outputs] float32, or (pooling type ALL) one [num_tokens, outputs] tensor per row."""
         pooling_type, dimensions, normalize, activation = key
         if pooling_type == "ALL":  # token vectors: no head, no activation
             return [_finish(hidden[r.start : r.end].float(), dimensions, normalize) for r in rows]
         vectors = _select(hidden, rows, pooling_type)  # [n, hidden] float32
         if self.head is not None:
             logits = self.head(vectors).float()  # [n, num_labels]
-            return list(_activate(logits) if activation else logits)
-        return list(_finish(vectors, dimensions, normalize))
+            return _activate(logits) if activation else logits
+        return _finish(vectors, dimensions, normalize)
 
 
 def _select(hidden: torch.Tensor, rows: list[PoolingRow], pooling_type: str) -> torch.Tensor:
@@ -98,13 +113,17 @@ def _select(hidden: torch.Tensor, rows: list[PoolingRow], pooling_type: str) -> 
     if pooling_type in ("CLS", "LAST"):
         index = [r.start if pooling_type == "CLS" else r.end - 1 for r in rows]
         return hidden[torch.tensor(index, device=hidden.device)].float()
-    lens = np.asarray([r.end - r.start for r in rows], dtype=np.int64)
-    tokens = np.concatenate([np.arange(r.start, r.end) for r in rows])  # [sum lens]
-    segment = np.repeat(np.arange(len(rows)), lens)
-    index = torch.from_numpy(np.stack([tokens, segment])).to(hidden.device)
-    sums = torch.zeros(len(rows), hidden.shape[1], dtype=torch.float32, device=hidden.device)
-    sums.index_add_(0, index[1], hidden[index[0]].float())
-    return sums / torch.from_numpy(lens).to(hidden.device, torch.float32)[:, None]
+    lens = torch.tensor([r.end - r.start for r in rows], device=hidden.device)
+    # unsafe: skip the checks of the lengths (each a device sync); they are >= 1 and add up by construction
+    return torch.segment_reduce(_tokens_of(hidden, rows).float(), "mean", lengths=lens, unsafe=True)
+
+
+def _tokens_of(hidden: torch.Tensor, rows: list[PoolingRow]) -> torch.Tensor:
+    """The rows' token states, back to back: a slice when the rows are adjacent (a whole step)."""
+    if all(a.end == b.start for a, b in zip(rows, rows[1:])):
+        return hidden[rows[0].start : rows[-1].end]
+    tokens = np.concatenate([np.arange(r.start, r.end) for r in rows])
+    return hidden[torch.from_numpy(tokens).to(hidden.device)]
 
 
 def _finish(vectors: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:

@@ -11,10 +11,10 @@ from fastapi import Depends, FastAPI
 from pagoda import __version__
 from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling
 from pagoda.server.async_engine import AsyncEngine
-from pagoda.server.chat_tools import parser_class
 from pagoda.server.errors import error_body, install_error_handlers
 from pagoda.server.openapi import install_openapi
 from pagoda.server.state import ServerState
+from pagoda.tools.plan import parser_class
 
 OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
 MAX_BODY_BYTES = 16 << 20  # a 128k-token prompt as JSON token ids is ~1 MiB

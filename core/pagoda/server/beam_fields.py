@@ -4,7 +4,8 @@
 ``early_stopping`` have HF transformers' meaning (docs/beam_search.md). Beam search is
 deterministic and scores the model's raw logprobs, so a request that also asks for something
 that shapes sampling (a temperature other than 0 or 1, top-p, penalties, stop strings, guided
-decoding, ...) gets a 400 naming that field rather than a reply that ignores it.
+decoding, ...) gets a 400 naming that field rather than a reply that ignores it; so does
+``length_penalty`` or ``early_stopping`` without ``use_beam_search``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
 def beam_search_params(req: SamplingFields, params: SamplingParams) -> BeamSearchParams | None:
     """The request's beam search (None without ``use_beam_search``); 400 for a field it cannot honour."""
     if not req.use_beam_search:
+        for name, neutral in (("length_penalty", 1.0), ("early_stopping", False)):
+            if getattr(req, name) != neutral:
+                raise APIError(400, f"'{name}' applies to beam search only; send use_beam_search=true, or remove "
+                                    f"'{name}'", param=name, code="unsupported_parameter")
         return None
     for name, neutral in NEUTRAL.items():
         value = getattr(req, name, None)

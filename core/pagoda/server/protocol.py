@@ -9,10 +9,11 @@ Sampling fields beyond OpenAI's (``top_k``, ``min_p``, ``repetition_penalty``, `
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pagoda.tools.plan import template_arguments
 
 # Every integer crosses to the engine core as msgpack: a 64-bit signed range, checked here (400)
 # rather than failing to serialize (found by tests/server/test_fuzz.py: priority -2**63 - 1 was a 500).
@@ -21,6 +22,7 @@ Int = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM: usage in every chunk (not implemented: a 400)
 
 
 class SamplingFields(BaseModel):
@@ -99,13 +101,7 @@ class MessageToolCall(BaseModel):
     def as_template_dict(self) -> dict:
         """As chat templates expect it: ``arguments`` a dict when it is a JSON object (templates
         apply ``tojson`` to it; a JSON string would be encoded twice)."""
-        arguments = self.function.arguments
-        if isinstance(arguments, str):
-            try:
-                parsed = json.loads(arguments)
-            except ValueError:
-                parsed = None
-            arguments = parsed if isinstance(parsed, dict) else arguments
+        arguments = template_arguments(self.function.arguments)
         call = {"type": "function", "function": {"name": self.function.name, "arguments": arguments}}
         return call if self.id is None else {"id": self.id, **call}
 

@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 
 from pagoda.server.accumulate import Choice, collect
 from pagoda.server.chat_output import ChoiceParser, stream_choices
-from pagoda.server.chat_tools import apply_plan, choice_parser_factory, parser_names, plan_tools
+from pagoda.server.chat_tools import apply_plan, check_history, plan_tools
 from pagoda.entrypoints.chat_template import ChatTemplateError, render_chat
 from pagoda.server.beam_fields import beam_search_params
 from pagoda.server.errors import APIError, error_body
@@ -19,6 +19,7 @@ from pagoda.server.protocol import ChatCompletionRequest, ChatMessage
 from pagoda.server.responses import ChatCompletionChunk, ChatCompletionResponse
 from pagoda.server.state import ServerState, engine_error, sampling_params, usage
 from pagoda.server.streaming import SSE_DONE, chat_logprobs, merge, sse, unless_disconnected
+from pagoda.tools.plan import choice_parser_factory
 
 router = APIRouter()
 
@@ -48,8 +49,10 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     state: ServerState = request.app.state.pagoda
     model = state.check_model(body.model)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    plan = plan_tools(body, state.tool_parser, parser_names("tool_parser"))
-    params = apply_plan(sampling_params(body, max_tokens, _top_logprobs(body)), plan)
+    requested = sampling_params(body, max_tokens, _top_logprobs(body))  # first: the 400s of unsupported fields
+    check_history(body.messages)
+    plan = plan_tools(body, state.tool_parser)
+    params = apply_plan(requested, plan)
     text, ids = render_messages(state, body.messages, body.chat_template, body.add_generation_prompt,
                                 plan.template_tools)
     state.validate_prompt(ids)

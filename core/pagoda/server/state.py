@@ -84,6 +84,10 @@ def sampling_params(req: SamplingFields, max_tokens: int | None, logprobs: int |
     """Build SamplingParams from request fields; a bad value, or a field asking for what Pagoda
     cannot do yet, is a 400 naming the field."""
     check_unsupported(req.model_extra)
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+        raise APIError(400, "stream_options.continuous_usage_stats (usage in every chunk) is not implemented; send "
+                            "include_usage for the usage in a last chunk, and remove continuous_usage_stats",
+                       param="stream_options", code="unsupported_parameter")
     values = {
         "n": req.n, "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "min_p": req.min_p,
         "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty,

@@ -22,6 +22,7 @@ from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.spec_decode.backoff import Backoff
 from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
+from pagoda.spec_decode.hidden import HiddenStates
 
 if TYPE_CHECKING:
     from pagoda.engine_core.messages import StepStats
@@ -38,6 +39,8 @@ class Speculator:
         self.kv_cache = kv_cache
         self.max_model_len = max_model_len
         self.backoff = Backoff(self.k, enabled=config.backoff)
+        # the target's hidden states per request, for proposers that read them (EAGLE); the runner fills it
+        self.hidden = HiddenStates() if proposer.needs_hidden_states else None
         self._drafted: list[Request] = []
         self.step_index = 0
         self.num_rounds = 0  # request-steps that verified drafts
@@ -62,7 +65,9 @@ class Speculator:
                 budgets.append(budget)
         if not eligible:
             return
-        inputs = [ProposalInput(r.request_id, r.token_ids, max_drafts=b) for r, b in zip(eligible, budgets)]
+        inputs = [ProposalInput(r.request_id, r.token_ids, self._hidden(r), b) for r, b in zip(eligible, budgets)]
+        if self.hidden is not None:
+            self.hidden.compact(keep=(r.request_id for r in eligible))
         proposal = self.proposer.propose(inputs, max(budgets))
         for i, (req, drafts, budget) in enumerate(zip(eligible, proposal.token_ids, budgets)):
             n = min(len(drafts), budget)
@@ -104,6 +109,8 @@ class Speculator:
         """Forget a finished request (its back-off state, the proposer's state)."""
         self.backoff.forget(request_id)
         self.proposer.release(request_id)
+        if self.hidden is not None:
+            self.hidden.forget(request_id)
 
     def fill_stats(self, stats: "StepStats") -> None:
         stats.spec_num_drafts = self.num_rounds
@@ -112,6 +119,10 @@ class Speculator:
         stats.spec_accepted_per_position = list(self.accepted_per_position)
 
     # -- helpers -----------------------------------------------------------------------------
+    def _hidden(self, req: Request):
+        """The target's hidden states of ``req``'s positions computed since it last proposed (or None)."""
+        return self.hidden.take(req.request_id, req.num_tokens - 1) if self.hidden is not None else None
+
     def _count(self, request_id: str, num_drafts: int, num_accepted: int) -> None:
         self.num_rounds += 1
         self.num_drafts += num_drafts
@@ -162,8 +173,14 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
     proposer = proposer_cls(config)
     proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
                                     dtype=parts.dtype, max_model_len=parts.max_model_len,
-                                    num_kv_blocks=parts.kv_cache.num_blocks))
+                                    num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
     if runner is not None and getattr(runner, "graphs", None) is not None:
         runner.capture_verify_graphs(config.num_speculative_tokens + 1, parts.max_model_len,
                                      parts.config.max_num_seqs)
-    return Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None))
+    speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None))
+    if speculator.hidden is not None:
+        if runner is None:
+            raise ConfigError(f"the {config.method} proposer reads the target's hidden states, which this engine "
+                              "does not expose (no model runner in this process)")
+        runner.hidden_sink = speculator.hidden.record
+    return speculator

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pagoda.interfaces.tool_parser import ToolEvent
-from pagoda.tools.json_stream import CallReader
+from pagoda.tools.json_stream import CallReader, feed_reader
 from pagoda.tools.marked import MarkedCallsParser
 
 
@@ -29,10 +29,8 @@ class HermesToolParser(MarkedCallsParser):
             if not self.skip_to_marker():
                 return False
             self.start_calls()
-        found, used = self._reader.feed(self.pending)
-        events += found
-        self.pending = self.pending[used:]
-        if not self._reader.done:
+        done, self.pending = feed_reader(self._reader, self.pending, events)
+        if not done:
             return False
         reader, self._reader = self._reader, None
         if reader.started:

@@ -10,12 +10,13 @@ ends. The readers on top of it turn what it found into tool events:
 
 Every reader's ``feed(text)`` returns ``(events, used)``: ``used`` is how much of ``text`` belongs
 to the value (all of it until the value ends); what follows is the caller's.
+:func:`feed_reader` is the usual way to drive one from a parser's unread text.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Union
 
 from pagoda.interfaces.tool_parser import ArgumentsPiece, CallStarted, ToolEvent
 
@@ -294,3 +295,14 @@ class CallListReader:
         self.next_index += int(call.started)
         self._call = None
         self._state = "after"
+
+
+Reader = Union[ArgumentsReader, CallReader, CallListReader]
+
+
+def feed_reader(reader: Reader, pending: str, events: list[ToolEvent]) -> tuple[bool, str]:
+    """Feed a parser's unread text ``pending`` to ``reader``, adding the events it reports to
+    ``events``; return whether the reader's value is complete, and the text it left unread."""
+    found, used = reader.feed(pending)
+    events += found
+    return reader.done, pending[used:]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pagoda.interfaces.tool_parser import TextPiece, ToolEvent, ToolParser
-from pagoda.tools.json_stream import CallReader
+from pagoda.tools.json_stream import CallReader, feed_reader
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -63,10 +63,8 @@ class Llama3JsonToolParser(ToolParser):
         self._stage = "call"
 
     def _read_call(self, events: list[ToolEvent]) -> bool:
-        found, used = self._reader.feed(self.pending)
-        events += found
-        self.pending = self.pending[used:]
-        if not self._reader.done:
+        done, self.pending = feed_reader(self._reader, self.pending, events)
+        if not done:
             return False
         reader, self._reader = self._reader, None
         if reader.started:

@@ -9,7 +9,7 @@ import re
 from typing import Optional, Union
 
 from pagoda.interfaces.tool_parser import CallStarted, ToolEvent
-from pagoda.tools.json_stream import ArgumentsReader, CallListReader, CallReader
+from pagoda.tools.json_stream import ArgumentsReader, CallListReader, CallReader, feed_reader
 from pagoda.tools.marked import MarkedCallsParser
 
 ARGS = "[ARGS]"
@@ -53,10 +53,8 @@ class MistralToolParser(MarkedCallsParser):
         return True
 
     def _read_json(self, events: list[ToolEvent]) -> bool:
-        found, used = self._reader.feed(self.pending)
-        events += found
-        self.pending = self.pending[used:]
-        if not self._reader.done:
+        done, self.pending = feed_reader(self._reader, self.pending, events)
+        if not done:
             return False
         reader, self._reader = self._reader, None
         self.num_calls += reader.num_started
@@ -80,10 +78,8 @@ class MistralToolParser(MarkedCallsParser):
         return True
 
     def _read_args(self, events: list[ToolEvent]) -> bool:
-        found, used = self._reader.feed(self.pending)
-        events += found
-        self.pending = self.pending[used:]
-        if not self._reader.done:
+        done, self.pending = feed_reader(self._reader, self.pending, events)
+        if not done:
             return False
         self._reader = None
         self.num_calls += 1
