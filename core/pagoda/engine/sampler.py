@@ -232,7 +232,7 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
 def needs_output_history(p: SamplingParams) -> bool:
     """Whether sampling for ``p`` reads the values of earlier output tokens (penalties, grammars and
     multi-token bad words do)."""
-    return _has_penalty(p) or p.guided_decoding is not None or reads_output_tokens(p)
+    return needs_tokens_before_launch(p) or p.guided_decoding is not None
 
 
 def needs_tokens_before_launch(p: SamplingParams) -> bool:
