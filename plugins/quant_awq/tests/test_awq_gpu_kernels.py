@@ -46,11 +46,8 @@ def _check_tiles(kernel: str, m: int, shape: str, dtype: torch.dtype, group: int
     assert got.dtype == dtype and got.shape == (m, n)
     err = ((got.double() - expected).abs().max() / expected.abs().max()).item()
     assert err < TOL[dtype], f"{kernel} m={m} {shape} {dtype} g{group} split {split_k}: relative error {err:.2e}"
-    # against the exact product of the weights the kernel uses (bf16: scales rounded to bf16): up to
-    # 16 tokens the zero point and scale apply to fp32 sums (unrounded weights), past 16 the weights
-    # are dequantized to the dtype first
-    fold = kernel == "tiles" and m <= 16
-    exact = x.double() @ dequantize_tiles(tiles, torch.float64 if fold else None).double()
+    # against the exact product of the weights the kernel uses (bf16: scales rounded to bf16)
+    exact = x.double() @ dequantize_tiles(tiles).double()
     rows = exact.abs().amax(1, keepdim=True)
     assert ((got.double() - exact).abs() <= exact.abs() * torch.finfo(dtype).eps + rows * 1e-4).all()
     assert not tiles.locks.any(), "the split-K counters must be back at zero"
