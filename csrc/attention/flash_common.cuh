@@ -161,6 +161,20 @@ PAGODA_INLINE int64_t paged_row(const int32_t* block_table_row, int pos, int blo
   return static_cast<int64_t>(page) * stride_block + static_cast<int64_t>(pos % block_size) * stride_token;
 }
 
+// Division by a run-time constant d (the cache block size) in one IMAD.HI, one IADD and one shift,
+// for dividends below 2^31 (key positions): with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
+// n / d = (umulhi(n, m) + n) >> l (round-up multiplier; m = 1 for a power of two; the sum stays below
+// 2^32). Built on the host; plugins/attention_flash/tests/test_fast_division.py checks the formulas.
+struct FastDiv {
+  uint32_t divisor, multiplier, shift;
+  FastDiv() = default;
+  __host__ explicit FastDiv(uint32_t d) : divisor(d), multiplier(1), shift(0) {
+    while ((1ull << shift) < d) ++shift;
+    multiplier = static_cast<uint32_t>((((1ull << shift) - d) << 32) / d + 1);
+  }
+  PAGODA_INLINE uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
+};
+
 // ---- online softmax ------------------------------------------------------------------------------
 // Rows g and g + 8 of a warp's 16-row fragment: running max `m` (log2 domain), this lane's partial
 // sum `l` (summed over the quad at the end) and the fp32 output accumulator `o` [D / 8][4].

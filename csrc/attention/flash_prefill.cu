@@ -11,14 +11,18 @@
 // Shared memory: Q [BM, D] (read back by ldmatrix at every k-step; registers hold S and O) and two
 // stages of K and V tiles [BN, D] (swizzled, see flash_common.cuh). One barrier per key tile: after
 // it, the next tile's K and V loads (cp.async) go to the other stage and run under this tile's
-// products. A warp skips the tiles none of its rows may see and masks only the tiles that the causal
-// diagonal or the sliding window cut for its rows; keys past the range are zero-filled.
+// products, their row addresses read from a table (RowTable) the warps fill one tile ahead. A warp
+// skips the tiles none of its rows may see and masks only the tiles that the causal diagonal or the
+// sliding window cut for its rows; keys past the range are zero-filled. docs/attention_flash.md counts
+// the loop's instructions in SASS.
 //
 // Grid: x = num_prefill_tokens / BM + num_prefills (an upper bound on the query blocks of all
 // prefills; each program finds its (sequence, block) by binary search over query_start_loc and
 // programs past their sequence's end return), heaviest (last) blocks first; y = q head.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "flash_attention.h"
 #include "flash_common.cuh"
@@ -36,7 +40,8 @@ struct PrefillTile {
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kBlockN = D <= 128 ? 64 : 32;  // keys per tile (registers: S is [kRowTiles][BN/8][4])
   static constexpr int kStageElems = 2 * kBlockN * D;  // one K tile and one V tile
-  static constexpr int kSmemBytes = (kPrefillBlockM * D + 2 * kStageElems) * 2;  // 48 / 96 / 128 KiB
+  static constexpr int kTableBytes = 2 * kBlockN * 8;    // two slots of key-row offsets (RowTable)
+  static constexpr int kSmemBytes = (kPrefillBlockM * D + 2 * kStageElems) * 2 + kTableBytes;  // 49 / 97 / 128.5 KiB
   static constexpr int kMinBlocks = D <= 64 ? 2 : 1;    // programs per SM the registers must allow
 };
 
@@ -66,14 +71,23 @@ struct CopyLane {
   static constexpr int kRowsPerPass = THREADS / (D / 8);
   static_assert(kRowsPerPass % 8 == 0, "the swizzle pattern repeats every 8 rows");
   int row, chunk, at;
-  PAGODA_INLINE CopyLane() : row(threadIdx.x / (D / 8)), chunk(threadIdx.x % (D / 8)), at(swizzle<D>(row, chunk)) {}
+  PAGODA_INLINE explicit CopyLane(int tid) : row(tid / (D / 8)), chunk(tid % (D / 8)), at(swizzle<D>(row, chunk)) {}
 };
+
+// threadIdx.x, re-read in the key loop as a value the compiler cannot see through: it then derives the
+// lane's addresses and positions afresh each tile (a few integer instructions) instead of carrying
+// them, or induction variables folded from them, across the loop in registers that head 128 lacks.
+PAGODA_INLINE int opaque_thread_index() {
+  int tid = threadIdx.x;
+  asm volatile("" : "+r"(tid));
+  return tid;
+}
 
 // cp.async the Q tile [BM, D]: rows past the block's tokens are zero-filled.
 template <int D, int THREADS>
 PAGODA_INLINE void load_q_tile(uint16_t* s_q, const uint16_t* q_base, int64_t q_stride, int rows) {
   using Lane = CopyLane<D, THREADS>;
-  const Lane t;
+  const Lane t(threadIdx.x);
 #pragma unroll
   for (int pass = 0; pass < kPrefillBlockM / Lane::kRowsPerPass; ++pass) {
     const int r = t.row + pass * Lane::kRowsPerPass;
@@ -91,52 +105,99 @@ struct KeySource {
   int key_hi;
 };
 
-// cp.async keys key0..key0+BN-1 into one stage: the K tile, then the V tile (same row addresses).
+// The addresses of a tile's BN key rows in the K cache half (kv head included; a V row is at the same
+// distance from the V half), in shared memory: one slot per stage, written one tile ahead, so the
+// copies of a tile read 16-byte table entries instead of dividing by the block size and waiting on
+// the block table. A copying thread's rows are row, row + kRowsPerPass, ...: key row r sits at
+// (r % kRowsPerPass) * kPasses + r / kRowsPerPass.
 template <int D, int BN, int THREADS>
-PAGODA_INLINE void load_kv_stage(uint16_t* stage, const FlashAttentionArgs& p, const KeySource& src, int key0) {
+struct RowTable {
+  static constexpr int kRowsPerPass = CopyLane<D, THREADS>::kRowsPerPass;
+  static constexpr int kPasses = BN / kRowsPerPass;
+  static constexpr int kPerWarp = BN / (THREADS / kWarpSize);  // rows each warp writes
+  static_assert(BN % kRowsPerPass == 0 && kPasses % 2 == 0, "whole passes, read in pairs");
+  static_assert(kPerWarp <= kWarpSize && BN % (THREADS / kWarpSize) == 0, "every warp writes its share");
+  PAGODA_INLINE static int index(int r) { return (r % kRowsPerPass) * kPasses + r / kRowsPerPass; }
+};
+
+// Warp `warp` writes the table entries of its kPerWarp keys of the tile at key0 (the block table read
+// and the division for one key per lane); keys at or past key_hi get the K half's base address (a
+// mapped address: their copies read nothing and zero-fill).
+template <int D, int BN, int THREADS>
+PAGODA_INLINE void write_key_rows(uint64_t* slot, const FlashAttentionArgs& p, const KeySource& src,
+                                  const FastDiv& block, int key0, int warp, int lane) {
+  using Table = RowTable<D, BN, THREADS>;
+  if (lane >= Table::kPerWarp) return;
+  const int r = warp * Table::kPerWarp + lane, pos = key0 + r;
+  uint64_t address = reinterpret_cast<uint64_t>(p.k_cache);
+  if (pos < src.key_hi) {
+    const uint32_t page_index = block.div(static_cast<uint32_t>(pos));
+    const auto page = static_cast<uint32_t>(__ldg(src.bt_row + page_index));
+    const uint32_t in_page = static_cast<uint32_t>(pos) - page_index * block.divisor;
+    address += 2 * (static_cast<uint64_t>(page) * p.cache_stride_block +
+                    static_cast<uint64_t>(in_page) * p.cache_stride_token + src.head_offset);
+  }
+  slot[Table::index(r)] = address;
+}
+
+// cp.async keys key0..key0+BN-1 into one stage: the K tile, then the V tile (row addresses from the
+// table slot of this tile).
+template <int D, int BN, int THREADS>
+PAGODA_INLINE void load_kv_stage(uint16_t* stage, const FlashAttentionArgs& p, const uint64_t* slot, int key0,
+                                 int key_hi, int tid) {
   using Lane = CopyLane<D, THREADS>;
-  static_assert(BN % Lane::kRowsPerPass == 0, "whole passes of the block");
-  const Lane t;
+  using Table = RowTable<D, BN, THREADS>;
+  const Lane t(tid);
+  uint64_t rows[Table::kPasses];
+  const auto* entries = reinterpret_cast<const ulonglong2*>(slot + t.row * Table::kPasses);
 #pragma unroll
-  for (int pass = 0; pass < BN / Lane::kRowsPerPass; ++pass) {
-    const int pos = key0 + t.row + pass * Lane::kRowsPerPass;
-    const bool valid = pos < src.key_hi;
-    const int64_t row =
-        valid ? src.head_offset + paged_row(src.bt_row, pos, p.block_size, p.cache_stride_block, p.cache_stride_token)
-              : 0;
+  for (int i = 0; i < Table::kPasses / 2; ++i) {
+    const ulonglong2 pair = entries[i];
+    rows[2 * i] = pair.x;
+    rows[2 * i + 1] = pair.y;
+  }
+  const uint64_t v_minus_k = reinterpret_cast<uint64_t>(p.v_cache) - reinterpret_cast<uint64_t>(p.k_cache);
+#pragma unroll
+  for (int pass = 0; pass < Table::kPasses; ++pass) {
+    const bool valid = key0 + t.row + pass * Lane::kRowsPerPass < key_hi;
     uint16_t* dst = stage + t.at + pass * Lane::kRowsPerPass * D;
-    cp_async16(dst, static_cast<const uint16_t*>(p.k_cache) + row + t.chunk * 8, valid);
-    cp_async16(dst + BN * D, static_cast<const uint16_t*>(p.v_cache) + row + t.chunk * 8, valid);
+    const uint64_t k_src = rows[pass] + t.chunk * 16;
+    cp_async16(dst, reinterpret_cast<const void*>(k_src), valid);
+    cp_async16(dst + BN * D, reinterpret_cast<const void*>(k_src + v_minus_k), valid);
   }
 }
 
-// Element offsets of this lane's ldmatrix row in swizzled tiles, at k-step (or dim pair) 0: the
-// A fragment of rows row0.. of Q, the B fragments of keys 0..15 of a K tile (no transpose) and of a
-// V tile (.trans). Every such row r has r % 8 == lane % 8 and chunk 2k + h (h = 0 or 1), stored at
-// chunk ((2k + h) ^ r % 8) = (h ^ r % 8) ^ 2k: step k's offset is the step-0 offset XOR (k << 4)
-// (r * D is a multiple of D and untouched); rows 16 further are 16 * D further.
+// Shared-space byte addresses of this lane's ldmatrix row in swizzled tiles, at k-step (or dim pair)
+// 0: the A fragment of rows row0.. of Q, the B fragments of keys 0..15 of the K tile of stage 0 (no
+// transpose) and of its V tile (.trans). Every such row r has r % 8 == lane % 8 and chunk 2k + h
+// (h = 0 or 1), stored at chunk ((2k + h) ^ r % 8) = (h ^ r % 8) ^ 2k: step k's address is the step-0
+// address XOR (k << 5) bytes. The step-0 chunk is below 8, so only k's low two bits meet set bits:
+// XOR ((k & 3) << 5), then add (k >> 2) * 128 bytes; rows 16 further are 32 * D bytes further, and
+// tiles (stages, the V tile) start a multiple of 128 bytes further, added after the XOR. So each
+// operand needs four lane addresses (kept in registers: `xor_step`), the rest is an immediate or a
+// warp-uniform offset.
 template <int D>
-struct FragOffsets {
-  int q, k, v;
-  PAGODA_INLINE FragOffsets(int row0, int lane) {
+struct FragAddrs {
+  uint32_t q, k, v;
+  PAGODA_INLINE FragAddrs(uint32_t q_tile, uint32_t kv_tile, int row0, int lane) {
     const int i = lane >> 3;
-    q = swizzle<D>(row0 + (lane & 15), lane >> 4);      // = load_a<D>(.., row0, 0, lane)
-    k = swizzle<D>((lane & 7) + 8 * (i >> 1), i & 1);   // = k_frag_src<D>(.., 0, 0, lane)
-    v = swizzle<D>((lane & 7) + 8 * (i & 1), i >> 1);   // = v_frag_src<D>(.., 0, 0, lane)
+    q = q_tile + 2 * swizzle<D>(row0 + (lane & 15), lane >> 4);      // = load_a<D>(.., row0, 0, lane)
+    k = kv_tile + 2 * swizzle<D>((lane & 7) + 8 * (i >> 1), i & 1);  // = k_frag_src<D>(.., 0, 0, lane)
+    v = kv_tile + 2 * swizzle<D>((lane & 7) + 8 * (i & 1), i >> 1);  // = v_frag_src<D>(.., 0, 0, lane)
   }
 };
 
-// Shared-space address of the fragment at `offset` (a FragOffsets member) of a tile at `tile` (aligned
-// to 2 * D bytes) for step `step`, `rows16` groups of 16 rows further down.
+// The address of step `step`, `rows16` groups of 16 rows down, in the tile `tile_offset` bytes (a
+// multiple of 128) after the one `lane_addr` (a FragAddrs member, from a 2 * D-aligned tile) points into.
 template <int D>
-PAGODA_INLINE uint32_t frag_addr(uint32_t tile, int offset, int step, int rows16) {
-  return ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * D;
+PAGODA_INLINE uint32_t frag_addr(uint32_t lane_addr, uint32_t tile_offset, int step, int rows16) {
+  return (lane_addr ^ ((step & 3) << 5)) + tile_offset + (step >> 2) * 128 + rows16 * 32 * D;
 }
 
-// S[i] = Q rows 16i.. of this warp (i < RT) @ K^T for the BN keys of a tile: each K fragment feeds
-// RT MMAs.
+// S[i] = Q rows 16i.. of this warp (i < RT) @ K^T for the BN keys of the K tile at `k_offset` bytes
+// from stage 0's: each K fragment feeds RT MMAs.
 template <typename T, int D, int BN, int RT>
-PAGODA_INLINE void tile_scores(float (&s)[RT][BN / 8][4], uint32_t q_tile, uint32_t k_tile, const FragOffsets<D>& f) {
+PAGODA_INLINE void tile_scores(float (&s)[RT][BN / 8][4], const FragAddrs<D>& f, uint32_t k_offset) {
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
 #pragma unroll
@@ -146,11 +207,11 @@ PAGODA_INLINE void tile_scores(float (&s)[RT][BN / 8][4], uint32_t q_tile, uint3
   for (int k = 0; k < D / 16; ++k) {
     uint32_t a[RT][4];
 #pragma unroll
-    for (int i = 0; i < RT; ++i) ldmatrix_x4(a[i], frag_addr<D>(q_tile, f.q, k, i));
+    for (int i = 0; i < RT; ++i) ldmatrix_x4(a[i], frag_addr<D>(f.q, 0, k, i));
 #pragma unroll
     for (int np = 0; np < BN / 16; ++np) {
       uint32_t b[4];
-      ldmatrix_x4(b, frag_addr<D>(k_tile, f.k, k, np));
+      ldmatrix_x4(b, frag_addr<D>(f.k, k_offset, k, np));
 #pragma unroll
       for (int i = 0; i < RT; ++i) {
         mma_16816<T>(s[i][2 * np], a[i], b[0], b[1]);
@@ -160,16 +221,17 @@ PAGODA_INLINE void tile_scores(float (&s)[RT][BN / 8][4], uint32_t q_tile, uint3
   }
 }
 
-// o[i] += P[i] @ V for the BN keys of a tile: each V fragment feeds RT MMAs.
+// o[i] += P[i] @ V for the BN keys of the V tile at `v_offset` bytes from stage 0's: each V fragment
+// feeds RT MMAs.
 template <typename T, int D, int BN, int RT>
-PAGODA_INLINE void tile_pv(float (&o)[RT][D / 8][4], const uint32_t (&prob)[RT][BN / 16][4], uint32_t v_tile,
-                           const FragOffsets<D>& f) {
+PAGODA_INLINE void tile_pv(float (&o)[RT][D / 8][4], const uint32_t (&prob)[RT][BN / 16][4], const FragAddrs<D>& f,
+                           uint32_t v_offset) {
 #pragma unroll
   for (int kp = 0; kp < BN / 16; ++kp) {
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, frag_addr<D>(v_tile, f.v, dp, kp));
+      ldmatrix_x4_trans(b, frag_addr<D>(f.v, v_offset, dp, kp));
 #pragma unroll
       for (int i = 0; i < RT; ++i) {
         mma_16816<T>(o[i][2 * dp], prob[i][kp], b[0], b[1]);
@@ -204,19 +266,19 @@ PAGODA_INLINE void mask_scores(float (&s)[RT][BN / 8][4], int key0, int pos0, in
 // Online softmax of one row tile (rows g, g + 8) over raw scores `s` (masked: -inf): the running
 // max `m` is kept scaled (log2 domain, `scale` = softmax scale * log2 e), so p = 2^(s * scale - m)
 // is one FFMA and one MUFU.EX2. `l` is this lane's partial sum (the quad's are added at the end).
-// Rescales `o` and `l`; turns `s` into probabilities in place.
-template <int N, int D>
-PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
-                                  float scale) {
+// Turns `s` into probabilities in place, rescales `l`, and returns alpha = 2^(m_old - m_new) per row.
+template <int N, bool kMasked>
+PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float raw_max = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < N / 8; ++nt) raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
     const float row_max = fmaxf(m[half], quad_max(raw_max) * scale);
-    // a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0, alpha = 1 or 0)
-    const float base = row_max == -INFINITY ? 0.0f : row_max;
-    const float alpha = fast_exp2(m[half] - base);
+    // in a masked tile a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0,
+    // alpha = 1 or 0); an unmasked tile shows every row a key, so its max is finite
+    const float base = kMasked && row_max == -INFINITY ? 0.0f : row_max;
+    alpha[half] = fast_exp2(m[half] - base);
     m[half] = row_max;
     float sum = 0.0f;
 #pragma unroll
@@ -225,32 +287,45 @@ PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l
       s[nt][2 * half + 1] = fast_exp2(fmaf(s[nt][2 * half + 1], scale, -base));
       sum += s[nt][2 * half] + s[nt][2 * half + 1];
     }
-    l[half] = l[half] * alpha + sum;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][2 * half] *= alpha;
-      o[dt][2 * half + 1] *= alpha;
-    }
+    l[half] = l[half] * alpha[half] + sum;
   }
 }
 
-// One warp's work on one key tile (K at `k_tile`, V right after it): scores, mask (kMasked),
-// online softmax, O += P V.
+// o *= alpha (rows g, g + 8 of a row tile). With `skip_unchanged` (warp-uniform), not when alpha is 1
+// in every row of the warp (no row's max grew): the product would change nothing (exact), and the
+// maxima settle after the first key tiles, so most tiles of a long sequence save D / 2 FMULs per
+// row tile and lane for a vote.
+template <int D>
+PAGODA_INLINE void rescale_output(float (&o)[D / 8][4], const float (&alpha)[2], bool skip_unchanged) {
+  if (skip_unchanged && !__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
+  }
+}
+
+// One warp's work on one key tile (K at `k_offset` bytes from stage 0's K tile, V right after it):
+// scores, mask (kMasked), online softmax, O += P V.
 template <typename T, int D, int BN, int RT, bool kMasked>
-PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], float (&l)[RT][2], uint32_t q_tile,
-                               uint32_t k_tile, const FragOffsets<D>& f, int key0, int pos0, int window, float scale,
+PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], float (&l)[RT][2], const FragAddrs<D>& f,
+                               uint32_t k_offset, int key0, int pos0, int window, float scale, bool skip_rescale,
                                int lane) {
   float s[RT][BN / 8][4];
-  tile_scores<T, D, BN, RT>(s, q_tile, k_tile, f);
+  tile_scores<T, D, BN, RT>(s, f, k_offset);
   if constexpr (kMasked) mask_scores<BN, RT>(s, key0, pos0, window, lane);
   uint32_t prob[RT][BN / 16][4];
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
-    softmax_update<BN, D>(s[i], m[i], l[i], o[i], scale);
+    float alpha[2];
+    softmax_update<BN, kMasked>(s[i], m[i], l[i], alpha, scale);
+    rescale_output<D>(o[i], alpha, skip_rescale);
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) probs_to_a<T>(s[i][2 * kp], s[i][2 * kp + 1], prob[i][kp]);
   }
-  tile_pv<T, D, BN, RT>(o, prob, k_tile + BN * D * 2, f);
+  tile_pv<T, D, BN, RT>(o, prob, f, k_offset + BN * D * 2);
 }
 
 // Normalise this warp's rows, stage them in its own rows of s_q (no other warp reads those), store
@@ -286,16 +361,21 @@ PAGODA_INLINE void store_rows(uint16_t* out, int64_t o_stride, float (&o)[RT][D 
 
 template <typename T, int D>
 __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMinBlocks)
-    flash_prefill_kernel(FlashAttentionArgs p, int seq_lo, int seq_hi) {
+    flash_prefill_kernel(FlashAttentionArgs p, FastDiv block_div, int seq_lo, int seq_hi, bool skip_rescale) {
 #if PAGODA_FLASH_ENABLED
   using Tile = PrefillTile<D>;
   constexpr int BN = Tile::kBlockN, BM = kPrefillBlockM, RT = Tile::kRowTiles, THREADS = Tile::kThreads;
   extern __shared__ __align__(1024) uint16_t smem[];
   uint16_t* s_q = smem;             // [BM, D]
   uint16_t* s_kv = s_q + BM * D;    // 2 stages of (K [BN, D], V [BN, D])
+  auto* s_rows = reinterpret_cast<uint64_t*>(s_kv + 2 * Tile::kStageElems);  // 2 slots of [BN] (RowTable)
 
   int seq, block;
   find_query_block(p.query_start_loc, gridDim.x - 1 - blockIdx.x, seq_lo, seq_hi, seq, block);
+  // equal in every thread: through a shuffle the compiler knows it, and keeps what derives from them
+  // (positions, block-table row, loop bounds) in uniform registers
+  seq = __shfl_sync(0xffffffffu, seq, 0);
+  block = __shfl_sync(0xffffffffu, block, 0);
   const int q_start = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_start;
   const int m0 = block * BM;
@@ -309,21 +389,23 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
   const int window = p.window;
   const int key_lo = window > 0 ? max(first_pos - window + 1, 0) / BN * BN : 0;
   const int num_tiles = (key_hi - key_lo + BN - 1) / BN;
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpSize, 0);  // uniform, as above
 
   const KeySource src{p.block_tables + seq * p.block_table_stride, kv_head * p.cache_stride_head, key_hi};
-  const auto* q_base = static_cast<const uint16_t*>(p.query) + head * p.q_stride_head + (q_start + m0) * p.q_stride_token;
+  write_key_rows<D, BN, THREADS>(s_rows, p, src, block_div, key_lo, warp, threadIdx.x % kWarpSize);
+  write_key_rows<D, BN, THREADS>(s_rows + BN, p, src, block_div, key_lo + BN, warp, threadIdx.x % kWarpSize);
+  const auto* q_base =
+      static_cast<const uint16_t*>(p.query) + head * p.q_stride_head + (q_start + m0) * p.q_stride_token;
   load_q_tile<D, THREADS>(s_q, q_base, p.q_stride_token, rows);
-  load_kv_stage<D, BN, THREADS>(s_kv, p, src, key_lo);
+  __syncthreads();  // the row table of tiles 0 and 1
+  load_kv_stage<D, BN, THREADS>(s_kv, p, s_rows, key_lo, key_hi, threadIdx.x);
   cp_async_commit();
 
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row0 = Tile::kWarpRows * warp;                     // this warp's first row in the block
-  const int pos0 = first_pos + row0 + lane / 4;                // query position of fragment row g
   // positions of this warp's first and last valid rows (a warp past `rows` has none: sees nothing)
   const int warp_first = first_pos + row0;
   const int warp_last = row0 < rows ? first_pos + min(row0 + Tile::kWarpRows, rows) - 1 : -1;
   const float scale = p.scale * kLog2e;
-  const FragOffsets<D> frag(row0, lane);
   const uint32_t q_tile = smem_addr(s_q), kv_tiles = smem_addr(s_kv);
   if (q_tile % (2 * D) != 0) __trap();  // frag_addr's XOR needs tiles aligned to a row (2 * D bytes)
 
@@ -339,29 +421,49 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int key0 = key_lo + tile * BN;
+    const int tid = opaque_thread_index(), lane = tid % kWarpSize;
     cp_async_wait<0>();  // this tile's K and V (and Q)
-    __syncthreads();     // ... from every thread; and every warp is done with the other stage
+    __syncthreads();     // ... from every thread; every warp is done with the other stage and table slot
     if (tile + 1 < num_tiles) {
-      load_kv_stage<D, BN, THREADS>(s_kv + ((tile + 1) & 1) * Tile::kStageElems, p, src, key0 + BN);
+      load_kv_stage<D, BN, THREADS>(s_kv + ((tile + 1) & 1) * Tile::kStageElems, p, s_rows + ((tile + 1) & 1) * BN,
+                                    key0 + BN, key_hi, tid);
       cp_async_commit();
     }
     const bool after_all = key0 > warp_last;                                  // causal: no row sees a key
     const bool before_all = window > 0 && key0 + BN - 1 <= warp_first - window;  // out of every row's window
-    if (after_all || before_all) continue;
-    const bool masked = key0 + BN - 1 > warp_first || (window > 0 && key0 <= warp_last - window);
-    const uint32_t k_tile = kv_tiles + (tile & 1) * Tile::kStageElems * 2;
-    if (masked) {
-      attend_tile<T, D, BN, RT, true>(o, m, l, q_tile, k_tile, frag, key0, pos0, window, scale, lane);
-    } else {
-      attend_tile<T, D, BN, RT, false>(o, m, l, q_tile, k_tile, frag, key0, pos0, window, scale, lane);
+    if (!after_all && !before_all) {
+      const bool masked = key0 + BN - 1 > warp_first || (window > 0 && key0 <= warp_last - window);
+      const uint32_t k_offset = (tile & 1) * Tile::kStageElems * 2;  // this stage's K tile, from stage 0's
+      const FragAddrs<D> frag(q_tile, kv_tiles, row0, lane);
+      const int pos0 = warp_first + lane / 4;                          // query position of fragment row g
+      if (masked) {
+        attend_tile<T, D, BN, RT, true>(o, m, l, frag, k_offset, key0, pos0, window, scale, skip_rescale, lane);
+      } else {
+        attend_tile<T, D, BN, RT, false>(o, m, l, frag, k_offset, key0, pos0, window, scale, skip_rescale, lane);
+      }
+    }
+    // the slot this tile's copies used last read before this tile's barrier: refill it for tile + 2
+    if (tile + 2 < num_tiles) {
+      write_key_rows<D, BN, THREADS>(s_rows + (tile & 1) * BN, p, src, block_div, key0 + 2 * BN, warp, lane);
     }
   }
 
+  const int lane = threadIdx.x % kWarpSize;
   auto* out = static_cast<uint16_t*>(p.out) + head * p.o_stride_head + (q_start + m0) * p.o_stride_token;
   store_rows<T, D, RT>(out, p.o_stride_token, o, l, s_q, row0, rows, lane);
 #else
   __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
 #endif
+}
+
+// PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
+// ways in one build (scripts/device/flash_variants.py); read once per process.
+inline bool skip_rescale_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("PAGODA_FLASH_SKIP_RESCALE");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
 }
 
 template <typename T, int D>
@@ -370,7 +472,8 @@ void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int6
   auto kernel = flash_prefill_kernel<T, D>;
   allow_shared_memory<flash_prefill_kernel<T, D>>(bytes);
   const dim3 grid(static_cast<unsigned>(num_tokens / kPrefillBlockM + (seq_hi - seq_lo)), args.num_heads);
-  kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, seq_lo, seq_hi);
+  const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
+  kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, block_div, seq_lo, seq_hi, skip_rescale_enabled());
 }
 
 template <typename T>

@@ -5,7 +5,10 @@
 # the kernel benchmark (flash vs triton vs torch SDPA flash; Llama-3.1-8B heads). Results and logs
 # under $OUT, each step under a timeout, the whole script under 9 minutes.
 #   bash scripts/device/flash.sh
-#   PARTS=tests bash scripts/device/flash.sh       (parts: tests, sanitize, bench, e2e; default all but e2e)
+#   PARTS=tests bash scripts/device/flash.sh       (parts: tests, sanitize, variants, ncu, bench, e2e; default
+#                                                   tests,sanitize,bench)
+# variants: prefill TFLOP/s of each run-time kernel variant against SDPA flash (scripts/device/flash_variants.py,
+# about a minute); ncu: Nsight Compute sections of one 16k-token prefill launch (about a minute, if ncu exists).
 #   BENCH_ARGS=--quick ...                         fewer benchmark shapes
 # e2e: `pagoda bench throughput` on dummy Llama-3.1-8B with flash and with triton (about 3 minutes).
 set -uo pipefail
@@ -55,6 +58,26 @@ if [[ ",$PARTS," == *",sanitize,"* ]]; then
       step "$tool" 150 "$SAN" --tool "$tool" "${FILTER[@]}" --error-exitcode 3 python3 scripts/device/flash_case.py
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rel error|Error|hazard" "$OUT/$tool.log" | head -12
     done
+  fi
+fi
+
+if [[ ",$PARTS," == *",variants,"* ]]; then  # prefill TFLOP/s per run-time variant (scripts/device/flash_variants.py)
+  step variants 150 python3 scripts/device/flash_variants.py --out "$OUT/flash_variants.json"
+  grep -E "^variant|failed" "$OUT/variants.log"
+fi
+
+if [[ ",$PARTS," == *",ncu,"* ]]; then  # Nsight Compute on one 16k-token prefill launch: stalls, issue, occupancy
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [[ -z "$NCU" ]]; then
+    echo "ncu: not found"
+  else
+    step ncu 120 "$NCU" --kernel-name regex:flash_prefill_kernel --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats \
+      --section MemoryWorkloadAnalysis python3 scripts/device/flash_variants.py --profile
+    grep -E "Duration|Throughput|Registers|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued" \
+      "$OUT/ncu.log" | head -30
+    grep -E "Stall|ERR|==PROF==|==ERROR==" "$OUT/ncu.log" | head -20
   fi
 fi
 

@@ -117,7 +117,7 @@ def c_to_matrix(tiles: list[list[list[float]]]) -> np.ndarray:
 
 
 def frag_offsets(d: int, row0: int) -> list[tuple[int, int, int]]:
-    """The prefill kernel's FragOffsets per lane: (q, k, v) element offsets at step 0."""
+    """The prefill kernel's FragAddrs per lane, as element offsets from their tiles: (q, k, v) at step 0."""
     out = []
     for lane in range(WARP):
         i = lane >> 3
@@ -126,13 +126,18 @@ def frag_offsets(d: int, row0: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def frag_addr_bytes(d: int, tile: int, offset: int, step: int, rows16: int) -> int:
-    """The prefill kernel's frag_addr: ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * d bytes."""
-    return ((tile + 2 * offset) ^ (step << 5)) + rows16 * 32 * d
+def frag_addr_bytes(d: int, lane_addr: int, tile_offset: int, step: int, rows16: int) -> int:
+    """The prefill kernel's frag_addr: (lane_addr ^ ((step & 3) << 5)) + tile_offset + (step >> 2) * 128
+    + rows16 * 32 * d bytes."""
+    return (lane_addr ^ ((step & 3) << 5)) + tile_offset + (step >> 2) * 128 + rows16 * 32 * d
 
 
-def prefill_addresses(d: int, kind: int, row0: int, step: int, rows16: int, tile: int = 0) -> list[int]:
-    """Element offsets (from ``tile`` bytes, which the kernel aligns to 2 * d) of one prefill ldmatrix:
-    kind 0 = Q (load_a), 1 = K (qk), 2 = V (pv)."""
+def prefill_addresses(d: int, kind: int, row0: int, step: int, rows16: int, tile: int = 0,
+                      tile_offset: int = 0) -> list[int]:
+    """Element offsets of one prefill ldmatrix from the tile it reads: kind 0 = Q (load_a), 1 = K (qk),
+    2 = V (pv). The lane addresses (FragAddrs) point into a tile at ``tile`` bytes (the kernel aligns it
+    to 2 * d); the tile read starts ``tile_offset`` bytes (a multiple of 128: a stage, the V tile) later."""
     offsets = frag_offsets(d, row0)
-    return [(frag_addr_bytes(d, tile, offsets[lane][kind], step, rows16) - tile) // 2 for lane in range(WARP)]
+    lane_addrs = [tile + 2 * offsets[lane][kind] for lane in range(WARP)]
+    return [(frag_addr_bytes(d, lane_addrs[lane], tile_offset, step, rows16) - tile - tile_offset) // 2
+            for lane in range(WARP)]

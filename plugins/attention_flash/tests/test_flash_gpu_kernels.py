@@ -11,6 +11,8 @@ a missing kernel build into a failure instead of a skip.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -87,12 +89,25 @@ def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = 
 @pytest.mark.parametrize(
     "heads,kv_heads,head,block,window",
     [(32, 32, 64, 16, None), (32, 8, 128, 16, None), (32, 4, 128, 32, None), (16, 2, 256, 16, None),
-     (32, 8, 128, 16, 512), (40, 2, 64, 16, None), (8, 8, 256, 32, 300)],
-    ids=["mha-d64", "gqa4-d128", "gqa8-d128-b32", "gqa8-d256", "gqa4-window512", "group20-d64", "mha-d256-window300"],
+     (32, 8, 128, 16, 512), (40, 2, 64, 16, None), (8, 8, 256, 32, 300), (32, 8, 128, 24, None)],
+    ids=["mha-d64", "gqa4-d128", "gqa8-d128-b32", "gqa8-d256", "gqa4-window512", "group20-d64", "mha-d256-window300",
+         "gqa4-d128-b24"],  # b24: the prefill kernel's block-size division by multiply-high (FastDiv), not a shift
 )
 def test_mixed_batches_against_the_reference(cuda, dtype, heads, kv_heads, head, block, window) -> None:
     spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, dtype, window)
     check_case(cuda, spec, MIXED, seed=heads + head)
+
+
+def test_prefill_rescaling_at_every_key_tile() -> None:
+    """PAGODA_FLASH_SKIP_RESCALE=0 (the timing switch of scripts/device/flash_variants.py, read once per
+    process): some mixed batches again in a child process, the output rescaled at every key tile."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    chosen = "mixed_batches and (mha-d64 or gqa4-d128- or gqa4-window512 or mha-d256)"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", chosen]
+    result = subprocess.run(cmd, env={**os.environ, "PAGODA_FLASH_SKIP_RESCALE": "0"}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32])

@@ -74,15 +74,18 @@ def test_output_staging_round_trip(d: int) -> None:
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_prefill_xor_addresses_equal_the_swizzle(d: int) -> None:
-    """The prefill kernel's step-k address is the step-0 address XOR (k << 5) bytes (tiles aligned to
-    2 * d bytes; the kernel's shared memory is 1024-byte aligned): the same lanes as load_a, qk_step
+    """The prefill kernel's step-k address is the step-0 address XOR ((k & 3) << 5) plus (k >> 2) * 128
+    bytes (tiles aligned to 2 * d bytes; the kernel's shared memory is 1024-byte aligned), then the
+    offset of the tile read (stage, V tile: multiples of 128 bytes): the same lanes as load_a, qk_step
     and pv_step, row tiles 16 rows apart."""
     for tile in (0, 2 * d * 64, 1024 * 7):
-        for step in range(d // 16):
-            for rows16 in range(4):
-                assert prefill_addresses(d, 0, 32, step, rows16, tile) == load_a_addresses(d, 32 + 16 * rows16, step)
-                assert prefill_addresses(d, 1, 0, step, rows16, tile) == qk_addresses(d, 16 * rows16, step)
-                assert prefill_addresses(d, 2, 0, step, rows16, tile) == pv_addresses(d, 16 * rows16, step)
+        for tile_offset in (0, 128 * 3, 2 * 64 * d * 2 + 64 * d * 2):
+            for step in range(d // 16):
+                for rows16 in range(4):
+                    at = (tile, tile_offset)
+                    assert prefill_addresses(d, 0, 32, step, rows16, *at) == load_a_addresses(d, 32 + 16 * rows16, step)
+                    assert prefill_addresses(d, 1, 0, step, rows16, *at) == qk_addresses(d, 16 * rows16, step)
+                    assert prefill_addresses(d, 2, 0, step, rows16, *at) == pv_addresses(d, 16 * rows16, step)
 
 
 @pytest.mark.parametrize("d,keys,row0", [(64, 64, 0), (128, 64, 96), (256, 32, 64)])
