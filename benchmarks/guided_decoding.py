@@ -10,7 +10,12 @@ CPU (the embedded SmolLM2-135M):
     python benchmarks/guided_decoding.py --batch-size 16 --output-len 64
 GPU (dummy Llama-3.1-8B weights, Llama 3's real 128k tokenizer, see scripts/device/guided_bench.sh):
     python benchmarks/guided_decoding.py benchmarks/configs/llama-3.1-8b --load-format dummy \\
-        --tokenizer /tmp/llama3-tokenizer --batch-size 64 --output-len 256
+        --tokenizer /tmp/llama3-tokenizer --batch-size 64 --output-len 256 --legacy --breakdown
+
+``--legacy`` adds a third mode, ``guided_legacy``: guided JSON on the grammar path from before
+the bitmask work (benchmarks/guided_step_timing.py), for an A/B in the same process.
+``--breakdown`` adds one more run per mode with per-step timings (``per_step_ms``: forward and
+sampling device time, launch host time, time waiting for tokens, the grammar phases).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import platform
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -52,11 +58,36 @@ def timed(llm, prompts: list[str], params) -> tuple[float, float, int]:
             sum(len(c.token_ids) for o in outputs for c in o.outputs))
 
 
+def mode_context(llm, name: str):
+    """The grammar path of a mode: ``guided_legacy`` switches to the one from before the bitmask work."""
+    if name != "guided_legacy":
+        return nullcontext()
+    from guided_step_timing import legacy_guided
+
+    return legacy_guided(llm)
+
+
+def breakdown(llm, prompts: list[str], modes: dict) -> dict[str, dict[str, float]]:
+    """One run per mode with per-step timings (medians per call, ms; see benchmarks/guided_step_timing.py)."""
+    from guided_step_timing import probe_steps
+
+    out: dict[str, dict[str, float]] = {}
+    for name, params in modes.items():
+        timings: dict[str, float] = {}
+        with mode_context(llm, name):
+            with probe_steps(llm, timings):
+                seconds, _, tokens = timed(llm, prompts, params)
+        out[name] = {"wall_per_step": round(1e3 * seconds * len(prompts) / tokens, 3), **timings}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=16, help="requests, all running at once")
     parser.add_argument("--output-len", type=int, default=64, help="new tokens per request (both modes)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode, alternating")
+    parser.add_argument("--legacy", action="store_true", help="add mode guided_legacy (the grammar path before)")
+    parser.add_argument("--breakdown", action="store_true", help="one more run per mode, timing each step's parts")
     add_common_args(parser)
     args = parser.parse_args()
     from pagoda import LLM, SamplingParams
@@ -67,17 +98,19 @@ def main() -> None:
     llm = LLM(**vars(config))
     prompts = make_prompts(args.batch_size)
     common = dict(temperature=1.0, seed=0, max_tokens=args.output_len, ignore_eos=True)
-    modes = {"unguided": SamplingParams(**common),
-             "guided_json": SamplingParams(**common, guided_decoding=GuidedDecodingParams(json=SCHEMA))}
+    guided = SamplingParams(**common, guided_decoding=GuidedDecodingParams(json=SCHEMA))
+    modes = {"unguided": SamplingParams(**common), "guided_json": guided, **({"guided_legacy": guided} if args.legacy else {})}
     start = time.perf_counter()
-    for params in modes.values():  # warm-up: the grammar compiles, kernels and graphs are ready
-        timed(llm, prompts, SamplingParams(**{**common, "max_tokens": 8}, guided_decoding=params.guided_decoding))
+    for name, params in modes.items():  # warm-up: the grammar compiles, kernels and graphs are ready
+        with mode_context(llm, name):
+            timed(llm, prompts, SamplingParams(**{**common, "max_tokens": 8}, guided_decoding=params.guided_decoding))
     warmup_s = time.perf_counter() - start
     rates: dict[str, list[float]] = {name: [] for name in modes}
     per_cpu_s: dict[str, list[float]] = {name: [] for name in modes}
     for _ in range(args.repeats):
         for name, params in modes.items():
-            seconds, cpu_seconds, tokens = timed(llm, prompts, params)
+            with mode_context(llm, name):
+                seconds, cpu_seconds, tokens = timed(llm, prompts, params)
             assert tokens == args.batch_size * args.output_len, (name, tokens)  # no sequence ended early
             rates[name].append(tokens / seconds)
             per_cpu_s[name].append(tokens / cpu_seconds)
@@ -93,6 +126,10 @@ def main() -> None:
         # tokens per second of this process's CPU time: the cost, less sensitive to other work on a shared CPU
         **{f"{name}_tokens_per_cpu_s": round(statistics.median(r), 1) for name, r in per_cpu_s.items()},
     }
+    if args.legacy:
+        result["ratio_legacy_over_unguided"] = round(result["guided_legacy_tokens_per_s"] / result["unguided_tokens_per_s"], 3)
+    if args.breakdown:
+        result["per_step_ms"] = breakdown(llm, prompts, modes)
     result["ratio_guided_over_unguided"] = round(result["guided_json_tokens_per_s"] / result["unguided_tokens_per_s"], 3)
     result["ratio_best_runs"] = round(max(rates["guided_json"]) / max(rates["unguided"]), 3)
     result["ratio_per_cpu_s"] = round(result["guided_json_tokens_per_cpu_s"] / result["unguided_tokens_per_cpu_s"], 3)

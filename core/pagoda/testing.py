@@ -7,6 +7,7 @@ CUDA device, so plugin test suites need no conftest of their own for it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import importlib.metadata as md
 import os
 
@@ -61,6 +62,23 @@ def import_triton_kernels(*modules: str) -> bool:
         elif interpret:
             os.environ["TRITON_INTERPRET"] = previous
     return interpret
+
+
+def interpreted_kernels(module: str):
+    """A pytest fixture body (``yield from``): skip without triton, else import the Triton kernel
+    ``module`` (under the interpreter without CUDA), yield it with ``TRITON_INTERPRET=1`` set while
+    its tests run without CUDA, and restore the variable after."""
+    import pytest
+
+    if importlib.util.find_spec("triton") is None:  # not importorskip: triton must first load under the interpreter
+        pytest.skip("needs triton")
+    interpret = import_triton_kernels(module)
+    previous = os.environ.get("TRITON_INTERPRET")
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    yield importlib.import_module(module)
+    if interpret and previous is None:
+        del os.environ["TRITON_INTERPRET"]
 
 
 def pytest_configure(config) -> None:

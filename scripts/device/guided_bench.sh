@@ -1,20 +1,45 @@
 #!/usr/bin/env bash
-# On the GPU machine (tool `run`, carry [".whl"]): guided (JSON schema) vs unguided decoding
-# throughput on dummy Llama-3.1-8B weights with Llama 3's real 128k tokenizer (Triton attention,
-# CUDA graphs), batch 64 x 256 tokens, plus a batch-16 point. Results land in $OUT.
+# On the GPU machine (tool `run`, carry [".whl"]): where guided decoding's time goes, and guided
+# (JSON schema) vs unguided throughput on dummy Llama-3.1-8B weights with Llama 3's real 128k
+# tokenizer (Triton attention, CUDA graphs). Writes 4 files to $OUT (the tool returns at most 8):
+#   breakdown.jsonl        one JSON line per path (legacy, caps, triton): the grammar phases of one
+#                          step at batch 64 x 128k without a model (benchmarks/guided_breakdown.py),
+#                          host ms per phase and the masking's device ms
+#   guided_b64_n256.json   tokens/s of unguided, guided_json and guided_legacy (the path before),
+#                          alternating in one process, and per_step_ms: forward and sampling device
+#                          time, launch host time, waits for tokens, the grammar phases
+#   summary.txt            GPU, CPUs, the lines above in short
+#   logs.tgz               every log
+# SHAPES="64:256 16:256" adds a batch-16 point (about 2 more minutes). About 5-6 minutes on an H100.
 set -uo pipefail
 OUT="${OUT:-$PWD/guided_bench_out}"; mkdir -p "$OUT"
+LOGS=/tmp/guided_bench_logs; mkdir -p "$LOGS"
+trap 'tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1
+say() { echo "$@" | tee -a "$OUT/summary.txt"; }
 rm -rf plugins/*/build plugins/*/*.egg-info
-source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$OUT/install.log" 2>&1 \
-  || { tail -40 "$OUT/install.log"; exit 1; }
+source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton > "$LOGS/install.log" 2>&1 \
+  || { tail -40 "$LOGS/install.log"; exit 1; }
 TOK=$(bash scripts/device/llama3_tokenizer.sh /tmp/llama3-tokenizer)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+say "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+say "nproc $(nproc), online CPUs $(getconf _NPROCESSORS_ONLN), cgroup cpu.max $(cat /sys/fs/cgroup/cpu.max 2>/dev/null)," \
+    "$(python3 -c 'import os, torch; print("affinity", len(os.sched_getaffinity(0)), "torch threads", torch.get_num_threads())' 2>&1)"
+for variant in legacy caps triton; do
+  case $variant in legacy) flags=--legacy;; caps) flags="--apply caps";; triton) flags="--apply auto";; esac
+  timeout 100 python3 benchmarks/guided_breakdown.py --tokenizer "$TOK" --batch-size 64 --steps 200 $flags \
+    --result-file "$LOGS/breakdown_$variant.json" > "$LOGS/breakdown_$variant.log" 2>&1
+  say "breakdown $variant: exit $?"
+  python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d.pop('sample_output', None); print(json.dumps(d))" \
+    "$LOGS/breakdown_$variant.json" 2>/dev/null | tee -a "$OUT/breakdown.jsonl" | tee -a "$OUT/summary.txt" \
+    || tail -20 "$LOGS/breakdown_$variant.log"
+done
 COMMON=(benchmarks/configs/llama-3.1-8b --load-format dummy --tokenizer "$TOK" --attention-backend triton
         --max-model-len 2048)
-for shape in ${SHAPES:-64:256 16:256}; do
+for shape in ${SHAPES:-64:256}; do
   batch=${shape%%:*}; len=${shape##*:}
-  timeout "${LIMIT:-280}" python3 benchmarks/guided_decoding.py "${COMMON[@]}" --batch-size "$batch" --output-len "$len" \
-    --repeats 3 --result-file "$OUT/guided_b${batch}_n${len}.json" > "$OUT/guided_b${batch}_n${len}.log" 2>&1
-  echo "batch $batch x $len: exit $?"; tail -25 "$OUT/guided_b${batch}_n${len}.log"
+  timeout "${LIMIT:-300}" python3 benchmarks/guided_decoding.py "${COMMON[@]}" --batch-size "$batch" --output-len "$len" \
+    --repeats 3 --legacy --breakdown --result-file "$OUT/guided_b${batch}_n${len}.json" > "$LOGS/guided_b${batch}_n${len}.log" 2>&1
+  say "batch $batch x $len: exit $?"
+  grep -E '_tokens_per_s"|ratio|wall_per_step|forward_(device_)?ms|launch_ms|wait_ms|sample_device_ms|(advance|fill|apply|mask)(_device)?_ms|^    "[a-z_]+": \{' \
+    "$OUT/guided_b${batch}_n${len}.json" 2>/dev/null | tee -a "$OUT/summary.txt" || tail -30 "$LOGS/guided_b${batch}_n${len}.log"
 done

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from pagoda.errors import RequestError
-from pagoda.guided.bitmask import allocate_bitmask, apply_bitmask
+from pagoda.guided.bitmask import apply_bitmask, bitmask_words
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 
 if TYPE_CHECKING:
@@ -34,21 +34,35 @@ logger = logging.getLogger("pagoda")
 @dataclass
 class MatcherState:
     matcher: GrammarMatcher
+    backend: str = "auto"  # the name of the backend that made it
     consumed: int = 0  # output tokens fed to the matcher so far
     off_grammar: bool = False  # a token the grammar forbids was accepted (e.g. min_tokens masked its end)
+
+
+@dataclass
+class StagedMask:
+    """A step's bitmask on the host, and the logits rows it masks (None: every row, in order)."""
+
+    bitmask: torch.Tensor  # [num_rows, ceil(V / 32)] int32
+    index: torch.Tensor | None  # [num_rows] int64
 
 
 class GuidedSampling:
     """Grammar matchers of one engine's guided requests; masks a step's logits."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int], default_backend: str = "auto") -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int], default_backend: str = "auto",
+                 host_buffer: Callable[[int], torch.Tensor] | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.stop_token_ids = stop_token_ids
         self.default_backend = default_backend
         self.backends: dict[str, GuidedDecodingBackend] = {}  # built on first use
         self.states: dict[str, MatcherState] = {}  # request id -> its matcher
-        self._bitmask = allocate_bitmask(0, vocab_size)
+        self._words = bitmask_words(vocab_size)
+        # bytes -> a host uint8 buffer per step (Platform.host_buffer: pinned on GPUs, so the bitmask's
+        # copy neither stages nor waits for the device; torch recycles it once the copy has run)
+        self.host_buffer = host_buffer or _pageable_buffer
+        self._pageable: torch.Tensor | None = None  # the host buffer reused while host_buffer gives pageable memory
 
     def mask(self, logits: torch.Tensor, requests: list["Request"], prev: "PendingStep | None" = None) -> None:
         """Forbid, in ``logits`` (``[len(requests), V]``), the tokens each guided request's grammar
@@ -56,19 +70,11 @@ class GuidedSampling:
         rows = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
         if not rows:
             return
-        bitmask = self._bitmask_rows(len(rows))
-        by_backend: dict[str, tuple[list[GrammarMatcher], list[int]]] = {}
-        for slot, i in enumerate(rows):
-            state = self._advance(requests[i], prev)
-            if state.off_grammar or state.matcher.is_terminated():
-                continue  # the row stays all-allowed (-1)
-            name = self._backend_name(requests[i].sampling_params.guided_decoding)
-            matchers, slots = by_backend.setdefault(name, ([], []))
-            matchers.append(state.matcher)
-            slots.append(slot)
-        for name, (matchers, slots) in by_backend.items():
-            self.backends[name].fill_bitmasks(matchers, bitmask, slots)
-        apply_bitmask(logits, bitmask, rows)
+        guided = [requests[i] for i in rows]
+        states = self._advance_all(guided, prev)
+        staged = self._stage(len(rows), None if len(rows) == logits.shape[0] else rows)
+        self._fill(guided, states, staged.bitmask)
+        self._apply(logits, staged)
 
     def mask_verify(self, logits: torch.Tensor, requests: list["Request"], counts: list[int]) -> None:
         """:meth:`mask` for a speculative verify step: ``counts[i]`` rows of ``logits`` belong to
@@ -80,15 +86,15 @@ class GuidedSampling:
         if not guided:
             return
         rows = [starts[i] + j for i in guided for j in range(counts[i])]
-        bitmask = self._bitmask_rows(len(rows))
+        staged = self._stage(len(rows), rows)
         slot = 0
         for i in guided:
             state = self._advance(requests[i])
             if not (state.off_grammar or state.matcher.is_terminated()):
                 drafts = requests[i].token_ids[requests[i].num_tokens - counts[i] + 1:] if counts[i] > 1 else []
-                self._fill_through_drafts(state.matcher, drafts, bitmask, slot)
+                self._fill_through_drafts(state.matcher, drafts, staged.bitmask, slot)
             slot += counts[i]
-        apply_bitmask(logits, bitmask, rows)
+        self._apply(logits, staged)
 
     def can_roll_back(self, request_id: str) -> bool:
         """Whether the request's matcher exists and can undo accepted tokens (needed to verify drafts)."""
@@ -118,11 +124,12 @@ class GuidedSampling:
         read from ``prev``, the step in flight that samples it)."""
         state = self.states.get(req.request_id)
         if state is None:
-            state = MatcherState(self._backend(req.sampling_params.guided_decoding).new_matcher(req.sampling_params.guided_decoding))
+            params = req.sampling_params.guided_decoding
+            state = MatcherState(self._backend(params).new_matcher(params), backend=self._backend_name(params))
             self.states[req.request_id] = state
-        new = req.output_token_ids[state.consumed : req.num_output_tokens - req.num_draft_tokens]  # no drafts
+        new = req.token_ids[req.num_prompt_tokens + state.consumed : req.num_tokens - req.num_draft_tokens]  # no drafts
         if new and new[-1] < 0 and prev is not None and req.request_id in prev.rows:
-            new = [*new[:-1], in_flight_token(prev, req.request_id)]
+            new[-1] = in_flight_token(prev, req.request_id)
         for token in new:
             if token < 0:
                 raise RuntimeError("guided decoding needs the previous step's tokens: the step that samples "
@@ -134,11 +141,51 @@ class GuidedSampling:
         state.consumed += len(new)
         return state
 
-    def _bitmask_rows(self, num_rows: int) -> torch.Tensor:
-        if self._bitmask.shape[0] < num_rows:
-            self._bitmask = allocate_bitmask(max(num_rows, 2 * self._bitmask.shape[0]), self.vocab_size)
-        self._bitmask[:num_rows].fill_(-1)
-        return self._bitmask
+    def _advance_all(self, guided: list["Request"], prev: "PendingStep | None") -> list[MatcherState]:
+        """:meth:`_advance` for each request (xgrammar's batched accept measured no faster: the
+        matcher's own work per token dominates the Python call)."""
+        return [self._advance(req, prev) for req in guided]
+
+    def _stage(self, num_rows: int, rows: list[int] | None) -> StagedMask:
+        """A host bitmask of ``num_rows`` (every token allowed) for ``rows`` of the logits (None:
+        all of them), with those row numbers beside it, in one buffer from ``host_buffer``."""
+        index_bytes = 0 if rows is None else 8 * num_rows
+        host = self._host(index_bytes + 4 * num_rows * self._words)
+        index = None
+        if rows is not None:
+            index = host[:index_bytes].view(torch.int64)
+            index.numpy()[:] = rows
+        bitmask = host[index_bytes:].view(torch.int32).view(num_rows, self._words)
+        bitmask.fill_(-1)
+        return StagedMask(bitmask, index)
+
+    def _host(self, nbytes: int) -> torch.Tensor:
+        """``nbytes`` of host memory for this step. A pageable buffer is reused: its copy to a device
+        (if any) has read it before returning; a pinned one comes fresh from ``host_buffer`` (torch's
+        caching host allocator hands it out again once its asynchronous copy has run)."""
+        if self._pageable is not None and self._pageable.numel() >= nbytes:
+            return self._pageable[:nbytes]
+        host = self.host_buffer(nbytes)
+        if not host.is_pinned():
+            self._pageable = host  # fresh pages each step would cost a page fault per 4 KiB
+        return host
+
+    def _fill(self, guided: list["Request"], states: list[MatcherState], bitmask: torch.Tensor) -> None:
+        """Each backend fills the rows of its live matchers (all at once: xgrammar on its threads)."""
+        by_backend: dict[str, tuple[list[GrammarMatcher], list[int]]] = {}
+        for slot, (req, state) in enumerate(zip(guided, states)):
+            if state.off_grammar or state.matcher.is_terminated():
+                continue  # the row stays all-allowed (-1)
+            matchers, slots = by_backend.setdefault(state.backend, ([], []))
+            matchers.append(state.matcher)
+            slots.append(slot)
+        for name, (matchers, slots) in by_backend.items():
+            self.backends[name].fill_bitmasks(matchers, bitmask, slots)
+
+    @staticmethod
+    def _apply(logits: torch.Tensor, staged: StagedMask) -> None:
+        """Queue the bitmask's copy to the logits' device and the masking (one kernel on GPUs)."""
+        apply_bitmask(logits, staged.bitmask, staged.index)
 
     def _backend_name(self, params: "GuidedDecodingParams") -> str:
         return params.backend or self.default_backend
@@ -173,7 +220,12 @@ def guided_sampling_for(parts: Any) -> GuidedSampling | None:
     if eos is None:
         eos = getattr(parts.hf_config, "eos_token_id", None)
     stops = [t for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
-    return GuidedSampling(parts.tokenizer, parts.hf_config.vocab_size, stops, parts.config.guided_decoding_backend)
+    return GuidedSampling(parts.tokenizer, parts.hf_config.vocab_size, stops, parts.config.guided_decoding_backend,
+                          host_buffer=parts.platform.host_buffer)
+
+
+def _pageable_buffer(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)
 
 
 def in_flight_token(prev: "PendingStep", request_id: str) -> int:

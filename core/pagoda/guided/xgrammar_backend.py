@@ -2,12 +2,17 @@
 
 Grammars compile once per distinct spec (xgrammar's compiler caches them); bitmasks for a batch
 are filled by xgrammar's ``BatchGrammarMatcher`` on its own native threads, outside the GIL.
+Its default thread count is half of ``std::thread::hardware_concurrency()``: the host's online
+CPUs, not the ones this process may use (in a container given 16 of a host's CPUs that can be tens
+of threads on 16 cores). :func:`fill_threads` sizes the pool from the CPUs this process may use.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,7 +53,7 @@ class XgrammarBackend(GuidedDecodingBackend):
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
                                                   stop_token_ids=stop_token_ids or None)
         self.compiler = xgr.GrammarCompiler(info, max_threads=4)
-        self.batch = xgr.BatchGrammarMatcher(max_threads="auto")
+        self.batch = xgr.BatchGrammarMatcher(max_threads=fill_threads())
 
     @classmethod
     def check(cls) -> str | None:
@@ -86,6 +91,23 @@ class XgrammarBackend(GuidedDecodingBackend):
         if kind == "regex":
             return c.compile_regex(params.regex)
         return c.compile_grammar(_choice_ebnf(params.choice) if kind == "choice" else params.grammar)
+
+
+def fill_threads(limit: int = 8) -> int:
+    """Threads for filling a batch's bitmask rows: half the CPUs this process may run on (the other
+    half keeps the engine loop and torch going), at most ``limit`` (a 64-row batch is a few hundred
+    microseconds of work on one thread; more threads only add wake-ups)."""
+    return max(1, min(limit, usable_cpus() // 2))
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, capped by a cgroup v2 CPU quota if one is set."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cpus
+    return cpus if quota == "max" else max(1, min(cpus, -(-int(quota) // int(period))))
 
 
 def _grammar(xgr: Any, params: "GuidedDecodingParams") -> Any:
