@@ -6,18 +6,20 @@ costs  Llama-3.1-8B (dummy bf16 weights, benchmarks/configs/llama-3.1-8b): one e
        the model runner (stage inputs, replay the CUDA graph, logits, sampling, copy to the host),
        for the plain 1-token decode step and for verify steps of q = k + 1 query tokens per request
        (q = 2..5), at batch 1 and 8, each request with CONTEXT tokens of context; the graph replay
-       alone is timed too. Then the 1-token decode step of a Llama-3.2-1B-config draft model
-       (benchmarks/configs/llama-3.2-1b, graphed). From these, the speed-up of each mean
-       acceptance length L (tokens emitted per verify round, 1 + accepted drafts):
+       alone is timed too. Then the draft side, a Llama-3.2-1B-config draft model
+       (benchmarks/configs/llama-3.2-1b, dummy bf16, graphed) attached as the target's ``draft``
+       proposer: its plain runner step (launch + result), and whole draft rounds
+       (``DraftProposer.propose``: k one-token steps replayed back to back, one host read) after
+       a round that accepted one draft and after one that accepted all. From these, the speed-up
+       of each mean acceptance length L (tokens emitted per verify round, 1 + accepted drafts):
 
            S(L) = L * T_decode / (T_verify(k + 1) + T_propose(k))
 
-       T_propose = 0 for the n-gram proposer (a host lookup), k * T_draft for a draft model
-       (k draft steps per round; the first is a 1-token step unless every draft was accepted).
+       T_propose = 0 for the n-gram proposer (a host lookup), the measured round for the draft
+       model (printed per draft step: round / k).
 
-e2e    The embedded SmolLM2-135M with the n-gram proposer (k = 4): a prompt-copy workload (the
-       model is asked to repeat a given text) and a free-writing one (little to copy: back-off),
-       at batch 1 and 8, greedy; output tokens/s and acceptance against no speculation.
+e2e    scripts/device/spec_e2e.py: SmolLM2-135M with the n-gram proposer (k = 4) on a
+       prompt-copy and a free-writing workload, batch 1 and 8, against no speculation.
 
 On the GPU machine (see scripts/device/spec_costs.sh, which installs the carried wheels first):
     python3 scripts/device/spec_costs.py --mode all
@@ -28,61 +30,34 @@ On CPU, a smoke run of both parts with tiny random models and short outputs:
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import spec_e2e  # noqa: E402 - the end-to-end part, beside this script
+
 REPO = Path(__file__).resolve().parents[2]
 TARGET = REPO / "benchmarks" / "configs" / "llama-3.1-8b"
 DRAFT = REPO / "benchmarks" / "configs" / "llama-3.2-1b"
 GiB = 1 << 30
 
-TEXTS = [
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil and a cloth "
-    "for the great lens. Ships passing the headland never saw him, only the steady beam that swept across the "
-    "water every twelve seconds, warning them away from the rocks below the cliff.",
-    "To bake the bread, mix four cups of flour with a spoon of salt and a packet of yeast. Add warm water "
-    "slowly until the dough holds together, then knead it for ten minutes on a floured table. Leave it covered "
-    "in a warm place for an hour, shape it into a loaf, and bake it until the crust sounds hollow.",
-    "The committee met on Tuesday to review the budget for the new library. After a long discussion about "
-    "the cost of the roof and the size of the reading room, the members agreed to delay the vote until the "
-    "architect could present a second plan with fewer windows and a smaller car park.",
-    "Rivers carry sand and silt from the mountains to the sea. Where the current slows down near the coast, "
-    "the heavier grains settle first and the finest mud travels farthest, so over thousands of years a delta "
-    "grows outward in the shape of a fan, split by channels that shift after every flood.",
-    "Our train left the station twenty minutes late because of a signal failure near the bridge. The "
-    "conductor apologised twice, the coffee trolley ran out of milk before the first stop, and by the time we "
-    "reached the coast the sun had already set behind the hills on the far side of the bay.",
-    "A good password is long, easy to remember and hard to guess. Instead of replacing letters with numbers, "
-    "join four or five unrelated words into a phrase, never reuse it on another website, and keep a written "
-    "copy in a safe place in case you forget it after a long holiday.",
-    "The orchestra tuned their instruments while the audience found their seats. When the lights dimmed, the "
-    "conductor raised her baton, waited for the last cough to fade, and began the slow opening of the "
-    "symphony with a single note from the oboe that seemed to hang in the air for a long time.",
-    "Every spring the village holds a market on the square in front of the old church. Farmers bring cheese, "
-    "eggs and honey, children sell lemonade from folding tables, and a brass band plays in the afternoon "
-    "until the baker closes his stall and the first drops of rain send everyone home.",
-]
-TOPICS = ["a dragon who is afraid of heights", "the history of the bicycle", "why the sky is blue",
-          "a day in the life of a city bus driver", "how to plant tomatoes", "the first trip to the moon",
-          "a robot learning to paint", "the rules of chess"]
-
-
 # -- costs ---------------------------------------------------------------------------------------
-def build_engine(model: str, kv_bytes: int, args, speculate: bool):
+def build_engine(model: str, kv_bytes: int, args, draft: str | None):
+    """The target with the draft proposer (its verify graphs for q = k + 1, the draft's runner)."""
     from pagoda import LLM
 
-    spec = {"method": "ngram", "num_speculative_tokens": args.k} if speculate else None
+    spec = {"method": "draft", "model": draft, "num_speculative_tokens": args.k} if draft else None
     return LLM(model=model, load_format="dummy", skip_tokenizer_init=True, max_model_len=args.max_model_len,
                kv_cache_memory=kv_bytes, max_num_seqs=max(args.batches), speculative_config=spec,
                enforce_eager=args.tiny, attention_backend=args.attention_backend)
 
 
-def step_batch(core, batch: int, q: int, context: int, vocab: int, seed: int):
+def step_batch(kv_cache, batch: int, q: int, context: int, vocab: int, seed: int):
     """``batch`` running requests of ``context`` tokens, each computing its last token plus ``q - 1``
     drafts; their KV blocks allocated. Returns (SchedulerOutput, block tables, requests)."""
     from pagoda import SamplingParams
@@ -98,9 +73,9 @@ def step_batch(core, batch: int, q: int, context: int, vocab: int, seed: int):
         req.num_computed_tokens = context - 1
         if q > 1:
             req.add_drafts(tokens[context:])
-        assert core.kv_cache.allocate_slots(req, q), "the KV cache is too small for the cost batch"
+        assert kv_cache.allocate_slots(req, q), "the KV cache is too small for the cost batch"
         requests.append(req)
-    tables = [core.kv_cache.block_ids(r.request_id) for r in requests]
+    tables = [kv_cache.block_ids(r.request_id) for r in requests]
     return SchedulerOutput(requests, [q] * batch), tables, requests
 
 
@@ -121,16 +96,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_steps(llm, batches: list[int], query_lens: list[int], args, seed: int) -> list[dict]:
+def measure_steps(runner, kv_cache, vocab: int, query_lens: list[int], args, seed: int) -> list[dict]:
     """Per (batch, q): the runner step (launch + result) and the forward alone, in ms."""
-    core = llm.engine.core
-    runner, device = core.runner, core.parts.platform.device()
-    vocab = core.parts.hf_config.vocab_size
+    device, batches = runner.device, args.batches
     rows = []
     for q in query_lens:
-        graphs = _verify_graphs_for(runner, q, batches, core) if q > 1 else runner.graphs
+        graphs = _verify_graphs_for(runner, q, batches, args.max_model_len) if q > 1 else runner.graphs
         for batch in batches:
-            out, tables, requests = step_batch(core, batch, q, args.context, vocab, seed + 97 * q + batch)
+            out, tables, requests = step_batch(kv_cache, batch, q, args.context, vocab, seed + 97 * q + batch)
             step = timed(lambda: runner.launch(out, tables).result(), args.iters, device)
             row = {"batch": batch, "query_len": q, "step_ms": step * 1e3, "graphed": graphs is not None}
             if graphs is not None and graphs.size_for(out) is not None:
@@ -141,13 +114,43 @@ def measure_steps(llm, batches: list[int], query_lens: list[int], args, seed: in
                 row["graphed"] = False
             rows.append(row)
             for req in requests:
-                core.kv_cache.free(req)
+                kv_cache.free(req)
             print(f"  batch {batch:2d}  q={q}  step {row['step_ms']:.3f} ms"
                   + (f"  forward {row['forward_ms']:.3f} ms" if "forward_ms" in row else "  (eager)"), flush=True)
     return rows
 
 
-def _verify_graphs_for(runner, q: int, batches: list[int], core):
+def measure_draft_rounds(proposer, batches: list[int], args, vocab: int) -> list[dict]:
+    """Per (batch, k, accepted): ``DraftProposer.propose`` in a steady state, in ms per round and
+    per draft step (round / k). Each round follows one where the target accepted one draft
+    (``accepted = "one"``: the draft is one token behind) or all ``k`` (``"all"``: two behind)."""
+    from pagoda.interfaces.proposer import ProposalInput
+
+    device, rows = proposer.runner.device, []
+    for batch in batches:
+        for k in range(1, args.k + 1):
+            for accepted in ("one", "all"):
+                g = torch.Generator().manual_seed(1000 * batch + 10 * k)
+                seqs = {f"round-{batch}-{k}-{accepted}-{i}": torch.randint(0, vocab, (args.context,), generator=g).tolist()
+                        for i in range(batch)}
+                proposal = proposer.propose([ProposalInput(r, tuple(t)) for r, t in seqs.items()], k)  # the prompts
+
+                def one_round() -> None:
+                    nonlocal proposal
+                    for (rid, tokens), drafts in zip(seqs.items(), proposal.token_ids):
+                        tokens += (drafts[:1] if accepted == "one" else drafts) + [int(torch.randint(0, vocab, (1,)))]
+                    proposal = proposer.propose([ProposalInput(r, tuple(t)) for r, t in seqs.items()], k)
+
+                ms = timed(one_round, args.iters, device) * 1e3
+                for rid in seqs:
+                    proposer.release(rid)
+                rows.append({"batch": batch, "k": k, "accepted": accepted, "round_ms": ms, "per_step_ms": ms / k})
+                print(f"  batch {batch:2d}  k={k}  after {accepted:3s} accepted: round {ms:.3f} ms, "
+                      f"{ms / k:.3f} ms per draft step", flush=True)
+    return rows
+
+
+def _verify_graphs_for(runner, q: int, batches: list[int], max_model_len: int):
     """Verify graphs of ``q`` query tokens (the engine's own for q = k + 1; others captured here)."""
     if runner.graphs is None:  # no device graphs (CPU, --enforce-eager)
         return None
@@ -156,7 +159,7 @@ def _verify_graphs_for(runner, q: int, batches: list[int], core):
     from pagoda.spec_decode.verify_graphs import VerifyGraphs
 
     graphs = VerifyGraphs(runner.model, runner.attention, runner.platform, runner.kv_caches, runner.block_size, q,
-                          core.max_model_len, max(batches))
+                          max_model_len, max(batches))
     graphs.sizes = sorted({next(s for s in graphs.sizes if s >= b) for b in batches})
     graphs.capture()
     runner.verify_graphs = graphs  # the runner picks the graphs whose q fits the step
@@ -170,35 +173,50 @@ def predictions(decode_ms: float, verify_ms: float, propose_ms: float, k: int) -
 
 def run_costs(args) -> dict:
     target, draft = (args.tiny_target, args.tiny_draft) if args.tiny else (str(TARGET), str(DRAFT))
-    print(f"costs: target {target}", flush=True)
-    llm = build_engine(target, args.target_kv, args, speculate=True)
-    device = llm.engine.core.parts.platform.device()
+    print(f"costs: target {target}, draft {draft}", flush=True)
+    llm = build_engine(target, args.target_kv, args, draft)
+    core = llm.engine.core
+    proposer = core.speculator.proposer
     query_lens = sorted({1, *range(2, args.k + 2)})
-    steps = measure_steps(llm, args.batches, query_lens, args, seed=1)
-    del llm
-    _free(device)
-    print(f"costs: draft {draft}", flush=True)
-    draft_llm = build_engine(draft, args.draft_kv, args, speculate=False)
-    draft_steps = measure_steps(draft_llm, args.batches, [1], args, seed=2)
-    del draft_llm
+    vocab = core.parts.hf_config.vocab_size
+    steps = measure_steps(core.runner, core.kv_cache, vocab, query_lens, args, seed=1)
+    print("costs: the draft's runner step (launch + result)", flush=True)
+    draft_steps = measure_steps(proposer.runner, proposer.kv_cache, vocab, [1], args, seed=2)
+    print("costs: draft rounds (DraftProposer.propose)", flush=True)
+    rounds = measure_draft_rounds(proposer, args.batches, args, vocab)
+    device = core.parts.platform.device()
+    del llm, core, proposer
     _free(device)
     result = {"context": args.context, "k": args.k, "target_steps": steps, "draft_steps": draft_steps,
-              "formula": "S(L) = L * T_decode / (T_verify(k+1) + T_propose); T_propose = 0 (ngram) or k * T_draft",
-              "predictions": {}}
-    print("\nPredicted speed-up S(L) (L = tokens per verify round):", flush=True)
+              "draft_rounds": rounds, "formula": FORMULA, "predictions": {}}
+    print(f"\nPredicted speed-up S(L) (L = tokens per verify round): {FORMULA}", flush=True)
     for batch in args.batches:
-        t = {r["query_len"]: r["step_ms"] for r in steps if r["batch"] == batch}
-        d = {r["query_len"]: r["step_ms"] for r in draft_steps if r["batch"] == batch}
         for k in range(1, args.k + 1):
-            ngram = predictions(t[1], t[k + 1], 0.0, k)
-            drafted = predictions(t[1], t[k + 1], k * d[1], k)
-            result["predictions"][f"batch{batch}_k{k}"] = {
-                "verify_over_decode": t[k + 1] / t[1], "draft_step_over_decode": d[1] / t[1],
-                "ngram": ngram, "draft_1b": drafted}
-            print(f"  batch {batch} k={k}: verify/decode {t[k + 1] / t[1]:.3f}, draft/decode {d[1] / t[1]:.3f} | "
-                  f"ngram " + " ".join(f"L{L}={s:.2f}x" for L, s in ngram.items()) + " | draft-1B "
-                  + " ".join(f"L{L}={s:.2f}x" for L, s in drafted.items()), flush=True)
+            result["predictions"][f"batch{batch}_k{k}"] = predict(steps, draft_steps, rounds, batch, k)
     return result
+
+
+FORMULA = ("S(L) = L * T_decode / (T_verify(k+1) + T_propose(k)); T_propose = 0 (ngram), the measured draft "
+           "round (draft_1b: after one accepted draft for L <= k, after all for L = k + 1), or k runner steps "
+           "(draft_1b_runner_steps: the draft's plain engine step, for comparison)")
+
+
+def predict(steps: list[dict], draft_steps: list[dict], rounds: list[dict], batch: int, k: int) -> dict:
+    """S(L) at ``batch`` and ``k`` with each proposer's cost, printed and returned."""
+    t = {r["query_len"]: r["step_ms"] for r in steps if r["batch"] == batch}
+    d = next(r["step_ms"] for r in draft_steps if r["batch"] == batch)
+    rd = {r["accepted"]: r["round_ms"] for r in rounds if r["batch"] == batch and r["k"] == k}
+    ngram = predictions(t[1], t[k + 1], 0.0, k)
+    drafted = predictions(t[1], t[k + 1], rd["one"], k)
+    drafted[str(k + 1)] = predictions(t[1], t[k + 1], rd["all"], k)[str(k + 1)]
+    runner_steps = predictions(t[1], t[k + 1], k * d, k)
+    print(f"  batch {batch} k={k}: verify/decode {t[k + 1] / t[1]:.3f}, draft step/decode {rd['one'] / k / t[1]:.3f} "
+          f"(runner step {d / t[1]:.3f}) | ngram " + " ".join(f"L{L}={s:.2f}x" for L, s in ngram.items())
+          + " | draft-1B " + " ".join(f"L{L}={s:.2f}x" for L, s in drafted.items()), flush=True)
+    return {"verify_over_decode": t[k + 1] / t[1], "draft_step_over_decode": rd["one"] / k / t[1],
+            "draft_step_over_decode_after_all_accepted": rd["all"] / k / t[1],
+            "draft_runner_step_over_decode": d / t[1],
+            "ngram": ngram, "draft_1b": drafted, "draft_1b_runner_steps": runner_steps}
 
 
 def _free(device: torch.device) -> None:
@@ -207,50 +225,6 @@ def _free(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-# -- end to end ----------------------------------------------------------------------------------
-def run_e2e(args) -> dict:
-    from pagoda import LLM, SamplingParams
-    from pagoda.bench.common import spec_decode_summary
-
-    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    copy = [[{"role": "user", "content": f"Repeat the following text exactly, word for word:\n\n{text}"}]
-            for text in TEXTS]
-    free = [[{"role": "user", "content": f"Write a short essay about {topic}."}] for topic in TOPICS]
-    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    result: dict = {"model": "SmolLM2-135M-Instruct (embedded)", "max_tokens": args.max_tokens, "spec": spec}
-    for name, config in (("none", None), ("ngram", spec)):
-        llm = LLM(model=None, max_model_len=2048, max_num_seqs=max(args.batches), speculative_config=config,
-                  enforce_eager=args.tiny, attention_backend=args.attention_backend, kv_cache_memory=args.e2e_kv)
-        for batch in args.batches:  # warm-up: kernels compiled on first use compile here
-            llm.chat(copy[:batch], SamplingParams(temperature=0, max_tokens=32), use_tqdm=False)
-        for workload, conversations in (("copy", copy), ("free", free)):
-            for batch in args.batches:
-                chats = conversations[: max(batch, args.e2e_requests)]
-                before = llm.engine.stats
-                start = time.perf_counter()
-                outputs = []
-                for i in range(0, len(chats), batch):
-                    outputs += llm.chat(chats[i : i + batch], params, use_tqdm=False)
-                seconds = time.perf_counter() - start
-                tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-                row = {"requests": len(chats), "output_tokens": tokens, "seconds": seconds,
-                       "output_tokens_per_s": tokens / seconds, "texts": [o.outputs[0].text[:80] for o in outputs[:2]]}
-                summary = spec_decode_summary(llm, before)
-                if summary is not None:
-                    row["speculative"] = summary
-                result.setdefault(workload, {}).setdefault(f"batch{batch}", {})[name] = row
-                accepted = f", acceptance length {summary['mean_acceptance_length']:.2f}" if summary else ""
-                print(f"e2e {workload:4s} batch {batch} {name:5s}: {row['output_tokens_per_s']:.1f} tok/s{accepted}",
-                      flush=True)
-        del llm
-        _free(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    for workload in ("copy", "free"):
-        for batch, rows in result[workload].items():
-            rows["speedup"] = rows["ngram"]["output_tokens_per_s"] / rows["none"]["output_tokens_per_s"]
-            print(f"e2e {workload} {batch}: ngram / none = {rows['speedup']:.2f}x", flush=True)
-    return result
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -273,29 +247,24 @@ def main() -> None:
     p.add_argument("--context", type=int, default=512, help="tokens of context per request in the cost steps")
     p.add_argument("--batches", default="1,8")
     p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--max-tokens", type=int, default=256, help="e2e: new tokens per request")
-    p.add_argument("--e2e-requests", type=int, default=8, help="e2e: requests per workload (batch 1 runs them one by one)")
     p.add_argument("--attention-backend", default="auto")
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    spec_e2e.add_arguments(p)
     args = p.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
-    args.max_model_len, args.target_kv, args.draft_kv, args.e2e_kv = 4096, 8 * GiB, 2 * GiB, 4 * GiB
+    args.max_model_len, args.target_kv, args.kv_bytes = 4096, 8 * GiB, 4 * GiB
     if args.tiny:
         folder = Path(tempfile.mkdtemp(prefix="spec-costs-"))
         args.tiny_target, args.tiny_draft = tiny_models(folder)
-        args.context, args.iters, args.max_tokens, args.e2e_requests = 48, 3, 24, 2
+        args.context, args.iters, args.max_tokens, args.requests = 48, 3, 24, 2
         args.batches = [1, 2]
-        args.max_model_len, args.target_kv, args.draft_kv, args.e2e_kv = 256, 16 << 20, 8 << 20, 256 << 20
-    result: dict = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                    "torch": torch.__version__, "tiny": args.tiny}
+        args.max_model_len, args.target_kv, args.kv_bytes = 256, 16 << 20, 256 << 20
+    result = spec_e2e.header(args.tiny)
     if args.mode in ("costs", "all"):
         result["costs"] = run_costs(args)
     if args.mode in ("e2e", "all"):
-        result["e2e"] = run_e2e(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "spec_costs.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out / 'spec_costs.json'}")
+        result["e2e"] = spec_e2e.run_e2e(args)
+    spec_e2e.write_result(result, Path(args.out) / "spec_costs.json")
 
 
 if __name__ == "__main__":

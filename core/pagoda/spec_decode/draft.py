@@ -12,9 +12,13 @@ have KV in its cache. Each step:
 1. sync: the shadow's tokens are cut back to the longest prefix they share with the request's
    verified tokens (the drafts the target rejected go; their KV blocks are released) and the
    request's new tokens appended;
-2. draft: one forward over every shadow's uncomputed tokens (usually the token the target emitted
-   after the accepted drafts, two when all were accepted; the whole prompt the first time) gives
-   the first draft token, then ``k - 1`` single-token steps give the rest, greedily.
+2. draft: a shadow one or two tokens behind (the target's token after the accepted drafts; two
+   when all were accepted) drafts in one-token steps only: its known tokens, then each step's
+   argmax, ``k`` drafts in ``len(behind) + k - 1`` steps (:mod:`pagoda.spec_decode.draft_chain`:
+   every step's inputs staged once per round, decode graphs replayed back to back, one host read
+   per round). A shadow further behind (a new one: its whole prompt) first gets one step of the
+   draft's runner over its uncomputed tokens, which samples its first draft on the device; its
+   other drafts follow in one-token steps as well.
 
 The drafts are the draft model's argmax, deterministic given the context (``q`` one-hot), so
 verification is exact for greedy and sampled requests alike. The cache holds as many tokens as
@@ -28,26 +32,54 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from typing import Callable
 
 import torch
 
 from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.model_runner import ModelRunner
+from pagoda.engine.model_runner import ModelRunner, PendingStep
 from pagoda.engine.request import Request, RequestStatus
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
+from pagoda.spec_decode.draft_chain import ChainRow, DraftChain
 
 logger = logging.getLogger("pagoda")
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=None)
+MAX_FED_TOKENS = 2  # a shadow this many tokens behind (or fewer) drafts in one-token steps; further: a runner step first
 
 
 @dataclasses.dataclass
 class _Shadow:
     request: Request  # the draft's copy: token_ids, num_computed_tokens
     num_synced: int  # leading tokens known equal to the target request's verified tokens
+
+
+@dataclasses.dataclass
+class _Launched:
+    """A round's steps for some shadows, queued on the device; :meth:`read` waits for their drafts."""
+
+    requests: list[Request]  # the shadows, in row order
+    rows: list[ChainRow]
+    wait: Callable[[], list[torch.Tensor]]  # -> [the chained steps' tokens [steps, rows]] on the host
+    first: PendingStep | None  # seeded rows: the runner step that sampled their first drafts
+
+    def read(self) -> dict[str, list[int]]:
+        """Each shadow's drafts, appended to it (its KV computed up to the last draft, exclusive)."""
+        firsts = self.first.result().sampled if self.first is not None else {}
+        columns = self.wait()[0].T.tolist() if self.rows else []
+        drafts = {}
+        for req, row, column in zip(self.requests, self.rows, columns):
+            if row.fed:  # its fed tokens' steps sampled nothing but the last one's: the first draft
+                drafted = column[len(row.fed) - 1 : row.steps]
+            else:
+                drafted = [firsts[req.request_id], *column[: row.steps]]
+            drafts[req.request_id] = drafted
+            req.token_ids.extend(drafted)
+            req.num_computed_tokens += row.steps
+        return drafts
 
 
 class DraftProposer(Proposer):
@@ -60,6 +92,7 @@ class DraftProposer(Proposer):
                               'tokenizer, e.g. {"method": "draft", "model": "/models/Llama-3.2-1B", '
                               '"num_speculative_tokens": 4}')
         self.runner: ModelRunner | None = None
+        self.chain: DraftChain | None = None
         self.kv_cache: KVCacheManager | None = None
         self.max_batch_tokens = 8192
         self._shadows: dict[str, _Shadow] = {}
@@ -92,6 +125,7 @@ class DraftProposer(Proposer):
                                   config.seed)
         if use_graphs(config, context.platform, shard.attention):
             self.runner.capture_decode_graphs(context.max_model_len, engine.max_num_seqs)
+        self.chain = DraftChain(self.runner)
         logger.info("Draft model %s: %d KV blocks", self.config.model, shard.num_blocks)
 
     # -- each step ---------------------------------------------------------------------------
@@ -99,22 +133,15 @@ class DraftProposer(Proposer):
         if self.runner is None:
             raise RuntimeError("DraftProposer.attach() was not called (the engine calls it at start)")
         shadows = [self._sync(inp) for inp in inputs]
-        budgets = [min(k, inp.max_drafts or k) for inp in inputs]
-        drafts: list[list[int]] = [[] for _ in inputs]
-        alive = [True] * len(inputs)
-        for _ in range(max(budgets, default=0)):
-            active = [i for i in range(len(inputs)) if alive[i] and len(drafts[i]) < budgets[i]]
-            if not active:
-                break
-            sampled = self._forward([shadows[i].request for i in active])
-            for i in active:
-                token = sampled.get(inputs[i].request_id)
-                if token is None:  # not sampled: its prompt is still being caught up, or it was dropped
-                    alive[i] = False
-                    continue
-                shadows[i].request.token_ids.append(token)
-                drafts[i].append(token)
-        return Proposal(drafts)
+        budgets = {inp.request_id: min(k, k if inp.max_drafts is None else inp.max_drafts) for inp in inputs}
+        drafting = [s.request for s in shadows if budgets[s.request.request_id] > 0]
+        behind = [req for req in drafting if req.num_tokens - req.num_computed_tokens > MAX_FED_TOKENS]
+        fed = [req for req in drafting if req.num_tokens - req.num_computed_tokens <= MAX_FED_TOKENS]
+        launched = [self._launch_fed(fed, budgets), self._launch_behind(behind, budgets)]  # both queued, then read
+        drafts: dict[str, list[int]] = {}
+        for chain in launched:
+            drafts.update(chain.read())
+        return Proposal([drafts.get(inp.request_id, []) for inp in inputs])
 
     def release(self, request_id: str) -> None:
         shadow = self._shadows.pop(request_id, None)
@@ -142,9 +169,32 @@ class DraftProposer(Proposer):
         shadow.num_synced = len(tokens)
         return shadow
 
-    def _forward(self, requests: list[Request]) -> dict[str, int]:
-        """One draft step over ``requests``' uncomputed tokens (within the token budget); the token
-        sampled after each request whose tokens were all computed."""
+    def _launch_fed(self, requests: list[Request], budgets: dict[str, int]) -> _Launched:
+        """Queue the round of requests that are one or two tokens behind: all of it one-token
+        steps fed their known tokens, then their drafts."""
+        requests = [req for req in requests if self._reserve(req, budgets[req.request_id])]
+        rows = [self._fed_row(req, budgets[req.request_id]) for req in requests]
+        return self._launch_chain(requests, rows, None)
+
+    def _launch_behind(self, requests: list[Request], budgets: dict[str, int]) -> _Launched:
+        """Queue the round of requests further behind (a new shadow's prompt): a step of the
+        draft's runner over their uncomputed tokens (within the token budget) gives the first draft
+        of those it completes; their other drafts follow in one-token steps."""
+        first = self._first_step(requests)
+        if first is None:
+            return _Launched([], [], lambda: [], None)
+        rows = [self._seeded_row(req, budgets[req.request_id] - 1) for req in first.requests]
+        return self._launch_chain(first.requests, rows, first)
+
+    def _launch_chain(self, requests: list[Request], rows: list[ChainRow], first: PendingStep | None) -> _Launched:
+        if not rows:
+            return _Launched([], [], lambda: [], None)
+        chained = self.chain.run(rows, first.sample.token_ids if first is not None else None)  # [steps, rows]
+        return _Launched(requests, rows, self.runner.platform.copy_to_host_async([chained]), first)
+
+    def _first_step(self, requests: list[Request]) -> PendingStep | None:
+        """Launch one draft step over ``requests``' uncomputed tokens (within the token budget),
+        without waiting for it; the requests whose tokens were all computed sample in it."""
         scheduled, counts, budget = [], [], self.max_batch_tokens
         for req in sorted(requests, key=lambda r: r.num_tokens - r.num_computed_tokens):  # decodes first
             n = min(req.num_tokens - req.num_computed_tokens, budget)
@@ -157,13 +207,34 @@ class DraftProposer(Proposer):
             counts.append(n)
             budget -= n
         if not scheduled:
-            return {}
-        out = SchedulerOutput(scheduled, counts)
+            return None
         tables = [self.kv_cache.block_ids(req.request_id) for req in scheduled]
-        result = self.runner.launch(out, tables).result()
+        pending = self.runner.launch(SchedulerOutput(scheduled, counts), tables)
         for req, n in zip(scheduled, counts):
             req.num_computed_tokens += n
-        return result.sampled
+        return pending if pending.requests else None
+
+    def _reserve(self, req: Request, budget: int) -> bool:
+        """Hold KV slots for ``req``'s uncomputed tokens and ``budget - 1`` drafts (or, short of
+        blocks, for one draft; else the shadow is dropped)."""
+        behind = req.num_tokens - req.num_computed_tokens
+        if self.kv_cache.allocate_slots(req, behind + budget - 1) or self.kv_cache.allocate_slots(req, behind):
+            return True
+        self._drop(req)
+        return False
+
+    def _fed_row(self, req: Request, budget: int) -> ChainRow:
+        start = req.num_computed_tokens
+        held = len(self.kv_cache.block_ids(req.request_id)) * self.kv_cache.block_size - start
+        fed = tuple(req.token_ids[start:])
+        return ChainRow(start, min(len(fed) + budget - 1, held), self.kv_cache.block_ids(req.request_id), fed)
+
+    def _seeded_row(self, req: Request, steps: int) -> ChainRow:
+        """``req``'s row after its first draft: ``steps`` more drafts where its KV slots can be
+        reserved (else none: the first draft only)."""
+        if steps > 0 and not self.kv_cache.allocate_slots(req, steps):
+            steps = 0
+        return ChainRow(req.num_computed_tokens, steps, self.kv_cache.block_ids(req.request_id))
 
     def _drop(self, req: Request) -> None:
         """Forget a shadow that found no KV blocks (rebuilt from the prompt when it proposes again)."""
