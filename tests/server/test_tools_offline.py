@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
 from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
-from tool_helpers import make_tool_chat_model
+from tool_helpers import DOCS, MESSAGES, SCHEMAS, TOOLS, make_tool_chat_model
 
 from pagoda import LLM, SamplingParams
 from pagoda.errors import UnknownChoiceError
@@ -21,15 +20,7 @@ from pagoda.outputs import CompletionOutput, RequestOutput
 from pagoda.tools.offline import ChatCompletionOutput, ChatTools
 from pagoda.tools.plan import ToolRequestError
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
-           "required": ["city", "unit"]}
-TIME = {"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}, "required": ["zone"]}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
-MESSAGES = [{"role": "user", "content": "Weather in Oslo?"}]
 HERMES_OUTPUT = r'Sure\.<tool_call>\{"name": "get_weather", "arguments": \{"city": "[a-z]{1,4}", "unit": "c"\}\}</tool_call>'
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "tools.md"
 
 
 @pytest.fixture(scope="module")

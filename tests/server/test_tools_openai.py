@@ -9,7 +9,6 @@ import json
 import re
 import sys
 import types
-from pathlib import Path
 from typing import Literal
 
 import jsonschema
@@ -17,16 +16,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
-from tool_helpers import make_tool_chat_model
+from tool_helpers import DOCS, MESSAGES, SCHEMAS, TOOLS, make_tool_chat_model
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
-           "required": ["city", "unit"]}
-TIME = {"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}, "required": ["zone"]}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
-SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
-MESSAGES = [{"role": "user", "content": "Weather in Oslo?"}]
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "tools.md"
 
 
 class GetWeather(BaseModel):

@@ -16,6 +16,16 @@ from pagoda.engine_core.messages import EngineInfo  # noqa: E402
 from pagoda.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from pagoda.server.async_engine import AsyncEngine  # noqa: E402
 
+# The tools, their argument schemas and the user turn the tool-calling tests share.
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "unit"]}
+TIME = {"type": "object", "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}, "required": ["zone"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+MESSAGES = [{"role": "user", "content": "Weather in Oslo?"}]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tools.md"
+
 # What Qwen2.5's template does with tools, tool calls and tool results, kept short (the tiny
 # model's context is 512 tokens).
 TOOLS_TEMPLATE = """
