@@ -86,5 +86,5 @@ std::vector<int64_t> awq_tiles_plan(int64_t m, int64_t n, int64_t k, int64_t gro
   const AwqTilesPlan plan = plan_awq_tiles_gemm(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
                                                 static_cast<int>(group_size), sm_count(static_cast<int>(device)),
                                                 static_cast<int>(split_k));
-  return {plan.m_tiles, plan.split};
+  return {plan.token_tiles, plan.split};
 }

@@ -2,16 +2,22 @@
 // tiles layout of awq_tiles.h. The Python emulation of every index below is
 // plugins/quant_awq/tests/tile_emulator.py (CI checks it against the reference dequantization).
 //
-// Block: WN x WK warps (256 threads). Warp (wn, wk) owns strip n_block * WN + wn (64 columns) and
-// K slice split * WK + wk (whole groups); blockIdx.x picks 16 * MT rows of x. Per step (16 inputs)
-// a lane issues ONE 16-byte load (the warp: 512 contiguous bytes) holding its B fragments of the
-// strip's eight n8 tiles; kDepth steps (and their groups' scales/zeros) are in flight per warp.
-// Dequantization per B register: (word >> 4p) & 0x000F000F | MAGIC (two values + 1024 or 128,
-// exact), minus (MAGIC + zero) (exact), times the scale (one rounding): three instructions.
-// x is staged in shared memory per chunk of steps, already in A-fragment order (one 16-byte
-// shared load per lane per step and m-tile). The WK slices of a block are summed in shared memory;
-// with a K split, blocks write fp32 partials and the last to arrive at a column block (an atomic
-// counter) sums them in split order (deterministic) and writes the output.
+// Operands: the weights are A (16 output columns x 16 inputs per MMA), the activations B (16 inputs
+// x 8 tokens), so one MMA serves up to 8 tokens and a 64-column strip takes 4 MMAs per step.
+// Block: WN x WK warps (256 threads). Warp (wn, wk) owns strip n_block * WN + wn and K slice
+// split * WK + wk (whole groups); blockIdx.x picks 8 * NT tokens. Per step (16 inputs) a lane copies
+// ONE 16 bytes (the warp: 512 contiguous bytes) holding its A fragments of the strip's four 16-column
+// tiles, kDepth steps ahead, through a cp.async ring; a group's scales and zeros are loaded at its
+// start when folding (used at its end), one group ahead when dequantizing.
+//
+// Up to 16 tokens (NT <= 2, "fold"), the zero point and scale leave the inner loop: A is the raw
+// (word >> 4p) & 0x000F000F | MAGIC (q + 128 for bf16; for fp16 MAGIC is subtracted again, exactly,
+// so A = q), the group's fp32 sums acc_g = sum x * A are formed by the MMAs, one more MMA against
+// ones gives sum x, and at the group's end out += s * acc_g - s * (z + magic) * sum x. Past 16 tokens
+// the MMAs dominate: A is dequantized in registers, (A - (MAGIC + z)) * s, and accumulated directly.
+// x is staged in shared memory per chunk of steps, already in B-fragment order. The WK slices of a
+// block are summed in shared memory; with a K split, blocks write fp32 partials and the last to arrive
+// at a column block (an atomic counter) sums them in split order (deterministic) and writes the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,21 +30,21 @@ namespace pagoda {
 namespace {
 
 constexpr int kThreads = 256;
-// Steps in flight per warp: 8 for group 128, 4 for groups 32/64 (whose scales take more registers:
-// one 20-byte slot per group in the window). A multiple of the steps per group.
-template <int SPG>
-constexpr int kDepth = SPG >= 8 ? 8 : 4;
-constexpr int kStageSteps = 64;        // steps x m-tiles x WK of x staged per chunk (32 KiB)
-constexpr int kLaneWords = 4;          // 16 bytes of int4 per lane per step
-constexpr int kFragWords = 32 * 4;     // one step's A fragments (or B words) for a warp, in uint32
+constexpr int kStageTiles = 64;   // (step, token tile) B fragments of x staged per chunk (16 KiB)
+constexpr int kDepth = 8;         // steps of weights in flight per warp (cp.async ring, 32 KiB per block)
+constexpr int kLaneWords = 4;     // 16 bytes of int4 per lane per step
+constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32
+constexpr int kRingWords = kThreads / 32 * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
+constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 48 KiB: x stage, then the ring
 
-// Warps per block along N (WN) and K (WK) for MT m16 tiles per block.
-template <int MT>
+// NT token tiles (8 tokens each) per block: 1 (<= 8 tokens), 2 (<= 16) or 4.
+template <int NT>
 struct TileShape {
-  static constexpr int kWN = MT == 1 ? 2 : 4;
+  static constexpr int kWN = NT <= 2 ? 2 : 4;
   static constexpr int kWK = kThreads / 32 / kWN;
-  static constexpr int kChunk = kStageSteps / (kWK * MT);  // steps per warp per staged chunk
-  static constexpr int kMinBlocks = MT == 1 ? 2 : 1;
+  static constexpr int kChunk = kStageTiles / (kWK * NT);  // steps per warp per staged chunk
+  static constexpr int kMinBlocks = NT <= 2 ? 2 : 1;
+  static constexpr bool kFold = NT <= 2;  // zero point and scale applied to the group sums
 };
 
 template <typename T>
@@ -47,11 +53,15 @@ template <>
 struct Pair<half_t> {
   using type = __half2;
   static constexpr uint32_t kMagic = 0x6400u;  // 1024.0: its mantissa unit is 1
+  static constexpr uint32_t kOne = 0x3C00u;
+  static constexpr float kMagicInSums = 0.f;  // fp16 subtracts MAGIC from A (x * 1024 would cost bits)
 };
 template <>
 struct Pair<bf16_t> {
   using type = __nv_bfloat162;
   static constexpr uint32_t kMagic = 0x4300u;  // 128.0
+  static constexpr uint32_t kOne = 0x3F80u;
+  static constexpr float kMagicInSums = 128.f;  // A = q + 128: products exact, removed with the zero
 };
 
 template <typename P>
@@ -68,7 +78,7 @@ PAGODA_INLINE uint32_t as_bits(P p) {
   return bits;
 }
 
-// d += a * b for one m16n8k16 tile (a: 4 registers of x, b: 2 registers of W); TYPE f16 or bf16.
+// d += a * b for one m16n8k16 tile (a: 4 registers of W, b: 2 registers of x); TYPE f16 or bf16.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define PAGODA_AWQ_MMA(TYPE) __trap()  // m16n8k16 needs sm_80; the host never launches it there
 #else
@@ -76,13 +86,34 @@ PAGODA_INLINE uint32_t as_bits(P p) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
       "{%0,%1,%2,%3};\n"                                                                                    \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                       \
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1))
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y))
 #endif
-PAGODA_INLINE void mma(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1, half_t) { PAGODA_AWQ_MMA("f16"); }
-PAGODA_INLINE void mma(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1, bf16_t) { PAGODA_AWQ_MMA("bf16"); }
+PAGODA_INLINE void mma(float (&d)[4], const uint4& a, const uint2& b, half_t) { PAGODA_AWQ_MMA("f16"); }
+PAGODA_INLINE void mma(float (&d)[4], const uint4& a, const uint2& b, bf16_t) { PAGODA_AWQ_MMA("bf16"); }
 #undef PAGODA_AWQ_MMA
 
-// A streamed 16-byte load that skips L1 (every weight byte is read once per block).
+// Weights stream through a per-warp ring in shared memory by cp.async (L2 only): each lane copies
+// and later reads back its own 16 bytes, so no barrier is needed, and the loads in flight hold no
+// registers (held in registers, ptxas reused them and sank every refill to the end of the unrolled
+// block: one memory latency per 8 steps).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+PAGODA_INLINE void copy_async(void*, const void*) { __trap(); }
+PAGODA_INLINE void commit_copies() {}
+template <int N>
+PAGODA_INLINE void wait_copies() {}
+#else
+PAGODA_INLINE void copy_async(void* smem, const void* gmem) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+PAGODA_INLINE void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+PAGODA_INLINE void wait_copies() {  // at most N of this thread's newest groups still in flight
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// A streamed 16-byte load that skips L1 (every weight byte is read once).
 PAGODA_INLINE uint4 load_stream(const uint4* ptr) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -93,7 +124,24 @@ PAGODA_INLINE uint4 load_stream(const uint4* ptr) {
 
 PAGODA_INLINE uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// One group's constants for a lane: scale and MAGIC + zero of each of its eight tiles, both halves.
+// (a & 0x000F000F) | magic2 in one instruction (nvcc otherwise emits two LOP3s, each with an immediate).
+PAGODA_INLINE uint32_t mask_or(uint32_t a, uint32_t magic2) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(r) : "r"(a), "r"(magic2));  // 0xEA: (a & b) | c
+  return r;
+}
+
+// A register p of a word (nibbles p and p + 4): column g + 8 * (p & 1), inputs 2t (+1) + 8 * (p >> 1).
+template <typename T>
+PAGODA_INLINE uint32_t raw_pair(uint32_t word, int p, uint32_t magic2) {
+  const uint32_t v = mask_or(word >> (4 * p), magic2);
+  if (Pair<T>::kMagicInSums != 0.f) return v;  // q + MAGIC, exact
+  using P = typename Pair<T>::type;
+  return as_bits(__hsub2(as_pair<P>(v), as_pair<P>(magic2)));  // q, exact
+}
+
+// One group's constants for a lane, per column j = 2 * tile + half (column 16 tile + g + 8 half):
+// the scale and MAGIC + zero, both halves of a register (the dequantizing path).
 template <typename T>
 PAGODA_INLINE void group_constants(const uint4& scales, uint32_t zeros, uint32_t (&scale2)[8],
                                    uint32_t (&zero2)[8]) {
@@ -105,20 +153,54 @@ PAGODA_INLINE void group_constants(const uint4& scales, uint32_t zeros, uint32_t
   }
 }
 
-// (a & 0x000F000F) | magic2 in one instruction (nvcc otherwise emits two LOP3s, each with an immediate).
-PAGODA_INLINE uint32_t mask_or(uint32_t a, uint32_t magic2) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(r) : "r"(a), "r"(magic2));  // 0xEA: (a & b) | c
-  return r;
-}
-
-// B register `p` of a word: values at nibbles p and p + 4, dequantized. `magic2` holds MAGIC in both
-// halves (in a register: see mask_or).
+// (q - z) * s for A register p: three instructions per pair of weights.
 template <typename T>
 PAGODA_INLINE uint32_t dequant_pair(uint32_t word, int p, uint32_t zero2, uint32_t scale2, uint32_t magic2) {
   using P = typename Pair<T>::type;
   const uint32_t v = mask_or(word >> (4 * p), magic2);
   return as_bits(__hmul2(__hsub2(as_pair<P>(v), as_pair<P>(zero2)), as_pair<P>(scale2)));
+}
+
+// Two floats rounded to T, packed into one 32-bit word (lo: a, hi: b), by integer ops only.
+template <typename T>
+PAGODA_INLINE uint32_t pack_pair(float a, float b) {
+  const T lo = from_float<T>(a), hi = from_float<T>(b);
+  uint16_t lo_bits, hi_bits;
+  memcpy(&lo_bits, &lo, 2);
+  memcpy(&hi_bits, &hi, 2);
+  return static_cast<uint32_t>(lo_bits) | (static_cast<uint32_t>(hi_bits) << 16);
+}
+
+template <typename T>
+PAGODA_INLINE float half_value(uint32_t word, int high) {
+  const uint16_t bits = static_cast<uint16_t>(high ? word >> 16 : word);
+  T v;
+  memcpy(&v, &bits, 2);
+  return to_float(v);
+}
+
+// End of a group (fold path): out += s * acc_g - s * (z + magic) * sum_x per column, then the group
+// sums restart. C fragment: c[i] is column g + 8 (i >> 1) of the tile, token 2t + (i & 1).
+template <typename T, int NT>
+PAGODA_INLINE void fold_group(float (&out)[NT][4][4], float (&acc)[NT][4][4], float (&sum_x)[NT][4],
+                              const uint4& scales, uint32_t zeros) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float s = half_value<T>(word_of(scales, j >> 1), j & 1);
+    const float sz = s * (static_cast<float>((zeros >> (4 * j)) & 0xFu) + Pair<T>::kMagicInSums);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& o = out[nt][j >> 1][2 * (j & 1) + e];
+        o = fmaf(s, acc[nt][j >> 1][2 * (j & 1) + e], fmaf(-sz, sum_x[nt][e], o));
+        acc[nt][j >> 1][2 * (j & 1) + e] = 0.f;
+      }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum_x[nt][i] = 0.f;
 }
 
 // Steps [begin, begin + len) of K slice q of `slices` (whole groups, as even as possible).
@@ -131,22 +213,21 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
   return {g0 * steps_per_group, (g1 - g0) * steps_per_group};
 }
 
-// Chunk c of x for every warp slice of the block, in A-fragment order:
-// stage[((wk * kChunk + cs) * MT + mt) * 128 + lane * 4 + reg], reg = (row >= 8) + 2 * (col >= 8).
-// Only rows below m are written: the kernel zeroes the stage once, and rows past m stay zero (at
-// one token, 15 of every 16 rows).
-template <typename T, int MT, int SPG>
+// Chunk c of x for every warp slice of the block, in B-fragment order:
+// stage[((wk * kChunk + cs) * NT + nt) * 64 + lane * 2 + reg], lane = 4 * token + (input % 8) / 2,
+// reg = input >= 8. Only tokens below m are written: the kernel zeroes the stage once.
+template <typename T, int NT, int SPG>
 __device__ void stage_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, int slices, int groups) {
-  using S = TileShape<MT>;
-  constexpr int kItems = S::kWK * S::kChunk * MT * 32;  // (wk, step, m-tile, row, half of the step)
+  using S = TileShape<NT>;
+  constexpr int kItems = S::kWK * S::kChunk * NT * 16;  // (wk, step, token tile, token, half of the step)
   const T* x = static_cast<const T*>(p.x);
   for (int item = threadIdx.x; item < kItems; item += kThreads) {
-    const int h = item & 1, r = (item >> 1) & 15;
-    int rest = item >> 5;
-    const int mt = rest % MT;
-    const int row = (blockIdx.x * MT + mt) * 16 + r;
+    const int h = item & 1, r = (item >> 1) & 7;
+    int rest = item >> 4;
+    const int nt = rest % NT;
+    const int row = (blockIdx.x * NT + nt) * 8 + r;
     if (row >= p.m) continue;
-    rest /= MT;
+    rest /= NT;
     const int cs = rest % S::kChunk, wk = rest / S::kChunk;
     const Slice s = slice_of(blockIdx.z * S::kWK + wk, slices, groups, SPG);
     const int local = chunk * S::kChunk + cs;
@@ -154,20 +235,12 @@ __device__ void stage_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, int s
     if (local < s.len) {
       v = *reinterpret_cast<const uint4*>(x + row * p.x_stride + (s.begin + local) * kAwqTileStep + 8 * h);
     }
-    uint32_t* dst = stage + ((wk * S::kChunk + cs) * MT + mt) * kFragWords + 4 * (4 * (r & 7)) + (r >> 3) + 2 * h;
-    dst[0] = v.x;  // columns 8h + 0, 1: lane 4g + 0
-    dst[4] = v.y;  // 8h + 2, 3: lane 4g + 1
-    dst[8] = v.z;
-    dst[12] = v.w;
+    uint32_t* dst = stage + ((wk * S::kChunk + cs) * NT + nt) * kFragWords + 8 * r + h;
+    dst[0] = v.x;  // inputs 8h + 0, 1: lane 4r + 0
+    dst[2] = v.y;  // 8h + 2, 3: lane 4r + 1
+    dst[4] = v.z;
+    dst[6] = v.w;
   }
-}
-
-template <typename T>
-PAGODA_INLINE void store_pair(T* out, float a, float b) {
-  T v[2] = {from_float<T>(a), from_float<T>(b)};
-  uint32_t bits;
-  memcpy(&bits, v, 4);
-  *reinterpret_cast<uint32_t*>(out) = bits;
 }
 
 // The last block to arrive at column block n_block sums the split partials of every row.
@@ -186,24 +259,66 @@ __device__ void reduce_partials(const AwqTilesGemm& p, int n_block, int splits) 
       sum.z += v.z;
       sum.w += v.w;
     }
-    store_pair(out + static_cast<int64_t>(row) * p.n + col, sum.x, sum.y);
-    store_pair(out + static_cast<int64_t>(row) * p.n + col + 2, sum.z, sum.w);
+    // one 8-byte store of two packed pairs. A memcpy of a T[4] here became byte stores, and ptxas
+    // (CUDA 13.0, sm_90) compiled each low-byte store of a converted value as F2I.U8.F16 (a float to
+    // u8 conversion): every output kept its high byte only (docs/quant_awq.md, run 6).
+    const uint2 packed = make_uint2(pack_pair<T>(sum.x, sum.y), pack_pair<T>(sum.z, sum.w));
+    *reinterpret_cast<uint2*>(out + static_cast<int64_t>(row) * p.n + col) = packed;
   }
 }
 
-template <typename T, int MT, int SPG>
-__global__ void __launch_bounds__(kThreads, TileShape<MT>::kMinBlocks) awq_tiles_gemm_kernel(AwqTilesGemm p) {
-  using S = TileShape<MT>;
-  constexpr int WN = S::kWN, WK = S::kWK, CH = S::kChunk;
-  constexpr int D = kDepth<SPG>;
-  static_assert(D % SPG == 0 && CH % D == 0, "groups and chunks must align with the pipeline");
-  static_assert((WK - 1) * WN * MT * 32 * 32 <= kStageSteps * kFragWords, "the slice sums reuse the stage");
-  __shared__ __align__(16) uint32_t stage[kStageSteps * kFragWords];
-  __shared__ int last_block;
+// The block's WK slices summed into warp wk = 0 (through the free stage), then stored: the output
+// (no split) or this split's fp32 partials.
+template <typename T, int NT>
+__device__ void store_block(const AwqTilesGemm& p, float (&out)[NT][4][4], uint32_t* stage, int wn, int wk,
+                            int strip, bool strip_ok) {
+  using S = TileShape<NT>;
+  constexpr int WN = S::kWN, WK = S::kWK;
+  static_assert((WK - 1) * WN * NT * 16 * 32 <= kSharedWords, "the slice sums reuse the shared memory");
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  wait_copies<0>();  // the ring's last (discarded) refills land before it is overwritten
+  __syncthreads();
+  float* sums = reinterpret_cast<float*>(stage);  // [WK - 1][WN][NT * 16][32 lanes]
+  if (wk > 0) {
+#pragma unroll
+    for (int v = 0; v < NT * 16; ++v) sums[(((wk - 1) * WN + wn) * NT * 16 + v) * 32 + lane] = out[v / 16][v / 4 % 4][v % 4];
+  }
+  __syncthreads();
+  if (wk != 0 || !strip_ok) return;
+#pragma unroll
+  for (int w = 1; w < WK; ++w)
+#pragma unroll
+    for (int v = 0; v < NT * 16; ++v) out[v / 16][v / 4 % 4][v % 4] += sums[(((w - 1) * WN + wn) * NT * 16 + v) * 32 + lane];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = (blockIdx.x * NT + nt) * 8 + 2 * t + (i & 1);
+      if (row >= p.m) continue;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int64_t at = static_cast<int64_t>(row) * p.n + strip * kAwqTileStrip + 16 * w + g + 8 * (i >> 1);
+        if (gridDim.z == 1) {
+          static_cast<T*>(p.out)[at] = from_float<T>(out[nt][w][i]);
+        } else {
+          p.partials[static_cast<int64_t>(blockIdx.z) * p.m * p.n + at] = out[nt][w][i];
+        }
+      }
+    }
+}
+
+template <typename T, int NT, int SPG>
+__global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles_gemm_kernel(AwqTilesGemm p) {
+  using S = TileShape<NT>;
+  constexpr int WN = S::kWN, WK = S::kWK, CH = S::kChunk, D = kDepth;
+  constexpr int U = D > SPG ? D : SPG;  // steps per unrolled block: whole groups and pipeline turns
+  static_assert(U % D == 0 && U % SPG == 0 && CH % U == 0, "groups and chunks must align with the pipeline");
+  __shared__ __align__(16) uint32_t smem[kSharedWords];
+  uint32_t* const stage = smem;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wn = warp % WN, wk = warp / WN;
-  const int g = lane >> 2, t = lane & 3;
+  const int g = lane >> 2;
   const int n_strips = p.n / kAwqTileStrip, steps = p.k / kAwqTileStep, groups = p.k / p.group;
   const int splits = gridDim.z, slices = splits * WK;
   const int strip = blockIdx.y * WN + wn;
@@ -217,123 +332,98 @@ __global__ void __launch_bounds__(kThreads, TileShape<MT>::kMinBlocks) awq_tiles
   const int strip_in = min(strip, n_strips - 1), begin_in = min(mine.begin, steps - SPG);
   const uint4* wptr = reinterpret_cast<const uint4*>(p.weights) +
                       (static_cast<int64_t>(strip_in) * steps + begin_in) * 32 + lane;  // + step * 32
-  const int group0 = begin_in / SPG;
-  const uint4* sptr = reinterpret_cast<const uint4*>(p.scales) + (static_cast<int64_t>(group0) * n_strips + strip_in) * 8 + g;
-  const uint32_t* zptr = p.zeros + (static_cast<int64_t>(group0) * n_strips + strip_in) * 8 + g;  // + group * n_strips * 8
+  const int64_t group_stride = static_cast<int64_t>(n_strips) * 8;
+  const uint4* sptr = reinterpret_cast<const uint4*>(p.scales) + (begin_in / SPG) * group_stride + strip_in * 8 + g;
+  const uint32_t* zptr = p.zeros + (begin_in / SPG) * group_stride + strip_in * 8 + g;  // + group * group_stride
 
   // Every load is issued unconditionally (a step past the slice rereads its last step), so that
   // every path issues the same loads in the same order: ptxas then waits for the oldest load only
   // (a counted scoreboard wait) instead of for all of them, which cost one memory latency per step.
-  uint4 wbuf[D];                // B words of steps i .. i + D - 1
-  uint4 sbuf[D / SPG];          // scales of the groups starting in that window
-  uint32_t zbuf[D / SPG];
-  const int last = max(mine.len - 1, 0);
+  const int last = max(mine.len - 1, 0), last_group = last / SPG;
+  uint4* const ring = reinterpret_cast<uint4*>(smem + kStageTiles * kFragWords) + warp * D * 32 + lane;  // + slot * 32
 #pragma unroll
   for (int j = 0; j < D; ++j) {
-    const int at = min(j, last);
-    wbuf[j] = load_stream(wptr + static_cast<int64_t>(at) * 32);
-    if (j % SPG == 0) {
-      sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(at / SPG) * n_strips * 8);
-      zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(at / SPG) * n_strips * 8);
-    }
+    copy_async(ring + j * 32, wptr + static_cast<int64_t>(min(j, last)) * 32);
+    commit_copies();
   }
+  uint4 next_scales = S::kFold ? uint4{} : __ldg(sptr), group_scales;  // the group's scales and zeros
+  uint32_t next_zeros = S::kFold ? 0u : __ldg(zptr), group_zeros;
 
-  float acc[MT][8][4];
+  float out[NT][4][4], acc[NT][4][4], sum_x[NT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int i = 0; i < 4; ++i) {
+      sum_x[nt][i] = 0.f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.f;
+      for (int w = 0; w < 4; ++w) out[nt][w][i] = acc[nt][w][i] = 0.f;
+    }
   uint32_t scale2[8], zero2[8];
-  const uint32_t magic2 = Pair<T>::kMagic * 0x00010001u;
+  const uint32_t magic2 = Pair<T>::kMagic * 0x00010001u, one2 = Pair<T>::kOne * 0x00010001u;
+  const uint4 ones = make_uint4(one2, one2, one2, one2);
 
   const int chunks = (longest + CH - 1) / CH;
-  for (int i = threadIdx.x; i < kStageSteps * kFragWords / 4; i += kThreads) {
-    reinterpret_cast<uint4*>(stage)[i] = make_uint4(0u, 0u, 0u, 0u);  // rows past m stay zero
+  for (int i = threadIdx.x; i < kStageTiles * kFragWords / 4; i += kThreads) {
+    reinterpret_cast<uint4*>(stage)[i] = make_uint4(0u, 0u, 0u, 0u);  // tokens past m stay zero
   }
   for (int c = 0; c < chunks; ++c) {
     __syncthreads();  // the previous chunk's fragments are read
-    stage_x<T, MT, SPG>(stage, p, c, slices, groups);
+    stage_x<T, NT, SPG>(stage, p, c, slices, groups);
     __syncthreads();
-    const uint4* frags = reinterpret_cast<const uint4*>(stage) + wk * CH * MT * 32 + lane;
-    for (int r = 0; r < CH; r += D) {
+    const uint2* frags = reinterpret_cast<const uint2*>(stage) + wk * CH * NT * 32 + lane;
+    for (int r = 0; r < CH; r += U) {
 #pragma unroll
-      for (int j = 0; j < D; ++j) {
+      for (int j = 0; j < U; ++j) {
         const int i = c * CH + r + j;  // this warp's step, relative to its slice
+        wait_copies<D - 1>();             // step i has landed in slot j % D
+        const uint4 words = ring[(j % D) * 32];
+        copy_async(ring + (j % D) * 32, wptr + static_cast<int64_t>(min(i + D, last)) * 32);  // D steps ahead
+        commit_copies();
+        if (j % SPG == 0 && S::kFold) {  // used at the group's end: loaded at its start
+          group_scales = __ldg(sptr + min(i / SPG, last_group) * group_stride);
+          group_zeros = __ldg(zptr + min(i / SPG, last_group) * group_stride);
+        } else if (j % SPG == 0) {  // used now: loaded one group ahead
+          group_constants<T>(next_scales, next_zeros, scale2, zero2);
+          next_scales = __ldg(sptr + min(i / SPG + 1, last_group) * group_stride);
+          next_zeros = __ldg(zptr + min(i / SPG + 1, last_group) * group_stride);
+        }
         if (strip_ok && i < mine.len) {
-          if (j % SPG == 0) group_constants<T>(sbuf[j / SPG], zbuf[j / SPG], scale2, zero2);
-          uint4 a[MT];
+          uint2 b[NT];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) a[mt] = frags[((r + j) * MT + mt) * 32];
+          for (int nt = 0; nt < NT; ++nt) b[nt] = frags[((r + j) * NT + nt) * 32];
 #pragma unroll
           for (int w = 0; w < kLaneWords; ++w) {
-            const uint32_t word = word_of(wbuf[j], w);
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int tile = 2 * w + half;
-              const uint32_t b0 = dequant_pair<T>(word, 2 * half, zero2[tile], scale2[tile], magic2);
-              const uint32_t b1 = dequant_pair<T>(word, 2 * half + 1, zero2[tile], scale2[tile], magic2);
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) mma(acc[mt][tile], a[mt], b0, b1, T{});
+            const uint32_t word = word_of(words, w);
+            uint4 a;
+            if (S::kFold) {
+              a = make_uint4(raw_pair<T>(word, 0, magic2), raw_pair<T>(word, 1, magic2), raw_pair<T>(word, 2, magic2),
+                             raw_pair<T>(word, 3, magic2));
+            } else {
+              a = make_uint4(dequant_pair<T>(word, 0, zero2[2 * w], scale2[2 * w], magic2),
+                             dequant_pair<T>(word, 1, zero2[2 * w + 1], scale2[2 * w + 1], magic2),
+                             dequant_pair<T>(word, 2, zero2[2 * w], scale2[2 * w], magic2),
+                             dequant_pair<T>(word, 3, zero2[2 * w + 1], scale2[2 * w + 1], magic2));
             }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma(S::kFold ? acc[nt][w] : out[nt][w], a, b[nt], T{});
           }
-        }
-        const int next = min(i + D, last);  // refill this slot D steps ahead
-        wbuf[j] = load_stream(wptr + static_cast<int64_t>(next) * 32);
-        if (j % SPG == 0) {
-          sbuf[j / SPG] = __ldg(sptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
-          zbuf[j / SPG] = __ldg(zptr + static_cast<int64_t>(next / SPG) * n_strips * 8);
+          if (S::kFold) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma(sum_x[nt], ones, b[nt], T{});
+            if (j % SPG == SPG - 1) fold_group<T, NT>(out, acc, sum_x, group_scales, group_zeros);
+          }
         }
       }
     }
   }
 
-  // Sum the WK slices of each strip into warp wk = 0 (the stage is free again).
-  __syncthreads();
-  float* sums = reinterpret_cast<float*>(stage);  // [WK - 1][WN][MT * 32][32 lanes]
-  if (wk > 0) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[(((wk - 1) * WN + wn) * MT * 32 + (mt * 8 + j) * 4 + i) * 32 + lane] = acc[mt][j][i];
-  }
-  __syncthreads();
-  if (wk == 0 && strip_ok) {
-#pragma unroll
-    for (int w = 1; w < WK; ++w)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][j][i] += sums[(((w - 1) * WN + wn) * MT * 32 + (mt * 8 + j) * 4 + i) * 32 + lane];
-    // C fragment: c0, c1 at (row g, columns 2t, 2t + 1); c2, c3 at row g + 8.
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = (blockIdx.x * MT + mt) * 16 + g + 8 * hr;
-          const int col = strip * kAwqTileStrip + 8 * j + 2 * t;
-          if (row >= p.m) continue;
-          const int64_t at = static_cast<int64_t>(row) * p.n + col;
-          if (splits == 1) {
-            store_pair(static_cast<T*>(p.out) + at, acc[mt][j][2 * hr], acc[mt][j][2 * hr + 1]);
-          } else {
-            *reinterpret_cast<float2*>(p.partials + static_cast<int64_t>(blockIdx.z) * p.m * p.n + at) =
-                make_float2(acc[mt][j][2 * hr], acc[mt][j][2 * hr + 1]);
-          }
-        }
-  }
+  store_block<T, NT>(p, out, stage, wn, wk, strip, strip_ok);
   if (splits == 1) return;
   __threadfence();  // this block's partials are visible device-wide before it counts itself in
   __syncthreads();
+  int& last_block = *reinterpret_cast<int*>(smem + kSharedWords - 1);  // the sums are read
   if (threadIdx.x == 0) {
-    const int arrivals = gridDim.x * splits;  // every m-block and split of this column block
+    const int arrivals = gridDim.x * splits;  // every token block and split of this column block
     const int before = atomicAdd(p.locks + blockIdx.y, 1);
     last_block = before == arrivals - 1;
     if (last_block) p.locks[blockIdx.y] = 0;  // everyone has arrived: ready for the next call
@@ -365,16 +455,16 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
   const uint32_t magic2 = Pair<T>::kMagic * 0x00010001u;
   group_constants<T>(s, z, scale2, zero2);
 #pragma unroll
-  for (int word = 0; word < kLaneWords; ++word)
+  for (int tile = 0; tile < kLaneWords; ++tile)
 #pragma unroll
     for (int pair = 0; pair < 4; ++pair) {
-      const int tile = 2 * word + (pair >> 1), reg = pair & 1;
-      const uint32_t v = dequant_pair<T>(word_of(q, word), pair, zero2[tile], scale2[tile], magic2);
+      const int j = 2 * tile + (pair & 1);  // column 16 tile + g + 8 (pair & 1)
+      const uint32_t v = dequant_pair<T>(word_of(q, tile), pair, zero2[j], scale2[j], magic2);
       T halves[2];
       memcpy(halves, &v, 4);
-      // B fragment: rows 2t (+1 in the high half) + 8 * reg, column g of tile `tile`
-      block[warp][2 * t + 8 * reg][8 * tile + g] = halves[0];
-      block[warp][2 * t + 8 * reg + 1][8 * tile + g] = halves[1];
+      // A fragment: inputs 2t (+1 in the high half) + 8 (pair >> 1)
+      block[warp][2 * t + 8 * (pair >> 1)][16 * tile + g + 8 * (pair & 1)] = halves[0];
+      block[warp][2 * t + 8 * (pair >> 1) + 1][16 * tile + g + 8 * (pair & 1)] = halves[1];
     }
   __syncwarp();
 #pragma unroll
@@ -385,48 +475,54 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
   }
 }
 
-template <typename T, int MT>
+template <typename T, int NT>
 void launch_gemm(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
   switch (p.group) {
-    case 32: awq_tiles_gemm_kernel<T, MT, 2><<<grid, kThreads, 0, stream>>>(p); break;
-    case 64: awq_tiles_gemm_kernel<T, MT, 4><<<grid, kThreads, 0, stream>>>(p); break;
-    default: awq_tiles_gemm_kernel<T, MT, 8><<<grid, kThreads, 0, stream>>>(p); break;
+    case 32: awq_tiles_gemm_kernel<T, NT, 2><<<grid, kThreads, 0, stream>>>(p); break;
+    case 64: awq_tiles_gemm_kernel<T, NT, 4><<<grid, kThreads, 0, stream>>>(p); break;
+    default: awq_tiles_gemm_kernel<T, NT, 8><<<grid, kThreads, 0, stream>>>(p); break;
   }
 }
 
-// Time model of one call with `split` K splits (seconds, H100-like constants): the weight bytes of
-// the busiest wave at the bandwidth its blocks can draw, plus the partials written and read back.
-double plan_cost(int m, int n, int k, int group, int sms, int m_tiles, int split) {
-  constexpr double kBandwidth = 3.0e12, kBlockBandwidth = 40e9, kReduceFixed = 1.5e-6;
-  const int wn = m_tiles == 1 ? TileShape<1>::kWN : TileShape<2>::kWN;
-  const int wk = kThreads / 32 / wn, min_blocks = m_tiles == 1 ? TileShape<1>::kMinBlocks : TileShape<2>::kMinBlocks;
-  const int64_t m_blocks = (m + 16 * m_tiles - 1) / (16 * m_tiles);
-  const int64_t n_blocks = (n / kAwqTileStrip + wn - 1) / wn;
-  const int64_t blocks = m_blocks * n_blocks * split, slots = static_cast<int64_t>(sms) * min_blocks;
-  const int groups = k / group;
-  const int64_t slice_groups = (groups + split * wk - 1) / (split * wk);
-  const double block_bytes = static_cast<double>(slice_groups) * group * wn * kAwqTileStrip * wk / 2;
-  const int64_t waves = (blocks + slots - 1) / slots, concurrent = std::min(blocks, slots);
-  const double bandwidth = std::min(kBandwidth, concurrent * kBlockBandwidth);
-  double seconds = waves * block_bytes * concurrent / bandwidth;
-  if (split > 1) seconds += kReduceFixed + 2.0 * split * m * n * 4 / kBandwidth;
-  return seconds;
+template <typename T>
+void launch_gemm(const AwqTilesGemm& p, AwqTilesPlan plan, dim3 grid, cudaStream_t stream) {
+  switch (plan.token_tiles) {
+    case 1: launch_gemm<T, 1>(p, grid, stream); break;
+    case 2: launch_gemm<T, 2>(p, grid, stream); break;
+    default: launch_gemm<T, 4>(p, grid, stream); break;
+  }
 }
+
+int warps_along_n(int token_tiles) { return token_tiles <= 2 ? TileShape<1>::kWN : TileShape<4>::kWN; }
 
 }  // namespace
 
+// Token tiles: 1 up to 8 tokens, 2 up to 16, else 4 (32 tokens per block). Split: the one of least
+// modelled time, in units of one group per warp slice streamed by a fully occupied SM. Fit to the H100
+// sweep (docs/quant_awq.md, run 5): an SM streams its blocks' bytes at one rate once it holds
+// min_blocks blocks, 1.4x slower with fewer (too few loads in flight); each round of min_blocks blocks
+// on an SM costs a fixed overhead (staging x, the slice sums, the split counters: about 4 units the
+// first round, 2 each further). So splits fill idle SMs until their overhead outweighs the bytes.
 AwqTilesPlan plan_awq_tiles_gemm(int m, int n, int k, int group, int sms, int split_override) {
-  AwqTilesPlan plan{m <= 16 ? 1 : 2, 1};
-  const int wk = plan.m_tiles == 1 ? TileShape<1>::kWK : TileShape<2>::kWK;
-  const int max_split = std::max(1, std::min(64, k / group / wk));  // every warp keeps >= 1 group
+  AwqTilesPlan plan{m <= 8 ? 1 : m <= 16 ? 2 : 4, 1};
+  const int wn = warps_along_n(plan.token_tiles), wk = kThreads / 32 / wn;
+  const int min_blocks = plan.token_tiles <= 2 ? TileShape<1>::kMinBlocks : TileShape<4>::kMinBlocks;
+  const int groups = k / group;
+  const int max_split = std::max(1, std::min(64, groups / wk));  // every warp keeps >= 1 group
   if (split_override > 0) {
     plan.split = std::min(split_override, max_split);
     return plan;
   }
-  double best = plan_cost(m, n, k, group, sms, plan.m_tiles, 1);
-  for (int split = 2; split <= max_split; ++split) {
-    const double cost = plan_cost(m, n, k, group, sms, plan.m_tiles, split);
-    if (cost < best * 0.97) {  // a split must pay for itself clearly
+  const int64_t blocks = static_cast<int64_t>((m + 8 * plan.token_tiles - 1) / (8 * plan.token_tiles)) *
+                         ((n / kAwqTileStrip + wn - 1) / wn);
+  double best = 0.0;
+  for (int split = 1; split <= max_split; ++split) {
+    const int64_t per_sm = (blocks * split + sms - 1) / sms;  // blocks on the busiest SM
+    const int64_t slice = (groups + split * wk - 1) / (split * wk);  // groups per warp slice
+    const int64_t rounds = (per_sm + min_blocks - 1) / min_blocks;
+    const double cost = static_cast<double>(per_sm * slice) * (per_sm >= min_blocks ? 1.0 : 1.4) + 4.0 +
+                        2.0 * static_cast<double>(rounds - 1);
+    if (split == 1 || cost < best) {
       best = cost;
       plan.split = split;
     }
@@ -435,14 +531,13 @@ AwqTilesPlan plan_awq_tiles_gemm(int m, int n, int k, int group, int sms, int sp
 }
 
 void launch_awq_tiles_gemm(DType dtype, const AwqTilesGemm& p, AwqTilesPlan plan, cudaStream_t stream) {
-  const int wn = plan.m_tiles == 1 ? TileShape<1>::kWN : TileShape<2>::kWN;
-  const dim3 grid((p.m + 16 * plan.m_tiles - 1) / (16 * plan.m_tiles), (p.n / kAwqTileStrip + wn - 1) / wn,
+  const dim3 grid((p.m + 8 * plan.token_tiles - 1) / (8 * plan.token_tiles),
+                  (p.n / kAwqTileStrip + warps_along_n(plan.token_tiles) - 1) / warps_along_n(plan.token_tiles),
                   plan.split);
-  const bool half = dtype == DType::kFloat16;
-  if (plan.m_tiles == 1) {
-    half ? launch_gemm<half_t, 1>(p, grid, stream) : launch_gemm<bf16_t, 1>(p, grid, stream);
+  if (dtype == DType::kFloat16) {
+    launch_gemm<half_t>(p, plan, grid, stream);
   } else {
-    half ? launch_gemm<half_t, 2>(p, grid, stream) : launch_gemm<bf16_t, 2>(p, grid, stream);
+    launch_gemm<bf16_t>(p, plan, grid, stream);
   }
 }
 

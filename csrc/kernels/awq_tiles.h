@@ -3,8 +3,9 @@
 //
 // Layout (repacked once at load from AutoAWQ's GEMM format): weights uint32 [n/64, k/16, 32, 4]:
 // strip (64 output columns), step (16 inputs), lane, word: the 16 bytes one lane needs for the
-// B fragments of eight m16n8k16 MMAs. scales [k/g, n/64, 8, 8] in the activation dtype
-// (group, strip, groupID, tile); zeros uint32 [k/g, n/64, 8] (nibble j: tile j's zero point).
+// A fragments of four m16n8k16 MMAs (word w: columns 16w..16w+15). scales [k/g, n/64, 8, 8] in the
+// activation dtype (group, strip, groupID, j: column 8j + groupID); zeros uint32 [k/g, n/64, 8]
+// (nibble j: that column's zero point).
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,9 @@ struct AwqTilesGemm {
   int m, n, k, group;
 };
 
-// How one call is cut: m16 tiles per block (1 or 2) and the number of K splits.
+// How one call is cut: 8-token tiles per block (1, 2 or 4) and the number of K splits.
 struct AwqTilesPlan {
-  int m_tiles;
+  int token_tiles;
   int split;
 };
 

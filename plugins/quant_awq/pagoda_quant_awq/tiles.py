@@ -2,23 +2,24 @@
 (``csrc/kernels/awq_tiles.cu``), and the index math both sides share.
 
 The kernel computes ``out = x @ W`` with ``mma.sync.m16n8k16`` (fp16/bf16 operands, fp32
-accumulation): the activations are the A operand (16 rows per m-tile, padded with zeros), W the B
-operand. A warp owns a *strip* of 64 output columns (eight n8 tiles) and walks K in *steps* of 16.
-At each step every lane needs, for each of the eight tiles, the four B-fragment values of PTX's
-m16n8k16 layout (column ``groupID``, rows ``2t, 2t+1, 2t+8, 2t+9``): 32 values, 16 bytes of int4.
-The repack puts exactly those 16 bytes at ``weights[strip, step, lane]``, so one coalesced 16-byte
-load per lane per step (512 contiguous bytes per warp) feeds eight MMAs.
+accumulation) with the operands swapped: W^T is the A operand (16 output columns x 16 inputs),
+the activations the B operand (16 inputs x 8 tokens), so one MMA serves up to 8 tokens. A warp owns
+a *strip* of 64 output columns (four 16-column tiles) and walks K in *steps* of 16. At each step
+every lane needs, for each of the four tiles, the eight A-fragment values of PTX's m16n8k16 layout
+(columns ``groupID`` and ``groupID + 8``, inputs ``2t, 2t+1, 2t+8, 2t+9``): 32 values, 16 bytes of
+int4. The repack puts exactly those 16 bytes at ``weights[strip, step, lane]``, so one coalesced
+16-byte copy per lane per step (512 contiguous bytes per warp) feeds four MMAs.
 
-Inside a lane's four words, word ``w`` holds tiles ``2w`` and ``2w + 1``; nibble ``p`` (bits
-``4p..4p+3``) and nibble ``p + 4`` (bits ``16+4p..``) form the pair of values of one B register,
-so ``((word >> 4p) & 0x000F000F) | MAGIC`` is that register's two values plus a magic constant:
-1024 for fp16 (``0x6400``), 128 for bf16 (``0x4300``), whose mantissa unit is 1. Subtracting
-``MAGIC + zero`` (exact) and multiplying by the scale (one rounding) gives ``(q - z) * s``. Pair
-``p``: tile ``2w + (p >> 1)``, register ``p & 1`` (rows ``2t + 8 * reg``, ``+1`` in the high half).
+Word ``w`` of a lane holds tile ``w`` (columns ``16w .. 16w + 15``); nibble ``p`` (bits
+``4p..4p+3``) and nibble ``p + 4`` (bits ``16+4p..``) form A register ``p``: column
+``groupID + 8 * (p & 1)``, inputs ``2t + 8 * (p >> 1)`` (``+1`` in the high half). So
+``((word >> 4p) & 0x000F000F) | MAGIC`` is that register's two values plus a magic constant: 1024
+for fp16 (``0x6400``), 128 for bf16 (``0x4300``), whose mantissa unit is 1.
 
 Per group of ``G`` inputs and strip, ``scales[group, strip, g, j]`` is the scale of column
-``64 * strip + 8 * j + g`` in the model dtype (a lane's eight scales in one 16-byte load), and
-``zeros[group, strip, g]`` packs that column's zero point in nibble ``j``.
+``64 * strip + 8 * j + g`` in the model dtype (a lane's eight scales in one 16-byte load: tile
+``j >> 1``, column ``g + 8 * (j & 1)``), and ``zeros[group, strip, g]`` packs that column's zero
+point in nibble ``j``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from pagoda_quant_awq.packing import unpack_int4
 
-STRIP = 64  # output columns per warp (eight n8 tiles)
+STRIP = 64  # output columns per warp (four 16-column tiles)
 STEP = 16  # K per mma step
 LANES = 32
 WORDS = 4  # int32 per lane per step (16 bytes)
@@ -56,10 +57,8 @@ def c_fragment_coords(lane: int, i: int) -> tuple[int, int]:
 
 def nibble_coords(lane: int, word: int, nibble: int) -> tuple[int, int]:
     """(k within the step, column within the strip) of nibble ``nibble`` of word ``word`` of ``lane``."""
-    pair, half = nibble & 3, nibble >> 2
-    tile, reg = 2 * word + (pair >> 1), pair & 1
-    k, n = b_fragment_coords(lane, reg, half)
-    return k, 8 * tile + n
+    column, k = a_fragment_coords(lane, nibble & 3, nibble >> 2)  # A = W^T: rows are output columns
+    return k, 16 * word + column
 
 
 def _step_permutation() -> torch.Tensor:
@@ -116,7 +115,7 @@ def _pack_nibbles(values: torch.Tensor) -> torch.Tensor:
 
 
 def repack_weights(q: torch.Tensor) -> torch.Tensor:
-    """Unpacked ``[K, N]`` values 0..15 -> int32 ``[N/64, K/16, 32, 4]`` (the kernel's B order)."""
+    """Unpacked ``[K, N]`` values 0..15 -> int32 ``[N/64, K/16, 32, 4]`` (the kernel's A order)."""
     k, n = q.shape
     blocks = q.reshape(k // STEP, STEP, n // STRIP, STRIP).permute(2, 0, 1, 3)  # [N/64, K/16, 16, 64]
     flat = blocks.reshape(n // STRIP, k // STEP, STEP * STRIP)
@@ -160,10 +159,11 @@ def unpack_tiles(tiles: AwqTiles) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return q, z, s
 
 
-def dequantize_tiles(tiles: AwqTiles) -> torch.Tensor:
-    """W ``[K, N]`` in the tiles' dtype exactly as the kernels compute it: ``(q - z) * s`` with the
-    stored (model-dtype) scale, one rounding."""
+def dequantize_tiles(tiles: AwqTiles, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """W ``[K, N]``: ``(q - z) * s`` with the stored (model-dtype) scale, exact, then rounded once to
+    ``dtype`` (default the tiles' dtype: the weights the dequantizing kernels compute; float64: the
+    weights the fold path applies to fp32 sums)."""
     q, z, s = unpack_tiles(tiles)
     g = tiles.group_size
-    w = (q - z.repeat_interleave(g, 0)).to(torch.float32) * s.to(torch.float32).repeat_interleave(g, 0)
-    return w.to(tiles.dtype)
+    w = (q - z.repeat_interleave(g, 0)).double() * s.double().repeat_interleave(g, 0)
+    return w.to(dtype or tiles.dtype)

@@ -13,7 +13,7 @@ from pagoda_quant_awq.packing import dequantize, unpack_int4
 from pagoda_quant_awq.tiles import (
     PERMUTATION,
     AwqTiles,
-    b_fragment_coords,
+    a_fragment_coords,
     dequantize_tiles,
     nibble_coords,
     repack,
@@ -30,15 +30,19 @@ def _random_awq(k: int, n: int, group: int, seed: int = 0):
     return qweight, qzeros, scales
 
 
-def test_each_lane_word_holds_its_b_fragments() -> None:
+def test_each_lane_word_holds_its_a_fragments() -> None:
     assert sorted(PERMUTATION.reshape(-1).tolist()) == list(range(16 * 64)), "a permutation of the 16 x 64 block"
     for lane in (0, 5, 31):
+        g, t = lane >> 2, lane & 3
         for word in range(4):
-            for pair in range(4):
-                lo, hi = nibble_coords(lane, word, pair), nibble_coords(lane, word, pair + 4)
-                tile, reg = 2 * word + (pair >> 1), pair & 1
-                assert lo == (b_fragment_coords(lane, reg, 0)[0], 8 * tile + (lane >> 2))
-                assert hi == (lo[0] + 1, lo[1]), "the high half is the next row of the same column"
+            for reg in range(4):
+                lo, hi = nibble_coords(lane, word, reg), nibble_coords(lane, word, reg + 4)
+                # PTX's A fragment (W^T: rows are output columns): column g (+8 for odd registers),
+                # inputs 2t (+8 for registers 2, 3); the high half is the next input
+                assert lo == (2 * t + 8 * (reg >> 1), 16 * word + g + 8 * (reg & 1))
+                column, k = a_fragment_coords(lane, reg, 0)
+                assert lo == (k, 16 * word + column)
+                assert hi == (lo[0] + 1, lo[1]), "the high half is the next input of the same column"
 
 
 @pytest.mark.parametrize("group", [32, 64, 128])
@@ -80,11 +84,14 @@ def test_emulated_dequantize_kernel(dtype: torch.dtype, group: int) -> None:
     assert torch.equal(emulate_dequantize(tiles), dequantize_tiles(tiles))
 
 
-def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, m_tiles: int, split: int) -> None:
+def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, token_tiles: int, split: int) -> None:
     tiles = repack(*_random_awq(k, n, group, seed=m + split), group, dtype)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
-    got = emulate_gemm(x, tiles, m_tiles, split)
-    expected = x.double() @ dequantize_tiles(tiles).double()  # [m, n]
+    got = emulate_gemm(x, tiles, token_tiles, split)
+    # up to 16 tokens the zero point and scale are applied to fp32 sums (the exact weights); past 16
+    # the weights are dequantized to the dtype first (one rounding each), as dequantize_tiles does
+    weights = dequantize_tiles(tiles, torch.float64 if token_tiles <= 2 else None).double()
+    expected = x.double() @ weights  # [m, n]
     assert got.dtype == dtype and got.shape == (m, n)
     eps = torch.finfo(dtype).eps
     err = (got.double() - expected).abs()
@@ -93,17 +100,18 @@ def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, m_tiles:
     assert (err <= bound).all(), f"max error {err.max():.3e}"
 
 
-@pytest.mark.parametrize("m, k, n, group, m_tiles, split", [
-    (1, 256, 128, 128, 1, 1),  # decode, one block
+@pytest.mark.parametrize("m, k, n, group, token_tiles, split", [
+    (1, 256, 128, 128, 1, 1),  # decode, one block (fold path)
     (3, 256, 192, 64, 1, 2),  # three strips (a half-empty column block), K split in two
-    (16, 128, 128, 32, 1, 1),  # a whole m16 tile, several groups per warp slice
+    (16, 128, 128, 32, 2, 1),  # two token tiles, several groups per warp slice (fold path)
     (5, 512, 64, 32, 1, 3),  # an uneven split (16 groups over 12 slices), a lone strip
-    (20, 128, 256, 32, 2, 1),  # MT = 2 (4 x 2 warps), rows 20..31 padded
-    (40, 128, 256, 64, 2, 2),  # two m-blocks sharing the split counters
+    (20, 128, 256, 32, 4, 1),  # NT = 4 (4 x 2 warps, dequantizing path), tokens 20..31 padded
+    (40, 128, 256, 64, 4, 2),  # two token blocks sharing the split counters
+    (12, 256, 128, 128, 2, 2),  # fold path with a split and a half-empty second token tile
 ])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_emulated_gemm_vs_float64(m, k, n, group, m_tiles, split, dtype) -> None:
-    _check_gemm(m, k, n, group, dtype, m_tiles, split)
+def test_emulated_gemm_vs_float64(m, k, n, group, token_tiles, split, dtype) -> None:
+    _check_gemm(m, k, n, group, dtype, token_tiles, split)
 
 
 def test_emulated_gemm_long_slices_cross_chunks() -> None:

@@ -7,7 +7,8 @@ matrices from the 32 lanes' registers with the fragment layouts of NVIDIA's PTX 
 (``pagoda_quant_awq.tiles.{a,b,c}_fragment_coords``, "Matrix Fragments for mma.m16n8k16 with
 floating point type") and multiplies them; so a lane holding the wrong values gives a wrong product.
 Emulated rounding: dequantization in the 16-bit dtype (round to nearest, as ``__hsub2``/``__hmul2``),
-MMA products exact (float64) and accumulated in fp32, fp32 sums in the kernel's order.
+MMA products exact (float64) and accumulated in fp32, the per-group fold as the kernel's fused
+multiply-adds (float64, rounded to fp32), fp32 sums in the kernel's order.
 """
 
 from __future__ import annotations
@@ -17,21 +18,20 @@ import torch
 from pagoda_quant_awq.tiles import MAGIC, STEP, STRIP, AwqTiles, a_fragment_coords, b_fragment_coords, c_fragment_coords
 
 THREADS = 256
-STAGE_STEPS = 64
-FRAG_WORDS = 32 * 4
+STAGE_TILES = 64
+FRAG_WORDS = 32 * 2
+DEPTH = 8
 LANE = torch.arange(32)
 G, T = LANE >> 2, LANE & 3
+ONE = {torch.float16: 0x3C00, torch.bfloat16: 0x3F80}
+MAGIC_IN_SUMS = {torch.float16: 0.0, torch.bfloat16: 128.0}
 
 
-def depth(spg: int) -> int:
-    return 8 if spg >= 8 else 4
-
-
-def tile_shape(mt: int) -> tuple[int, int, int]:
-    """(WN, WK, chunk steps) of TileShape<MT>."""
-    wn = 2 if mt == 1 else 4
+def tile_shape(nt: int) -> tuple[int, int, int]:
+    """(WN, WK, chunk steps) of TileShape<NT>."""
+    wn = 2 if nt <= 2 else 4
     wk = THREADS // 32 // wn
-    return wn, wk, STAGE_STEPS // (wk * mt)
+    return wn, wk, STAGE_TILES // (wk * nt)
 
 
 def slice_of(q: int, slices: int, groups: int, spg: int) -> tuple[int, int]:
@@ -78,6 +78,34 @@ def dequant_pair(word: torch.Tensor, p: int, zero2: torch.Tensor, scale2: torch.
     return pair_bits(*out)
 
 
+def raw_pair(word: torch.Tensor, p: int, dtype: torch.dtype) -> torch.Tensor:
+    """The fold path's A register: q + MAGIC (bf16), or q (fp16: MAGIC subtracted again, exactly)."""
+    v = ((word >> (4 * p)) & 0x000F000F) | (MAGIC[dtype] * 0x00010001)
+    if MAGIC_IN_SUMS[dtype]:
+        return v
+    magic = halves(torch.tensor([MAGIC[dtype]]), dtype)[0]
+    return pair_bits(*(h - magic for h in halves(v, dtype)))
+
+
+def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """fmaf: a * b + c with one rounding to fp32 (the fp32 product is exact in float64)."""
+    return (a.double() * b.double() + c.double()).float()
+
+
+def fold_group(out: torch.Tensor, acc: torch.Tensor, sum_x: torch.Tensor, scales_words: torch.Tensor,
+               zeros: torch.Tensor, dtype: torch.dtype) -> None:
+    """out/acc [NT, 4 tiles, 32, 4], sum_x [NT, 32, 4]: the kernel's fold_group, in place."""
+    for j in range(8):
+        s = halves(scales_words[:, j >> 1], dtype)[j & 1].float()
+        sz = s * (((zeros >> (4 * j)) & 0xF).float() + MAGIC_IN_SUMS[dtype])
+        for e in range(2):
+            i = 2 * (j & 1) + e
+            inner = fma32(-sz, sum_x[:, :, e], out[:, j >> 1, :, i])
+            out[:, j >> 1, :, i] = fma32(s, acc[:, j >> 1, :, i], inner)
+            acc[:, j >> 1, :, i] = 0.0
+    sum_x.zero_()
+
+
 def _coords(fn, regs: int):
     """[32 lanes, regs, 2 halves] row and column index tensors of a PTX fragment layout."""
     rows = torch.empty(32, regs, 2, dtype=torch.long)
@@ -95,72 +123,97 @@ C_ROWS = torch.tensor([[c_fragment_coords(lane, i)[0] for i in range(4)] for lan
 C_COLS = torch.tensor([[c_fragment_coords(lane, i)[1] for i in range(4)] for lane in range(32)])
 
 
-def mma(acc: torch.Tensor, a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, dtype: torch.dtype) -> None:
-    """acc [32, 4] fp32 += A @ B; a [32, 4] uint32 registers, b0/b1 [32] uint32 (PTX layouts)."""
+def mma(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> None:
+    """acc [32, 4] fp32 += A @ B; a [32, 4] uint32 registers (W^T), b [32, 2] uint32 (x), PTX layouts."""
     A = torch.zeros(16, 16, dtype=torch.float64)
     B = torch.zeros(16, 8, dtype=torch.float64)
     for reg in range(4):
         for half, values in enumerate(halves(a[:, reg], dtype)):
             A[A_ROWS[:, reg, half], A_COLS[:, reg, half]] = values.double()
-    for reg, b in enumerate((b0, b1)):
-        for half, values in enumerate(halves(b, dtype)):
+    for reg in range(2):
+        for half, values in enumerate(halves(b[:, reg], dtype)):
             B[B_ROWS[:, reg, half], B_COLS[:, reg, half]] = values.double()
     D = A @ B
     acc += D[C_ROWS, C_COLS].float()
 
 
-def stage_x(stage: torch.Tensor, x_bits: torch.Tensor, m: int, mt_count: int, spg: int, chunk: int, split: int,
+def stage_x(stage: torch.Tensor, x_bits: torch.Tensor, m: int, nt_count: int, spg: int, chunk: int, split: int,
             slices: int, groups: int, m_block: int) -> None:
     """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32) as the kernel's stage_x."""
-    wn, wk_count, ch = tile_shape(mt_count)
-    items = wk_count * ch * mt_count * 32
-    for item in range(items):
-        h, r = item & 1, (item >> 1) & 15
-        rest = item >> 5
-        mt = rest % mt_count
-        rest //= mt_count
+    wn, wk_count, ch = tile_shape(nt_count)
+    for item in range(wk_count * ch * nt_count * 16):
+        h, r = item & 1, (item >> 1) & 7
+        rest = item >> 4
+        nt = rest % nt_count
+        row = (m_block * nt_count + nt) * 8 + r
+        if row >= m:
+            continue  # never written: zero from the kernel's start
+        rest //= nt_count
         cs, wk = rest % ch, rest // ch
         begin, length = slice_of(split * wk_count + wk, slices, groups, spg)
         local = chunk * ch + cs
-        row = (m_block * mt_count + mt) * 16 + r
-        if row >= m:
-            continue  # never written: zero from the kernel's start
         v = [0, 0, 0, 0]
         if local < length:
             col_pair = ((begin + local) * STEP + 8 * h) // 2
             v = x_bits[row, col_pair:col_pair + 4].tolist()
-        dst = ((wk * ch + cs) * mt_count + mt) * FRAG_WORDS + 4 * (4 * (r & 7)) + (r >> 3) + 2 * h
+        dst = ((wk * ch + cs) * nt_count + nt) * FRAG_WORDS + 8 * r + h
         for e in range(4):
-            stage[dst + 4 * e] = v[e]
+            stage[dst + 2 * e] = v[e]
 
 
 def check_prefetch(strip: int, begin: int, length: int, walked: int, n_strips: int, steps: int, spg: int,
-                   depth_: int, sizes: tuple[int, int, int]) -> None:
-    """Every load a warp issues is unconditional (clamped strip and step, see the kernel's prologue
-    and refill): each must fall inside the weights, scales and zeros, even for a strip past N or an
-    empty slice."""
+                   sizes: tuple[int, int, int]) -> None:
+    """Every copy and load a warp issues is unconditional (clamped strip, step and group, see the
+    kernel's prologue and loop): each must fall inside the weights, scales and zeros, even for a
+    strip past N or an empty slice."""
     strip_in, begin_in, last = min(strip, n_strips - 1), min(begin, steps - spg), max(length - 1, 0)
-    issued = [min(j, last) for j in range(depth_)] + [min(i + depth_, last) for i in range(walked)]
-    for at in issued:
+    steps_read = [min(j, last) for j in range(DEPTH)] + [min(i + DEPTH, last) for i in range(walked)]
+    groups_read = [0] + [min(i // spg + 1, last // spg) for i in range(0, walked, spg)]
+    for at in steps_read:
         w = ((strip_in * steps + begin_in) + at) * 32 + 31
-        s = ((begin_in // spg + at // spg) * n_strips + strip_in) * 8 + 7
-        assert 0 <= w < sizes[0] and 0 <= s < sizes[1] and s < sizes[2], (strip, begin, length, at)
+        assert 0 <= w < sizes[0], (strip, begin, length, at)
+    for grp in groups_read:
+        s = ((begin_in // spg + grp) * n_strips + strip_in) * 8 + 7
+        assert 0 <= s < sizes[1] and s < sizes[2], (strip, begin, length, grp)
 
 
-def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> torch.Tensor:
+def plan_token_tiles(m: int) -> int:
+    return 1 if m <= 8 else 2 if m <= 16 else 4
+
+
+def warp_steps(a_acc, out, sum_x, words, b, consts, dtype, fold: bool) -> None:
+    """One step of one warp: the four tiles' MMAs (and the fold path's sum of x)."""
+    nt_count = len(b)
+    for w in range(4):
+        word = words[:, w]
+        if fold:
+            regs = [raw_pair(word, p, dtype) for p in range(4)]
+        else:
+            scale2, zero2 = consts
+            regs = [dequant_pair(word, p, zero2[2 * w + (p & 1)], scale2[2 * w + (p & 1)], dtype) for p in range(4)]
+        a = torch.stack(regs, 1)
+        for nt in range(nt_count):
+            mma((a_acc if fold else out)[nt, w], a, b[nt], dtype)
+    if fold:
+        ones = torch.full((32, 4), ONE[dtype] * 0x00010001, dtype=torch.int64)
+        for nt in range(nt_count):
+            mma(sum_x[nt], ones, b[nt], dtype)
+
+
+def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, token_tiles: int, split: int) -> torch.Tensor:
     """``x`` [m, K] fp16/bf16 -> [m, N] in x's dtype, as launch_awq_tiles_gemm with this plan."""
     dtype = x.dtype
     m, k = x.shape
     n, group = tiles.n, tiles.group_size
-    spg, wn_count, wk_count, ch = group // STEP, *tile_shape(m_tiles)
-    D = depth(spg)
+    nt_count, fold = token_tiles, token_tiles <= 2
+    spg, wn_count, wk_count, ch = group // STEP, *tile_shape(nt_count)
     n_strips, steps, groups = n // STRIP, k // STEP, k // group
     weights = u32(tiles.weights).reshape(-1, 4)  # uint4 per (strip, step, lane)
     scales = u32(tiles.scales.view(torch.int16).to(torch.int32) & 0xFFFF).reshape(-1, 2)
     scales = (scales[:, 0] | (scales[:, 1] << 16)).reshape(-1, 4)  # uint4 per (group, strip, g)
     zeros = u32(tiles.zeros).reshape(-1)
     x_bits = pair_bits(x[:, 0::2].contiguous(), x[:, 1::2].contiguous())  # [m, K/2]
-    grid = ((m + 16 * m_tiles - 1) // (16 * m_tiles), (n_strips + wn_count - 1) // wn_count, split)
+    grid = ((m + 8 * nt_count - 1) // (8 * nt_count), (n_strips + wn_count - 1) // wn_count, split)
     out = torch.zeros(m, n, dtype=torch.float32)
     partials = torch.full((split, m, n), float("nan"))
     locks = torch.zeros(n_strips, dtype=torch.int32)
@@ -168,71 +221,37 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> 
     for bz in range(grid[2]):
         for bx in range(grid[0]):
             for by in range(grid[1]):
-                acc = {}
                 longest = max(slice_of(bz * wk_count + w, slices, groups, spg)[1] for w in range(wk_count))
                 chunks = (longest + ch - 1) // ch
                 stages = []
-                stage = torch.zeros(STAGE_STEPS * FRAG_WORDS, dtype=torch.int64)  # zeroed once per block
+                stage = torch.zeros(STAGE_TILES * FRAG_WORDS, dtype=torch.int64)  # zeroed once per block
                 for c in range(chunks):
                     stage = stage.clone()  # the kernel overwrites the previous chunk in place
-                    stage_x(stage, x_bits, m, m_tiles, spg, c, bz, slices, groups, bx)
+                    stage_x(stage, x_bits, m, nt_count, spg, c, bz, slices, groups, bx)
                     stages.append(stage)
+                acc = {}
                 for warp in range(THREADS // 32):
                     wn, wk = warp % wn_count, warp // wn_count
                     strip = by * wn_count + wn
-                    a_acc = torch.zeros(m_tiles, 8, 32, 4, dtype=torch.float32)
-                    acc[wn, wk] = a_acc
                     begin, length = slice_of(bz * wk_count + wk, slices, groups, spg)
-                    check_prefetch(strip, begin, length, chunks * ch, n_strips, steps, spg, D,
+                    check_prefetch(strip, begin, length, chunks * ch, n_strips, steps, spg,
                                    (len(weights), len(scales), len(zeros)))
+                    acc[wn, wk] = warp_out = torch.zeros(nt_count, 4, 32, 4, dtype=torch.float32)
                     if strip >= n_strips:
                         continue
+                    a_acc, sum_x = torch.zeros_like(warp_out), torch.zeros(nt_count, 32, 4, dtype=torch.float32)
                     wbase = (strip * steps + begin) * 32 + LANE  # uint4 index per lane, + step * 32
-                    group0 = begin // spg
-                    sbase = (group0 * n_strips + strip) * 8 + G
-                    for c in range(chunks):
-                        frags = stages[c].reshape(-1, 4)  # uint4 view
-                        for r in range(0, ch, D):
-                            for j in range(D):
-                                i = c * ch + r + j
-                                if i >= length:
-                                    continue
-                                if j % spg == 0:
-                                    g_index = sbase + (i // spg) * n_strips * 8
-                                    scale2, zero2 = group_constants(scales[g_index], zeros[g_index], dtype)
-                                a = [frags[wk * ch * m_tiles * 32 + ((r + j) * m_tiles + mt) * 32 + LANE]
-                                     for mt in range(m_tiles)]
-                                wbuf = weights[wbase + i * 32]  # [32, 4]
-                                for w in range(4):
-                                    word = wbuf[:, w]
-                                    for half in range(2):
-                                        tile = 2 * w + half
-                                        b0 = dequant_pair(word, 2 * half, zero2[tile], scale2[tile], dtype)
-                                        b1 = dequant_pair(word, 2 * half + 1, zero2[tile], scale2[tile], dtype)
-                                        for mt in range(m_tiles):
-                                            mma(a_acc[mt, tile], a[mt], b0, b1, dtype)
-                # slice sums into wk = 0, in order w = 1 .. WK - 1, then the C-fragment stores
-                for wn in range(wn_count):
-                    strip = by * wn_count + wn
-                    if strip >= n_strips:
-                        continue
-                    total = acc[wn, 0].clone()
-                    for w in range(1, wk_count):
-                        total += acc[wn, w]
-                    for mt in range(m_tiles):
-                        for j in range(8):
-                            for hr in range(2):
-                                rows = (bx * m_tiles + mt) * 16 + G + 8 * hr
-                                cols = strip * STRIP + 8 * j + 2 * T
-                                for lane in range(32):
-                                    row, col = int(rows[lane]), int(cols[lane])
-                                    if row >= m:
-                                        continue
-                                    pair = total[mt, j, lane, 2 * hr:2 * hr + 2]
-                                    if split == 1:
-                                        out[row, col:col + 2] = pair.to(dtype).float()
-                                    else:
-                                        partials[bz, row, col:col + 2] = pair
+                    sbase = ((begin // spg) * n_strips + strip) * 8 + G
+                    for i in range(length):
+                        frags = stages[i // ch].reshape(-1, 2)  # uint2 view
+                        g_index = sbase + (i // spg) * n_strips * 8
+                        consts = group_constants(scales[g_index], zeros[g_index], dtype)
+                        b = [frags[wk * ch * nt_count * 32 + ((i % ch) * nt_count + nt) * 32 + LANE]
+                             for nt in range(nt_count)]
+                        warp_steps(a_acc, warp_out, sum_x, weights[wbase + i * 32], b, consts, dtype, fold)
+                        if fold and i % spg == spg - 1:
+                            fold_group(warp_out, a_acc, sum_x, scales[g_index], zeros[g_index], dtype)
+                store_block(out, partials, acc, dtype, m, n_strips, (wn_count, wk_count, nt_count), (bx, by, bz), split)
                 if split == 1:
                     continue
                 locks[by] += 1
@@ -241,11 +260,37 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, m_tiles: int, split: int) -> 
                     col0 = by * wn_count * STRIP
                     cols = min(wn_count * STRIP, n - col0)
                     total = torch.zeros(m, cols, dtype=torch.float32)
-                    for s in range(split):
-                        total += partials[s, :, col0:col0 + cols]
+                    for s_ in range(split):
+                        total += partials[s_, :, col0:col0 + cols]
                     out[:, col0:col0 + cols] = total.to(dtype).float()
     assert int(locks.abs().sum()) == 0, "every lock must be back at zero"
     return out.to(dtype)
+
+
+def store_block(out, partials, acc, dtype, m, n_strips, shape, block, split) -> None:
+    """The slice sums into wk = 0 (w = 1 .. WK - 1 in order), then the C-fragment stores."""
+    (wn_count, wk_count, nt_count), (bx, by, bz) = shape, block
+    for wn in range(wn_count):
+        strip = by * wn_count + wn
+        if strip >= n_strips:
+            continue
+        total = acc[wn, 0].clone()
+        for w in range(1, wk_count):
+            total += acc[wn, w]
+        for nt in range(nt_count):
+            for i in range(4):
+                rows = (bx * nt_count + nt) * 8 + 2 * T + (i & 1)
+                for w in range(4):
+                    cols = strip * STRIP + 16 * w + G + 8 * (i >> 1)
+                    for lane in range(32):
+                        row, col = int(rows[lane]), int(cols[lane])
+                        if row >= m:
+                            continue
+                        value = total[nt, w, lane, i]
+                        if split == 1:
+                            out[row, col] = value.to(dtype).float()
+                        else:
+                            partials[bz, row, col] = value
 
 
 def emulate_dequantize(tiles: AwqTiles) -> torch.Tensor:
@@ -265,12 +310,12 @@ def emulate_dequantize(tiles: AwqTiles) -> torch.Tensor:
         idx = (grp * n_strips + strip) * 8 + G
         scale2, zero2 = group_constants(scales[idx], zeros[idx], dtype)
         block = torch.empty(STEP, STRIP, dtype=dtype)
-        for word in range(4):
+        for tile in range(4):
             for pair in range(4):
-                tile, reg = 2 * word + (pair >> 1), pair & 1
-                v = dequant_pair(q[:, word], pair, zero2[tile], scale2[tile], dtype)
-                lo, hi = halves(v, dtype)
-                block[2 * T + 8 * reg, 8 * tile + G] = lo
-                block[2 * T + 8 * reg + 1, 8 * tile + G] = hi
+                j = 2 * tile + (pair & 1)
+                lo, hi = halves(dequant_pair(q[:, tile], pair, zero2[j], scale2[j], dtype), dtype)
+                row, col = 2 * T + 8 * (pair >> 1), 16 * tile + G + 8 * (pair & 1)
+                block[row, col] = lo
+                block[row + 1, col] = hi
         w_out[step * STEP:(step + 1) * STEP, strip * STRIP:(strip + 1) * STRIP] = block
     return w_out
