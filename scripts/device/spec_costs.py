@@ -8,10 +8,13 @@ costs  Llama-3.1-8B (dummy bf16 weights, benchmarks/configs/llama-3.1-8b): one e
        (q = 2..5), at batch 1 and 8, each request with CONTEXT tokens of context; the graph replay
        alone is timed too. Then the draft side, a Llama-3.2-1B-config draft model
        (benchmarks/configs/llama-3.2-1b, dummy bf16, graphed) attached as the target's ``draft``
-       proposer: its plain runner step (launch + result), and whole draft rounds
-       (``DraftProposer.propose``: k one-token steps replayed back to back, one host read) after
-       a round that accepted one draft and after one that accepted all. From these, the speed-up
-       of each mean acceptance length L (tokens emitted per verify round, 1 + accepted drafts):
+       proposer: whole draft rounds (``DraftProposer.propose``: k steps, each one graph replay of
+       forward + LM head + argmax, one copy in, one read) after a round that accepted one draft
+       and after one that accepted all (two known tokens: the first step has two query slots),
+       with the host time until the round's first step is launched and the same k replays back
+       to back without host work (the floor); and, for comparison, the draft's plain runner step
+       (launch + result, its own decode graphs). From these, the speed-up of each mean acceptance
+       length L (tokens emitted per verify round, 1 + accepted drafts):
 
            S(L) = L * T_decode / (T_verify(k + 1) + T_propose(k))
 
@@ -122,11 +125,15 @@ def measure_steps(runner, kv_cache, vocab: int, query_lens: list[int], args, see
 
 def measure_draft_rounds(proposer, batches: list[int], args, vocab: int) -> list[dict]:
     """Per (batch, k, accepted): ``DraftProposer.propose`` in a steady state, in ms per round and
-    per draft step (round / k). Each round follows one where the target accepted one draft
-    (``accepted = "one"``: the draft is one token behind) or all ``k`` (``"all"``: two behind)."""
+    per draft (round / k). Each round follows one where the target accepted one draft
+    (``accepted = "one"``: the draft is one token behind) or all ``k`` (``"all"``: two behind).
+    Also, per round: the host time from ``propose`` until its first step is launched (the device
+    idles meanwhile) and, where the steps are graphs, the same steps replayed back to back with
+    no host work (forward, LM head and argmax of each: the round's floor)."""
     from pagoda.interfaces.proposer import ProposalInput
 
-    device, rows = proposer.runner.device, []
+    device, rows, steps = proposer.runner.device, [], proposer.chain.steps
+    launched = _first_step_clock(steps)
     for batch in batches:
         for k in range(1, args.k + 1):
             for accepted in ("one", "all"):
@@ -134,20 +141,52 @@ def measure_draft_rounds(proposer, batches: list[int], args, vocab: int) -> list
                 seqs = {f"round-{batch}-{k}-{accepted}-{i}": torch.randint(0, vocab, (args.context,), generator=g).tolist()
                         for i in range(batch)}
                 proposal = proposer.propose([ProposalInput(r, tuple(t)) for r, t in seqs.items()], k)  # the prompts
+                host_ms: list[float] = []
 
                 def one_round() -> None:
                     nonlocal proposal
                     for (rid, tokens), drafts in zip(seqs.items(), proposal.token_ids):
                         tokens += (drafts[:1] if accepted == "one" else drafts) + [int(torch.randint(0, vocab, (1,)))]
-                    proposal = proposer.propose([ProposalInput(r, tuple(t)) for r, t in seqs.items()], k)
+                    inputs = [ProposalInput(r, tuple(t)) for r, t in seqs.items()]
+                    launched.clear()
+                    start = time.perf_counter()
+                    proposal = proposer.propose(inputs, k)
+                    host_ms.append((launched[0] - start) * 1e3)
 
                 ms = timed(one_round, args.iters, device) * 1e3
+                row = {"batch": batch, "k": k, "accepted": accepted, "round_ms": ms, "per_step_ms": ms / k,
+                       "host_to_first_step_ms": sorted(host_ms)[len(host_ms) // 2]}
+                size = steps.size_for(batch, 1)
+                if size is not None:  # graphs (on the last round's inputs): two query slots first after all accepted
+                    first_q = 2 if accepted == "all" or k == 1 else 1  # k = 1: "one" is all
+                    row["replays_ms"] = timed(lambda: _replay_round(steps, size, first_q, k), args.iters, device) * 1e3
                 for rid in seqs:
                     proposer.release(rid)
-                rows.append({"batch": batch, "k": k, "accepted": accepted, "round_ms": ms, "per_step_ms": ms / k})
+                rows.append(row)
                 print(f"  batch {batch:2d}  k={k}  after {accepted:3s} accepted: round {ms:.3f} ms, "
-                      f"{ms / k:.3f} ms per draft step", flush=True)
+                      f"{ms / k:.3f} ms per draft; host to first step {row['host_to_first_step_ms']:.3f} ms"
+                      + (f"; the steps' replays alone {row['replays_ms']:.3f} ms" if "replays_ms" in row else ""),
+                      flush=True)
     return rows
+
+
+def _first_step_clock(steps) -> list[float]:
+    """Wrap ``DraftSteps.run``: the list gets the time of each step's launch (cleared per round)."""
+    clock, run = [], steps.run
+
+    def timed_run(*a, **kw):
+        clock.append(time.perf_counter())
+        return run(*a, **kw)
+
+    steps.run = timed_run
+    return clock
+
+
+def _replay_round(steps, size: int, first_q: int, k: int) -> None:
+    with steps.runner.platform.inference_context():
+        steps.replay(size, first_q)
+        for _ in range(k - 1):
+            steps.replay(size, 1)
 
 
 def _verify_graphs_for(runner, q: int, batches: list[int], max_model_len: int):
@@ -180,7 +219,9 @@ def run_costs(args) -> dict:
     query_lens = sorted({1, *range(2, args.k + 2)})
     vocab = core.parts.hf_config.vocab_size
     steps = measure_steps(core.runner, core.kv_cache, vocab, query_lens, args, seed=1)
-    print("costs: the draft's runner step (launch + result)", flush=True)
+    print("costs: the draft's runner step (launch + result; for comparison: rounds do not use it)", flush=True)
+    if core.runner.graphs is not None and proposer.runner.graphs is None:  # its own decode graphs, as a peer
+        proposer.runner.capture_decode_graphs(args.max_model_len, max(args.batches))
     draft_steps = measure_steps(proposer.runner, proposer.kv_cache, vocab, [1], args, seed=2)
     print("costs: draft rounds (DraftProposer.propose)", flush=True)
     rounds = measure_draft_rounds(proposer, args.batches, args, vocab)
@@ -205,18 +246,27 @@ def predict(steps: list[dict], draft_steps: list[dict], rounds: list[dict], batc
     """S(L) at ``batch`` and ``k`` with each proposer's cost, printed and returned."""
     t = {r["query_len"]: r["step_ms"] for r in steps if r["batch"] == batch}
     d = next(r["step_ms"] for r in draft_steps if r["batch"] == batch)
-    rd = {r["accepted"]: r["round_ms"] for r in rounds if r["batch"] == batch and r["k"] == k}
+    mine = {r["accepted"]: r for r in rounds if r["batch"] == batch and r["k"] == k}
+    rd = {a: r["round_ms"] for a, r in mine.items()}
     ngram = predictions(t[1], t[k + 1], 0.0, k)
     drafted = predictions(t[1], t[k + 1], rd["one"], k)
     drafted[str(k + 1)] = predictions(t[1], t[k + 1], rd["all"], k)[str(k + 1)]
     runner_steps = predictions(t[1], t[k + 1], k * d, k)
+    out = {"verify_over_decode": t[k + 1] / t[1], "draft_step_over_decode": rd["one"] / k / t[1],
+           "draft_step_over_decode_after_all_accepted": rd["all"] / k / t[1],
+           "draft_runner_step_over_decode": d / t[1],
+           "ngram": ngram, "draft_1b": drafted, "draft_1b_runner_steps": runner_steps}
+    floor = ""
+    if all("replays_ms" in r for r in mine.values()):  # the rounds' steps with no host work: the floor
+        out["draft_replay_over_decode"] = mine["one"]["replays_ms"] / k / t[1]
+        out["draft_1b_replays_only"] = predictions(t[1], t[k + 1], mine["one"]["replays_ms"], k)
+        out["draft_1b_replays_only"][str(k + 1)] = predictions(t[1], t[k + 1], mine["all"]["replays_ms"], k)[str(k + 1)]
+        floor = f", replays alone {out['draft_replay_over_decode']:.3f}"
     print(f"  batch {batch} k={k}: verify/decode {t[k + 1] / t[1]:.3f}, draft step/decode {rd['one'] / k / t[1]:.3f} "
-          f"(runner step {d / t[1]:.3f}) | ngram " + " ".join(f"L{L}={s:.2f}x" for L, s in ngram.items())
+          f"(after all accepted {rd['all'] / k / t[1]:.3f}{floor}; runner step {d / t[1]:.3f}) | ngram "
+          + " ".join(f"L{L}={s:.2f}x" for L, s in ngram.items())
           + " | draft-1B " + " ".join(f"L{L}={s:.2f}x" for L, s in drafted.items()), flush=True)
-    return {"verify_over_decode": t[k + 1] / t[1], "draft_step_over_decode": rd["one"] / k / t[1],
-            "draft_step_over_decode_after_all_accepted": rd["all"] / k / t[1],
-            "draft_runner_step_over_decode": d / t[1],
-            "ngram": ngram, "draft_1b": drafted, "draft_1b_runner_steps": runner_steps}
+    return out
 
 
 def _free(device: torch.device) -> None:

@@ -5,7 +5,9 @@
 #   REUSE_INSTALL=1: skip the install where a call before it on this warm machine installed into /tmp/site
 #   GPU_TESTS=1: also the gpu-marked speculative-decoding tests (draft rounds on CUDA graphs, verify graphs)
 # The install builds the CUDA kernels first (a few minutes): if one call's 10 minutes run short,
-# run MODE=costs and MODE=e2e in two calls (each installs again).
+# run MODE=costs and MODE=e2e in two calls (each installs again). On a fresh H100,
+# `MODE=costs GPU_TESTS=1 LIMIT=240 bash scripts/device/spec_costs.sh` should take about 5-6 minutes
+# (install 2-3, gpu tests under 1, costs about 2; LIMIT caps the costs part).
 set -uo pipefail
 OUT="${OUT:-$PWD/spec_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"

@@ -57,6 +57,30 @@ def test_draft_equal_to_the_target_is_accepted(tiny_models) -> None:
     assert 1 + s.spec_num_accepted_tokens / s.spec_num_drafts > 4.5
 
 
+def test_draft_rounds_after_all_accepted_replay_two_slot_graphs(replay_plugins, tiny_models) -> None:  # noqa: F811
+    """The target as its own draft on replayed graphs: nearly every round starts two tokens behind
+    (all drafts accepted), caught up in the first step's two query slots; outputs unchanged."""
+    target = tiny_models["llama"][0]
+    extra = dict(platform="replay-cpu", attention_backend="torch-graphs")
+    greedy = [SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)] * 6
+    plain = _tokens(_llm(target, None, enforce_eager=True, **extra).generate(_prompts(), greedy, use_tqdm=False))
+    llm = _llm(target, {"method": "draft", "model": target, "num_speculative_tokens": 2, "backoff": False}, **extra)
+    chain = llm.engine.core.speculator.proposer.chain
+    chains, run, replay = [], chain.run, chain.steps.replay  # per round: (fed rows?, the q of each replay)
+
+    def run_round(rows, seed=None):
+        chains.append((seed is None, []))
+        return run(rows, seed)
+
+    chain.run, chain.steps.replay = run_round, lambda size, q: chains[-1][1].append(q) or replay(size, q)
+    assert _tokens(llm.generate(_prompts(), greedy, use_tqdm=False)) == plain
+    s = llm.engine.stats
+    assert s.spec_num_accepted_tokens >= 0.95 * s.spec_num_draft_tokens > 0
+    fed = [qs for is_fed, qs in chains if is_fed]
+    assert all(1 <= len(qs) <= 2 for qs in fed)  # k = 2 steps at most: no catch-up step
+    assert sum(qs[0] == 2 for qs in fed) >= len(fed) - 2 >= 5  # two slots: all but the first and last rounds
+
+
 def test_draft_model_must_share_the_vocabulary(tiny_models, tmp_path) -> None:
     import transformers
 
@@ -84,7 +108,7 @@ def test_verify_steps_replay_graphs(replay_plugins, tiny_models) -> None:  # noq
     assert len(replayed) > 10 and REPLAYS["count"] > len(replayed)  # verify steps, and plain decodes
     assert llm.engine.stats.spec_num_accepted_tokens > 0
     drafted = _llm(target, {"method": "draft", "model": draft, "num_speculative_tokens": 3}, **extra)
-    assert drafted.engine.core.speculator.proposer.runner.graphs is not None
+    assert drafted.engine.core.speculator.proposer.chain.steps.sizes == [1, 2, 4, 8]  # the draft's step graphs
     assert _tokens(drafted.generate(_prompts(), _params(), use_tqdm=False)) == eager
 
 

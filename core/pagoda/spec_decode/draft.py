@@ -13,12 +13,13 @@ have KV in its cache. Each step:
    verified tokens (the drafts the target rejected go; their KV blocks are released) and the
    request's new tokens appended;
 2. draft: a shadow one or two tokens behind (the target's token after the accepted drafts; two
-   when all were accepted) drafts in one-token steps only: its known tokens, then each step's
-   argmax, ``k`` drafts in ``len(behind) + k - 1`` steps (:mod:`pagoda.spec_decode.draft_chain`:
-   every step's inputs staged once per round, decode graphs replayed back to back, one host read
-   per round). A shadow further behind (a new one: its whole prompt) first gets one step of the
-   draft's runner over its uncomputed tokens, which samples its first draft on the device; its
-   other drafts follow in one-token steps as well.
+   when all were accepted) drafts ``k`` tokens in ``k`` steps: the first computes its known
+   tokens (two query slots per row when some row has two), each later one the previous step's
+   argmax (:mod:`pagoda.spec_decode.draft_chain`: the round's inputs copied in at once, each
+   step a graph replay that leaves its argmax on the device as the next step's input, one host
+   read per round). A shadow further behind (a new one: its whole prompt) first gets one step
+   of the draft's runner over its uncomputed tokens, which samples its first draft on the
+   device; its other drafts follow in one-token steps.
 
 The drafts are the draft model's argmax, deterministic given the context (``q`` one-hot), so
 verification is exact for greedy and sampled requests alike. The cache holds as many tokens as
@@ -44,11 +45,12 @@ from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, Propos
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
 from pagoda.spec_decode.draft_chain import ChainRow, DraftChain
+from pagoda.spec_decode.draft_steps import MAX_QUERY, DraftSteps
 
 logger = logging.getLogger("pagoda")
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=None)
-MAX_FED_TOKENS = 2  # a shadow this many tokens behind (or fewer) drafts in one-token steps; further: a runner step first
+MAX_FED_TOKENS = MAX_QUERY  # a shadow this many tokens behind (or fewer) is caught up in its round's first step
 
 
 @dataclasses.dataclass
@@ -72,13 +74,10 @@ class _Launched:
         columns = self.wait()[0].T.tolist() if self.rows else []
         drafts = {}
         for req, row, column in zip(self.requests, self.rows, columns):
-            if row.fed:  # its fed tokens' steps sampled nothing but the last one's: the first draft
-                drafted = column[len(row.fed) - 1 : row.steps]
-            else:
-                drafted = [firsts[req.request_id], *column[: row.steps]]
+            drafted = column[: row.steps] if row.fed else [firsts[req.request_id], *column[: row.steps]]
             drafts[req.request_id] = drafted
             req.token_ids.extend(drafted)
-            req.num_computed_tokens += row.steps
+            req.num_computed_tokens += row.computed
         return drafts
 
 
@@ -123,9 +122,10 @@ class DraftProposer(Proposer):
         self.kv_cache = KVCacheManager(shard.num_blocks, config.block_size, enable_prefix_caching=False)
         self.runner = ModelRunner(shard.model, shard.attention, context.platform, shard.kv_caches, config.block_size,
                                   config.seed)
+        steps = DraftSteps(self.runner, context.max_model_len)  # the runner itself only catches prompts up (eager)
         if use_graphs(config, context.platform, shard.attention):
-            self.runner.capture_decode_graphs(context.max_model_len, engine.max_num_seqs)
-        self.chain = DraftChain(self.runner)
+            steps.capture(engine.max_num_seqs)
+        self.chain = DraftChain(steps)
         logger.info("Draft model %s: %d KV blocks", self.config.model, shard.num_blocks)
 
     # -- each step ---------------------------------------------------------------------------
@@ -170,8 +170,8 @@ class DraftProposer(Proposer):
         return shadow
 
     def _launch_fed(self, requests: list[Request], budgets: dict[str, int]) -> _Launched:
-        """Queue the round of requests that are one or two tokens behind: all of it one-token
-        steps fed their known tokens, then their drafts."""
+        """Queue the round of requests that are one or two tokens behind: a first step over their
+        known tokens, then one step per draft."""
         requests = [req for req in requests if self._reserve(req, budgets[req.request_id])]
         rows = [self._fed_row(req, budgets[req.request_id]) for req in requests]
         return self._launch_chain(requests, rows, None)
@@ -224,10 +224,11 @@ class DraftProposer(Proposer):
         return False
 
     def _fed_row(self, req: Request, budget: int) -> ChainRow:
-        start = req.num_computed_tokens
-        held = len(self.kv_cache.block_ids(req.request_id)) * self.kv_cache.block_size - start
+        """``req``'s row: its uncomputed tokens, then ``budget`` drafts where its KV slots are held."""
+        start, blocks = req.num_computed_tokens, self.kv_cache.block_ids(req.request_id)
+        held = len(blocks) * self.kv_cache.block_size - start
         fed = tuple(req.token_ids[start:])
-        return ChainRow(start, min(len(fed) + budget - 1, held), self.kv_cache.block_ids(req.request_id), fed)
+        return ChainRow(start, min(budget, held - len(fed) + 1), blocks, fed)
 
     def _seeded_row(self, req: Request, steps: int) -> ChainRow:
         """``req``'s row after its first draft: ``steps`` more drafts where its KV slots can be

@@ -1,155 +1,177 @@
-"""A draft round's one-token steps, queued on the device without a host sync between them.
+"""A draft round's steps, queued on the device with one copy in and no host sync between them.
 
-Every step of a draft round (:class:`pagoda.spec_decode.draft.DraftProposer`) but the fed tokens
-is known on the host before the first one runs: row ``i`` computes the token at position
-``start_i + j`` in step ``j``, in the KV slot its block table (reserved up front) gives, with
-``start_i + j + 1`` tokens of context. The token it is fed is a known one (``fed``: the tokens
-the draft has not computed yet, usually the target's last one, two when the last round's drafts
-were all accepted) or the argmax of its previous step (a draft). :meth:`DraftChain.run` packs
-every step's inputs into one host buffer that crosses to the device in one copy; each step is
-then a device copy of its slice into the forward's inputs (the known tokens, plus the previous
-tokens where a row feeds a draft), the forward (replaying the draft's decode graph of the padded
-batch size where it has one), the LM head and an argmax into the round's token tensor. The host
-reads the tokens once, after the last step.
+Every input of a draft round (:class:`pagoda.spec_decode.draft.DraftProposer`) but the drafts is
+known on the host before its first step: row ``i`` computes its known tokens (``fed``: one, or two
+when the last round's drafts were all accepted) at positions ``start_i, ...`` in the first step,
+which samples its first draft, then one draft per step, each fed the previous step's argmax. So
+the first step has one query slot per row, or two where some row has two known tokens
+(:mod:`pagoda.spec_decode.draft_steps`), and every step samples a draft: ``k`` drafts take ``k``
+steps whatever was accepted. A row started by the draft's runner instead (a new shadow: its
+prompt) has no known tokens; its first token is its first draft (``seed``, on the device).
 
-A row whose steps end before the last one rides along as padding from then on (KV slot -1,
-position 0, length 1, like a graph's padding rows): its outputs are never read.
+:meth:`DraftChain.run` packs the round into one host buffer — the block tables, then one record
+per step (positions, KV slots reserved up front, sequence lengths; known ids in the first) — that
+crosses to the device in one copy. Each step is then a device copy of its record into the step's
+buffers, the step (a graph replay where the draft has graphs) and a copy of its argmax into the
+round's tokens. The host reads the tokens once, after the last step (:mod:`pagoda.spec_decode.draft`).
+
+A row whose steps end before the last one rides along as padding (KV slot -1, position 0): its
+outputs are never read.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from pagoda.engine.batch import Shapes, layout, views
-from pagoda.engine.graphs import decode_shapes
-from pagoda.interfaces.attention import AttentionMetadata
-from pagoda.interfaces.model import ForwardContext
-
-GRAPH_ARRAYS = ("input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens")  # a decode graph's, bar the tables
-I64 = np.dtype(np.int64)
+from pagoda.engine.batch import ALIGN
+from pagoda.spec_decode.draft_steps import DraftSteps, record_dtype
 
 
 @dataclass(frozen=True)
 class ChainRow:
-    """One row of the chained steps: the draft's request after the round's first step."""
+    """One row of a round."""
 
-    start: int  # position of the token it computes in the first step
-    steps: int  # steps it takes (0: padding in every step)
-    blocks: list[int]  # its block table, covering positions up to start + steps - 1
-    fed: tuple[int, ...] = ()  # the known tokens of its first steps; then (or from the first: seeded) drafts
+    start: int  # position of its first token (its first known token, or the seed)
+    steps: int  # drafts it takes from the round's steps (0: padding in every step)
+    blocks: list[int]  # its block table, covering every position the round computes for it
+    fed: tuple[int, ...] = ()  # its known tokens (first step); none: its first token is the seed
+
+    @property
+    def first_len(self) -> int:
+        """Tokens it computes in the first step."""
+        return max(len(self.fed), 1)
+
+    @property
+    def computed(self) -> int:
+        """Tokens whose KV the round computes for it (its last draft's is not)."""
+        return self.first_len + self.steps - 1 if self.steps else 0
 
 
 @dataclass
-class _Staged:
-    """A round's step inputs on the device: per-step views and the shared block tables."""
+class RoundArrays:
+    """A round's step inputs on the host, padded to ``size`` rows."""
 
-    buffer: torch.Tensor  # [num_steps * step_bytes + table bytes] uint8
-    steps: list[dict[str, torch.Tensor]]  # per step: GRAPH_ARRAYS views, and from_prev [size] int64 (1: feed a draft)
-    block_tables: torch.Tensor  # [size, width] int32
-    step_bytes: int  # per step, from_prev included
-    graph_bytes: int  # per step, the part a decode graph reads
-    max_seq_lens: list[int]  # per step, over its active rows (eager steps pass it to the backend)
+    q: int  # query slots per row in the first step
+    first: dict[str, np.ndarray]  # [size * q] input_ids, positions, slot_mapping; [size] seq_lens (, last_index)
+    rest: dict[str, np.ndarray]  # [num_steps - 1, size] positions, slot_mapping; seq_lens int32
+    table: np.ndarray  # [size, columns] int32 block tables (0 past each row's blocks)
+    max_seq_lens: list[int]  # per step (eager steps hand it to the attention backend)
+
+
+def chain_arrays(rows: list[ChainRow], num_steps: int, size: int, block_size: int) -> RoundArrays:
+    """Each step's inputs: the first computes every row's known tokens in ``q`` slots (padding
+    slots: slot -1, position 0; length ``start + q`` so the real ones keep their positions),
+    the others one token per row; rows past their steps (and rows ``len(rows)..size``) are padding.
+    Computed for all rows at once (a round's host work before its first step is the device's idle time)."""
+    b, q = len(rows), first_slots(rows)
+    start, n, steps = (np.zeros(size, dtype=np.int64) for _ in range(3))
+    start[:b] = [r.start for r in rows]
+    n[:b] = [r.first_len for r in rows]
+    steps[:b] = [r.steps for r in rows]
+    table, row = block_tables(rows, size, block_size), np.arange(size)
+    offset = np.arange(q)
+    real = (offset < n[:, None]) & (steps[:, None] > 0)  # [size, q]
+    pos = np.where(real, start[:, None] + offset, 0)
+    ids = np.zeros((size, q), dtype=np.int64)
+    ids[:b] = [(*r.fed, 0, 0)[:q] for r in rows]
+    slots = _kv_slots(table, row[:, None], pos, real, block_size)
+    first = dict(input_ids=np.where(real, ids, 0).reshape(-1), positions=pos.reshape(-1),
+                 slot_mapping=slots.reshape(-1), seq_lens=np.where(steps > 0, start + q, q).astype(np.int32))
+    if q > 1:
+        first["last_index"] = np.arange(size) * q + np.maximum(n - 1, 0)  # each row's last real query
+    later = np.arange(1, num_steps)[:, None]  # [num_steps - 1, 1]: step j feeds draft j
+    real = later < steps
+    pos = np.where(real, start + n - 1 + later, 0)  # [num_steps - 1, size]
+    rest = dict(positions=pos, slot_mapping=_kv_slots(table, row, pos, real, block_size),
+                seq_lens=np.where(real, pos + 1, 1).astype(np.int32))
+    max_seq_lens = [int(first["seq_lens"].max()), *(int(m) for m in rest["seq_lens"].max(axis=1, initial=1))]
+    return RoundArrays(q, first, rest, table, max_seq_lens)
+
+
+def _kv_slots(table: np.ndarray, row: np.ndarray, pos: np.ndarray, real: np.ndarray, block_size: int) -> np.ndarray:
+    """The KV slot of each position (``row``: its row, broadcast to ``pos``), -1 where not ``real``."""
+    column = np.minimum(pos // block_size, table.shape[1] - 1)  # padding positions: any column
+    return np.where(real, table[row, column].astype(np.int64) * block_size + pos % block_size, -1)
+
+
+def block_tables(rows: list[ChainRow], size: int, block_size: int) -> np.ndarray:
+    """``[size, table_columns]`` int32: each row's blocks, 0 past them."""
+    table = np.zeros((size, table_columns(rows, block_size)), dtype=np.int32)
+    for i, row in enumerate(rows):
+        table[i, : len(row.blocks)] = row.blocks
+    return table
+
+
+def first_slots(rows: list[ChainRow]) -> int:
+    """Query slots per row in a round's first step: its most known tokens."""
+    return max((r.first_len for r in rows if r.steps), default=1)
+
+
+def table_columns(rows: list[ChainRow], block_size: int) -> int:
+    """Block-table columns for every row's blocks and its first step's ``start + q`` keys (a
+    padding slot attends one key past the real ones)."""
+    q = first_slots(rows)
+    return max([1, *(max(len(r.blocks), -(-(r.start + q) // block_size)) for r in rows if r.steps)])
 
 
 class DraftChain:
-    """Runs the chained one-token steps of draft rounds on a draft model's runner."""
+    """Runs draft rounds on a draft model's step programs."""
 
-    def __init__(self, runner) -> None:
-        self.runner = runner  # pagoda.engine.model_runner.ModelRunner of the draft model
+    def __init__(self, steps: DraftSteps) -> None:
+        self.steps = steps
+        self.runner = steps.runner  # pagoda.engine.model_runner.ModelRunner of the draft model
 
     def run(self, rows: list[ChainRow], seed: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens ``[max steps, len(rows)]`` (on the device) sampled at each step; rows without
         ``fed`` tokens start from ``seed`` (``[len(rows)]``, their first drafts, on the device)."""
-        if seed is None and any(not r.fed and r.steps for r in rows):
-            raise ValueError("rows without fed tokens start from a seed: pass their first drafts")
-        b, num_steps = len(rows), max((r.steps for r in rows), default=0)
-        runner = self.runner
-        with runner.platform.inference_context():
-            tokens = torch.empty((num_steps, b), dtype=torch.long, device=runner.platform.device())
-            if num_steps == 0:
-                return tokens
-            size, graphs = self._graph_size(rows)
-            width = graphs.width if graphs is not None else max(max(len(r.blocks) for r in rows), 1)
-            staged = self._stage(rows, num_steps, size, width)
-            if graphs is not None:
-                graphs.inputs[size]["block_tables"].copy_(staged.block_tables)
-            prev = seed
-            for j in range(num_steps):
-                step = staged.steps[j]
-                if prev is not None:  # rows that feed a draft: the known token is 0 there
-                    step["input_ids"][:b].add_(prev * step["from_prev"][:b])
-                hidden = self._forward(staged, j, size, graphs)  # [size, hidden]
-                torch.argmax(runner.model.compute_logits(hidden[:b]), dim=-1, out=tokens[j])
-                prev = tokens[j]
+        if any(bool(r.fed) == (seed is not None) for r in rows if r.steps):
+            raise ValueError("a round's rows all have fed tokens (and no seed) or none has (their first drafts: seed)")
+        num_steps = max((r.steps for r in rows), default=0)
+        platform = self.runner.platform
+        with platform.inference_context():
+            tokens = torch.empty((num_steps, len(rows)), dtype=torch.long, device=platform.device())
+            if num_steps:
+                self._queue(rows, seed, tokens)
         return tokens
 
-    def _graph_size(self, rows: list[ChainRow]):
-        """(the captured size the steps replay at, the graphs), or (len(rows), None): eager."""
-        graphs = self.runner.graphs
-        if graphs is None or len(rows) > graphs.sizes[-1] or any(len(r.blocks) > graphs.width for r in rows):
-            return len(rows), None
-        return next(s for s in graphs.sizes if s >= len(rows)), graphs
-
-    def _forward(self, staged: _Staged, j: int, size: int, graphs) -> torch.Tensor:
-        runner, step = self.runner, staged.steps[j]
-        if graphs is not None:
-            start = j * staged.step_bytes
-            graphs.buffer[: staged.graph_bytes].copy_(staged.buffer[start : start + staged.graph_bytes])
-            return graphs.replay(size)
-        metadata = AttentionMetadata(
-            slot_mapping=step["slot_mapping"], block_tables=staged.block_tables, query_start_loc=step["query_start_loc"],
-            seq_lens=step["seq_lens"], max_query_len=1, max_seq_len=staged.max_seq_lens[j], num_decodes=size,
-        )
-        context = ForwardContext(runner.attention.prepare(metadata), runner.kv_caches)
-        return runner.model(step["input_ids"], step["positions"], context)
-
-    def _stage(self, rows: list[ChainRow], num_steps: int, size: int, width: int) -> _Staged:
-        """Every step's inputs, the first ``graph_bytes`` in the layout of a decode step padded to
-        ``size`` (what a decode graph reads), then the block tables; one host buffer, one copy."""
-        shapes = decode_shapes(size, width)
-        offsets, _ = layout(shapes)
-        graph_bytes = offsets["block_tables"]  # the step arrays come first, the block tables last
-        step_shapes: Shapes = {**{name: shapes[name] for name in GRAPH_ARRAYS}, "from_prev": ((size,), I64)}
-        offsets["from_prev"] = graph_bytes
-        step_bytes = graph_bytes + layout({"from_prev": step_shapes["from_prev"]})[1]
-        table_shapes: Shapes = {"block_tables": shapes["block_tables"]}
-        host = self.runner.platform.host_buffer(num_steps * step_bytes + layout(table_shapes)[1])
-        host.zero_()
+    def _queue(self, rows: list[ChainRow], seed: torch.Tensor | None, tokens: torch.Tensor) -> None:
+        """Stage the round (one copy in), then queue its steps, each step's argmax into ``tokens``."""
+        num_steps, b = tokens.shape
+        size = self.steps.size_for(b, table_columns(rows, self.runner.block_size))
+        graphed, size = size is not None, size or b
         arrays = chain_arrays(rows, num_steps, size, self.runner.block_size)
+        table, records = self._stage(arrays, size, num_steps)
+        table = self.steps.bind_table(table, graphed)
+        first, later = self.steps.buffers(size, arrays.q, graphed)
         for j in range(num_steps):
-            h = views(host[j * step_bytes : (j + 1) * step_bytes], step_shapes, offsets)
-            for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "from_prev"):
-                h[name].numpy()[:] = arrays[name][j]
-            h["query_start_loc"].numpy()[:] = np.arange(size + 1, dtype=np.int32)
-        table = views(host[num_steps * step_bytes :], table_shapes, {"block_tables": 0})["block_tables"].numpy()
-        for i, row in enumerate(rows):
-            table[i, : len(row.blocks)] = row.blocks
+            step = first if j == 0 else later
+            step.load(records[j], with_ids=j == 0 and seed is None)  # later steps keep the argmax as input
+            if j == 0 and seed is not None:
+                step.next_ids[:b].copy_(seed)
+            self.steps.run(step, graphed, table, arrays.max_seq_lens[j])
+            tokens[j].copy_(step.next_ids[:b])
+
+    def _stage(self, arrays: RoundArrays, size: int, num_steps: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The round in one host buffer — block tables, then each step's record — copied to the
+        device at once; returns the device table and each step's record (views of that copy)."""
+        first_dtype, later_dtype = record_dtype(size, arrays.q), record_dtype(size, 1)
+        table_bytes = -(-arrays.table.nbytes // ALIGN) * ALIGN
+        record_bytes = [first_dtype.itemsize, *[later_dtype.itemsize] * (num_steps - 1)]
+        ends = list(itertools.accumulate([table_bytes, *record_bytes]))
+        host = self.runner.platform.host_buffer(ends[-1])
+        flat = host.numpy()
+        flat[: arrays.table.nbytes] = arrays.table.reshape(-1).view(np.uint8)
+        first = flat[ends[0] : ends[1]].view(first_dtype)  # one record
+        for name, values in arrays.first.items():
+            first[name][0] = values
+        later = flat[ends[1] :].view(later_dtype)  # num_steps - 1 records; their input_ids are not read
+        for name, values in arrays.rest.items():
+            later[name] = values
         device = self.runner.platform.device()
-        buffer = host if device.type == "cpu" else host.to(device, non_blocking=True)
-        steps = [views(buffer[j * step_bytes : (j + 1) * step_bytes], step_shapes, offsets) for j in range(num_steps)]
-        tables = views(buffer[num_steps * step_bytes :], table_shapes, {"block_tables": 0})["block_tables"]
-        max_seq_lens = [int(m) for m in arrays["seq_lens"].max(axis=1)]
-        return _Staged(buffer, steps, tables, step_bytes, graph_bytes, max_seq_lens)
-
-
-def chain_arrays(rows: list[ChainRow], num_steps: int, size: int, block_size: int) -> dict[str, np.ndarray]:
-    """Each step's known input tokens, positions, KV slots, whether a row feeds the previous
-    step's token (``[num_steps, size]`` int64) and sequence lengths (int32); rows past their steps
-    (and rows ``len(rows)..size``) are padding."""
-    ids = np.zeros((num_steps, size), dtype=np.int64)
-    from_prev = np.zeros((num_steps, size), dtype=np.int64)
-    positions = np.zeros((num_steps, size), dtype=np.int64)
-    slots = np.full((num_steps, size), -1, dtype=np.int64)
-    for i, row in enumerate(rows):
-        n, fed = min(row.steps, num_steps), min(len(row.fed), row.steps)
-        pos = row.start + np.arange(n, dtype=np.int64)
-        blocks = np.asarray(row.blocks, dtype=np.int64)
-        ids[:fed, i] = row.fed[:fed]
-        from_prev[fed:n, i] = 1
-        positions[:n, i] = pos
-        slots[:n, i] = blocks[pos // block_size] * block_size + pos % block_size
-    return dict(input_ids=ids, from_prev=from_prev, positions=positions, slot_mapping=slots,
-                seq_lens=(positions + 1).astype(np.int32))
+        staged = host if device.type == "cpu" else host.to(device, non_blocking=True)
+        table = staged[: arrays.table.nbytes].view(torch.int32).view(arrays.table.shape)
+        return table, [staged[ends[j] : ends[j + 1]] for j in range(num_steps)]
