@@ -5,15 +5,27 @@ each step masks random logits ``[batch, vocab]`` on the device, takes the argmax
 as the next token (so the grammars walk through realistic states: strings, numbers, keys) and
 times the phases of :meth:`pagoda.guided.runtime.GuidedSampling.mask`:
 
+- ``start``: the engine's thread advances the matchers and hands the fill to the worker thread,
 - ``advance``: each matcher accepts the token its request sampled last step,
-- ``fill``: the backend fills the batch's bitmask rows on the CPU,
+- ``fill``: the backend fills the batch's bitmask rows on the CPU (on the worker thread),
+- ``job_wait``: how long the engine's thread blocked on the fill before applying the mask,
 - ``apply``: the bitmask's copy to the device and the masking op (host time to queue it;
   ``apply_device_ms`` is its device time on CUDA, from events),
 - ``mask``: the whole call, host time.
 
+``--host-work-ms X``: between starting a step's fill and applying its mask, the engine's thread
+does X ms of pure-Python work (as the engine core schedules and prepares the next step meanwhile):
+``job_wait`` then shows what of the fill that work did not hide, ``mask`` the whole.
+
+``--fill``: how the xgrammar backend fills rows: ``auto`` (the engine's: one thread, xgrammar's
+threads after a batch took over 3 ms on one), ``one`` (always one thread), ``xgrammar:N`` (always
+``BatchGrammarMatcher(max_threads=N)``, which starts N threads per call; N=``auto``: xgrammar's
+default; the engine's path before, with N = ``fill_threads()``).
+
 ``--apply``: ``auto`` (the engine's choice: the Triton kernel on a GPU), ``caps`` (the torch
 table path), ``unpack`` (the unpack-to-bool + masked_fill the engine used before). ``--legacy``:
-the whole path from before (unpack, a pageable host bitmask, xgrammar's default thread count).
+the whole path from two rounds before (unpack, a pageable host bitmask, xgrammar's default
+thread count, no worker thread).
 
 CPU (Llama 3's 128k tokenizer, see scripts/device/llama3_tokenizer.sh):
     python benchmarks/guided_breakdown.py --tokenizer /tmp/llama3-tokenizer --batch-size 64
@@ -44,6 +56,28 @@ def unpack_apply(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor
     allowed = ((words[:, :, None] >> bits) & 1).reshape(num_rows, -1)[:, :logits.shape[1]].bool()  # [M, V]
     index = (torch.arange(num_rows) if rows is None else rows).to(logits.device, non_blocking=True)
     logits[index] = logits[index].masked_fill_(~allowed, float("-inf"))
+
+
+def select_fill(guided: Any, mode: str) -> None:
+    """Make the xgrammar backends of ``guided`` fill rows the ``mode`` way (see the module docstring)."""
+    kind, _, threads = mode.partition(":")
+    for backend in guided.backends.values():
+        if kind == "xgrammar":
+            backend.fill_bitmasks = xgrammar_fill(int(threads) if threads.isdigit() else "auto")
+        elif kind == "one":
+            backend.threaded = None
+
+
+def xgrammar_fill(threads: int | str) -> Callable:
+    """A ``fill_bitmasks`` through xgrammar's own batch fill with ``threads`` (it starts them on each call)."""
+    import xgrammar as xgr
+
+    batch = xgr.BatchGrammarMatcher(max_threads=threads)
+
+    def fill(matchers: list, bitmask: torch.Tensor, rows: list[int]) -> None:
+        batch.batch_fill_next_token_bitmask([m.matcher for m in matchers], bitmask, rows)
+
+    return fill
 
 
 def select_apply(mode: str) -> None:
@@ -98,10 +132,11 @@ class PhaseTimer:
         self._originals.clear()
 
     def summary(self) -> dict[str, float]:
-        """Median ms per call of each phase (host), and of each device phase (``*_device_ms``)."""
+        """Median (and mean) ms per call of each phase (host), and of each device phase (``*_device_ms``)."""
         out: dict[str, float] = {}
         for phase, values in self.ms.items():
             out[f"{phase}_ms"] = round(statistics.median(values), 3)
+            out[f"{phase}_mean_ms"] = round(statistics.mean(values), 3)
             out[f"{phase}_calls"] = len(values)
         if self.events:
             torch.cuda.synchronize()
@@ -126,9 +161,13 @@ def make_requests(batch: int, guided_params: Any) -> list[Any]:
 
 def instrument(guided: Any, timer: PhaseTimer) -> None:
     """Wrap the phases of ``guided`` (a GuidedSampling whose backend exists) with the timer."""
+    from pagoda.guided.runtime import GrammarJob
+
+    timer.wrap(guided, "start", "start")
     timer.wrap(guided, "_advance_all", "advance")
     for backend in guided.backends.values():
         timer.wrap(backend, "fill_bitmasks", "fill")
+    timer.wrap(GrammarJob, "wait", "job_wait")
     timer.wrap(guided, "_apply", "apply", device=True)
     timer.wrap(guided, "mask", "mask")
 
@@ -143,20 +182,37 @@ def run_steps(guided: Any, requests: list[Any], logits_pool: list[torch.Tensor],
             req.token_ids.append(token)
 
 
+def mask_around_python_work(guided: Any, work_ms: float) -> Callable:
+    """A ``guided.mask`` as the engine runs it: start the fill, work ``work_ms`` in Python, apply."""
+    def mask(logits: torch.Tensor, requests: list[Any]) -> None:
+        job = guided.start(requests)
+        python_work(work_ms)
+        guided.apply(logits, job)
+
+    return mask
+
+
+def python_work(ms: float) -> None:
+    """Busy the interpreter for ``ms`` milliseconds with dict and list work (no native call that frees the GIL)."""
+    end = time.perf_counter() + ms / 1e3
+    scratch: dict[int, list[int]] = {}
+    while time.perf_counter() < end:
+        for i in range(64):
+            scratch[i] = [i, i + 1, i + 2]
+
+
 def build_guided(args: argparse.Namespace, tokenizer: Any, requests: list[Any]) -> Any:
     """A GuidedSampling over ``tokenizer`` with its backend built, on the path ``args`` asks for."""
     from pagoda.guided.runtime import GuidedSampling
 
     select_apply("unpack" if args.legacy else args.apply)
     pinned = args.device == "cuda" and not args.legacy
-    guided = GuidedSampling(tokenizer, args.vocab_size, [tokenizer.eos_token_id],
+    guided = GuidedSampling(tokenizer, args.vocab_size, [tokenizer.eos_token_id], worker=not args.legacy,
                             host_buffer=lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=pinned))
     guided.mask(torch.zeros(len(requests), args.vocab_size, device=args.device), requests)  # builds the backend
-    if args.legacy:
-        import xgrammar as xgr
-
-        for backend in guided.backends.values():
-            backend.batch = xgr.BatchGrammarMatcher(max_threads="auto")
+    select_fill(guided, "xgrammar:auto" if args.legacy else args.fill)
+    if args.host_work_ms:
+        guided.mask = mask_around_python_work(guided, args.host_work_ms)
     return guided
 
 
@@ -178,9 +234,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     run_steps(guided, requests, pool, args.steps)
     return {"batch_size": args.batch_size, "vocab_size": args.vocab_size, "device": args.device,
             "legacy": args.legacy, "apply": "unpack" if args.legacy else args.apply, "steps": args.steps,
-            "fill_threads": "auto" if args.legacy else fill_threads(), "usable_cpus": usable_cpus(),
-            "os_cpu_count": os.cpu_count(), **timer.summary(),
-            "sample_output": tokenizer.decode(requests[0].output_token_ids[:60])}
+            "fill": "xgrammar:auto" if args.legacy else args.fill, "host_work_ms": args.host_work_ms,
+            "fill_threads": fill_threads(), "usable_cpus": usable_cpus(), "os_cpu_count": os.cpu_count(),
+            **timer.summary(), "sample_output": tokenizer.decode(requests[0].output_token_ids[:60])}
 
 
 def main() -> None:
@@ -192,6 +248,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--apply", choices=APPLY_MODES, default="auto", help="how the bitmask masks the logits")
+    parser.add_argument("--fill", default="auto", help="auto, one or xgrammar:N (see above)")
+    parser.add_argument("--host-work-ms", type=float, default=0.0,
+                        help="Python work on the engine's thread between a job's start and its mask's apply")
     parser.add_argument("--legacy", action="store_true", help="the grammar path from before the bitmask work")
     parser.add_argument("--result-file", help="write the results as JSON here")
     args = parser.parse_args()

@@ -4,16 +4,18 @@ Both modes sample at temperature 1 and generate exactly ``--output-len`` tokens 
 schema (an array of at least 1000 product objects: integers, bounded numbers, strings, booleans,
 enums, a nested array) cannot be completed sooner, so no guided sequence ends early and the two
 modes do the same model work; the difference is the grammar's cost (bitmask filled on the CPU,
-masked on the device) and the cross-step overlap guided steps give up.
+on a worker thread while the host prepares the next step, masked on the device).
 
 CPU (the embedded SmolLM2-135M):
     python benchmarks/guided_decoding.py --batch-size 16 --output-len 64
 GPU (dummy Llama-3.1-8B weights, Llama 3's real 128k tokenizer, see scripts/device/guided_bench.sh):
     python benchmarks/guided_decoding.py benchmarks/configs/llama-3.1-8b --load-format dummy \\
-        --tokenizer /tmp/llama3-tokenizer --batch-size 64 --output-len 256 --legacy --breakdown
+        --tokenizer /tmp/llama3-tokenizer --batch-size 64 --output-len 256 --serial --breakdown
 
-``--legacy`` adds a third mode, ``guided_legacy``: guided JSON on the grammar path from before
-the bitmask work (benchmarks/guided_step_timing.py), for an A/B in the same process.
+``--serial`` adds a mode ``guided_serial``: guided JSON on the path from before the grammar worker
+thread (the bitmask filled in the launch by xgrammar's threads); ``--legacy`` a mode
+``guided_legacy``: the path from before the bitmask work (benchmarks/guided_step_timing.py); each
+for an A/B in the same process.
 ``--breakdown`` adds one more run per mode with per-step timings (``per_step_ms``: forward and
 sampling device time, launch host time, time waiting for tokens, the grammar phases).
 """
@@ -59,12 +61,14 @@ def timed(llm, prompts: list[str], params) -> tuple[float, float, int]:
 
 
 def mode_context(llm, name: str):
-    """The grammar path of a mode: ``guided_legacy`` switches to the one from before the bitmask work."""
-    if name != "guided_legacy":
-        return nullcontext()
-    from guided_step_timing import legacy_guided
+    """The grammar path of a mode: ``guided_serial`` and ``guided_legacy`` switch to the ones before."""
+    from guided_step_timing import legacy_guided, serial_guided
 
-    return legacy_guided(llm)
+    if name == "guided_serial":
+        return serial_guided(llm)
+    if name == "guided_legacy":
+        return legacy_guided(llm)
+    return nullcontext()
 
 
 def breakdown(llm, prompts: list[str], modes: dict) -> dict[str, dict[str, float]]:
@@ -86,7 +90,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="requests, all running at once")
     parser.add_argument("--output-len", type=int, default=64, help="new tokens per request (both modes)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per mode, alternating")
-    parser.add_argument("--legacy", action="store_true", help="add mode guided_legacy (the grammar path before)")
+    parser.add_argument("--serial", action="store_true", help="add mode guided_serial (no grammar worker thread)")
+    parser.add_argument("--legacy", action="store_true", help="add mode guided_legacy (before the bitmask work)")
     parser.add_argument("--breakdown", action="store_true", help="one more run per mode, timing each step's parts")
     add_common_args(parser)
     args = parser.parse_args()
@@ -99,7 +104,8 @@ def main() -> None:
     prompts = make_prompts(args.batch_size)
     common = dict(temperature=1.0, seed=0, max_tokens=args.output_len, ignore_eos=True)
     guided = SamplingParams(**common, guided_decoding=GuidedDecodingParams(json=SCHEMA))
-    modes = {"unguided": SamplingParams(**common), "guided_json": guided, **({"guided_legacy": guided} if args.legacy else {})}
+    modes = {"unguided": SamplingParams(**common), "guided_json": guided}
+    modes.update({f"guided_{name}": guided for name in ("serial", "legacy") if getattr(args, name)})
     start = time.perf_counter()
     for name, params in modes.items():  # warm-up: the grammar compiles, kernels and graphs are ready
         with mode_context(llm, name):
@@ -126,8 +132,10 @@ def main() -> None:
         # tokens per second of this process's CPU time: the cost, less sensitive to other work on a shared CPU
         **{f"{name}_tokens_per_cpu_s": round(statistics.median(r), 1) for name, r in per_cpu_s.items()},
     }
-    if args.legacy:
-        result["ratio_legacy_over_unguided"] = round(result["guided_legacy_tokens_per_s"] / result["unguided_tokens_per_s"], 3)
+    for name in ("serial", "legacy"):
+        if f"guided_{name}" in modes:
+            ratio = result[f"guided_{name}_tokens_per_s"] / result["unguided_tokens_per_s"]
+            result[f"ratio_{name}_over_unguided"] = round(ratio, 3)
     if args.breakdown:
         result["per_step_ms"] = breakdown(llm, prompts, modes)
     result["ratio_guided_over_unguided"] = round(result["guided_json_tokens_per_s"] / result["unguided_tokens_per_s"], 3)

@@ -157,3 +157,26 @@ def test_fill_threads_stay_within_the_cpus_this_process_may_use() -> None:
     assert 1 <= fill_threads() <= max(1, usable_cpus() // 2)
     assert fill_threads(limit=1) == 1
     assert usable_cpus() <= (os.cpu_count() or 1)
+
+
+def test_xgrammar_fills_on_one_thread_until_a_batch_is_slow(monkeypatch) -> None:
+    """xgrammar's threaded fill starts its threads on every call: used only after a slow batch, and
+    one thread is timed again every RECHECK_EVERY batches."""
+    from pagoda.guided import xgrammar_backend
+
+    calls: list[str] = []
+
+    class Batch:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def batch_fill_next_token_bitmask(self, matchers: list, bitmask, rows: list[int]) -> None:
+            calls.append(self.name)
+
+    backend = xgrammar_backend.XgrammarBackend.__new__(xgrammar_backend.XgrammarBackend)
+    backend.one_thread, backend.threaded, backend._threaded_batches = Batch("one"), Batch("threads"), 0
+    backend.fill_bitmasks([], None, [])
+    monkeypatch.setattr(xgrammar_backend, "SLOW_FILL_S", -1.0)  # from now on every batch is slow on one thread
+    for _ in range(xgrammar_backend.RECHECK_EVERY + 2):
+        backend.fill_bitmasks([], None, [])
+    assert calls == ["one", "one"] + ["threads"] * xgrammar_backend.RECHECK_EVERY + ["one"]

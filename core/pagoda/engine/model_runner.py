@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -16,6 +16,11 @@ from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
+
+if TYPE_CHECKING:
+    from pagoda.guided.runtime import GrammarJob
+
+HostCopies = Callable[[], list[torch.Tensor]]  # waits for a step's tensors on the host and returns them
 
 
 @dataclass
@@ -60,6 +65,8 @@ class ModelRunner:
         self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
         self.pooler = None  # pagoda.pooling.pooler.Pooler under runner "pooling": steps pool instead of sampling
         self.hidden_sink = None  # speculative decoding with EAGLE: called with (out, hidden, query_starts) each step
+        self._unsampled: PendingStep | None = None  # a launched guided step whose sampling waits for its bitmask
+        self._late_releases: list[str] = []  # requests finished while that step was unsampled (it still samples them)
 
     def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
         """Record decode steps as device graphs (only where backend and platform support it)."""
@@ -81,10 +88,14 @@ class ModelRunner:
         """Queue one step on the device and return without waiting for its tokens.
 
         Tokens that are still ``PLACEHOLDER``s on the host (sampled by ``prev``, the step before,
-        whose tokens are not read yet) are taken from ``prev``'s device tensor.
+        whose tokens are not read yet) are taken from ``prev``'s device tensor. A step with guided
+        requests may return before its sampling is queued, which waits for its grammar bitmask
+        (:meth:`PendingStep.queue_sampling`, called before the next forward pass at the latest).
         """
         inputs = self._inputs(out, block_tables)
         with self.platform.inference_context():
+            if self._unsampled is not None:  # the step before samples first: this forward pass may read its tokens
+                self._unsampled.queue_sampling()
             if prev is not None:
                 self._fill_placeholders(out, inputs, prev)
             if self.pooler is not None:  # runner "pooling": whole prompts, pooled; nothing is sampled
@@ -105,11 +116,35 @@ class ModelRunner:
                 return launch_verify(self, out, hidden, inputs.sample_rows, inputs.query_starts, prompt_lps)
             index = inputs.sample_token_index
             logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
-            if self.guided is not None:  # grammar bitmasks: filled on the CPU while the device runs the step
-                self.guided.mask(logits, requests, prev)
-            sample = self.sampler.sample(logits, [self._row(req) for req in requests])
+            rows = [self._row(req) for req in requests]  # read now: the engine core adds tokens before a later sampling
+            job = self.guided.start(requests, prev) if self.guided is not None else None
+            if job is not None and job.running:  # its bitmask is filled on the grammar thread meanwhile
+                self._unsampled = PendingStep(requests, None, None, prompt_lps,
+                                              later=lambda: self._sample_later(logits, rows, job))
+                return self._unsampled
+            sample, copies = self._sample(logits, rows, job)
+        return PendingStep(requests, sample, copies, prompt_lps)
+
+    def _sample(self, logits: torch.Tensor, rows: list[SamplingRow],
+                job: "GrammarJob | None") -> tuple[DeviceSample, HostCopies]:
+        """Queue a step's masking (once its bitmask is filled), sampling and the tokens' copy to the host."""
+        with self.platform.inference_context():
+            if job is not None:
+                self.guided.apply(logits, job)
+            sample = self.sampler.sample(logits, rows)
             self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
-        return PendingStep(requests, sample, self.platform.copy_to_host_async(sample.tensors()), prompt_lps)
+            copies = self.platform.copy_to_host_async(sample.tensors())
+        return sample, copies
+
+    def _sample_later(self, logits: torch.Tensor, rows: list[SamplingRow],
+                      job: "GrammarJob") -> tuple[DeviceSample, HostCopies]:
+        """:meth:`_sample` for the unsampled step, then the releases that waited for it."""
+        sampled = self._sample(logits, rows, job)
+        self._unsampled = None
+        for request_id in self._late_releases:
+            self._forget(request_id)
+        self._late_releases.clear()
+        return sampled
 
     def _fill_placeholders(self, out: SchedulerOutput, inputs: StepInputs, prev: PendingStep) -> None:
         """Write ``prev``'s sampled tokens over the placeholders among this step's input ids."""
@@ -141,7 +176,14 @@ class ModelRunner:
         return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
 
     def release(self, request_id: str) -> None:
-        """Forget per-request state (its seeded generator) once the request finished."""
+        """Forget per-request state (its seeded generator, cached sampling tensors, grammar matcher)
+        once the request finished; after the unsampled step, if one may still sample it."""
+        if self._unsampled is not None:
+            self._late_releases.append(request_id)
+        else:
+            self._forget(request_id)
+
+    def _forget(self, request_id: str) -> None:
         self._generators.pop(request_id, None)
         self.sampler.release(request_id)
         if self.guided is not None:
@@ -178,18 +220,31 @@ class ModelRunner:
 
 
 class PendingStep:
-    """A launched step: its sampled tokens are on the device until :meth:`result` reads them."""
+    """A launched step: its sampled tokens are on the device until :meth:`result` reads them.
+
+    A guided step may be launched before its sampling is queued (``later``: queues it and returns
+    the sample and its host copies, once its grammar bitmask is filled); :meth:`queue_sampling`
+    queues it, and :meth:`result` if nothing did before.
+    """
 
     pooled_request_ids: tuple[str, ...] = ()  # pooling steps (pagoda.pooling.runner.PendingPooling): the requests pooled
 
-    def __init__(self, requests: list[Request], sample: DeviceSample | None,
-                 wait: Callable[[], list[torch.Tensor]], prompt_logprobs: dict) -> None:
+    def __init__(self, requests: list[Request], sample: DeviceSample | None, copies: HostCopies | None,
+                 prompt_logprobs: dict, later: Callable[[], tuple[DeviceSample, HostCopies]] | None = None) -> None:
         self.requests = requests  # the requests that sample, in row order
         self.rows = {req.request_id: i for i, req in enumerate(requests)}
         self.sample = sample
-        self._wait = wait
+        self._copies = copies
+        self._later = later
         self._prompt_logprobs = prompt_logprobs
         self._result: RunnerOutput | None = None
+
+    def queue_sampling(self) -> None:
+        """Queue the step's sampling if it was left for later (waits for its grammar bitmask; raises
+        the fill's error)."""
+        if self._later is not None:
+            later, self._later = self._later, None
+            self.sample, self._copies = later()
 
     def result(self) -> RunnerOutput:
         """Wait for the step's tokens (and logprobs) and return them per request id (read once:
@@ -198,7 +253,12 @@ class PendingStep:
             self._result = self._read()
         return self._result
 
+    def _wait(self) -> list[torch.Tensor]:
+        """The sampled tensors on the host (MultiprocExecutor wraps this to catch failed ranks)."""
+        return self._copies()
+
     def _read(self) -> RunnerOutput:
+        self.queue_sampling()
         result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
         if self.sample is None:
             return result

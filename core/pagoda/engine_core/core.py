@@ -13,6 +13,11 @@ the host wait for N's tokens, check them and hand them out, while the device run
 request that stops at N (EOS, say) was already launched in N+1: that row's token is dropped.
 Requests that reach ``max_tokens`` or the context length are finished when their last step is
 launched, so batches match the non-overlapped schedule exactly where no EOS intervenes.
+
+A guided step returns from the launch before its sampling is queued: its grammar bitmask is
+filled on a worker thread while this loop reads the step before and schedules the next, and the
+runner queues the sampling before the next forward pass, or when the step's tokens are read
+(``ModelRunner.launch``, ``pagoda.guided.runtime``). Nothing here changes for it.
 """
 
 from __future__ import annotations

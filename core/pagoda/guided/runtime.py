@@ -1,19 +1,34 @@
 """Guided decoding inside the model runner: one grammar matcher per guided request, one bitmask per step.
 
-The runner calls :meth:`GuidedSampling.mask` once per step, after it has queued the forward pass
-and the logits on the device and before it queues sampling: each guided request's matcher first
-catches up with the tokens the request accepted since the last step, then the backend fills the
-rows of a CPU bitmask (xgrammar does it on native threads), and the packed bitmask is copied to
-the device and applied there. On an asynchronous device (CUDA) the CPU work thus overlaps the
-step's forward pass. With overlapped steps the previous step may still be in flight when this one
-is launched (its last token is a placeholder on the host; the forward pass took it from the
-device): the matcher then reads that step's tokens itself (``prev.result()``, which waits only for
-the previous step, queued before this forward pass), so guided steps keep the cross-step overlap.
+Each step, once the runner has queued the forward pass and the logits on the device,
+:meth:`GuidedSampling.start` advances each guided request's matcher by the tokens the request
+accepted since the last step, then hands the filling of the step's host bitmask to one
+long-lived worker thread and returns. The fill is CPU work only (xgrammar: native code, outside
+the GIL) and overlaps the forward pass and the engine core's scheduling of the next step: the
+runner queues the step's sampling as late as it can, before the next step's forward pass or when
+the step's tokens are read, and only then :meth:`GuidedSampling.apply` waits for the fill and
+queues the bitmask's copy to the device and the masking, on the engine's thread (so device work
+stays in the order it was queued). An error in the fill is raised there, by the step that needs
+the mask.
+
+The matchers advance on the engine's thread, not the worker: in CPython a thread must win the GIL
+back after each native call, and while the engine's thread runs Python (scheduling, preparing
+inputs) that can take the whole switch interval (5 ms) per call; one native fill call per step
+needs the GIL only to start (the engine's thread waits for that, :meth:`GuidedSampling._on_worker`)
+and to finish (while the engine's thread waits for the mask).
+
+With overlapped steps the previous step may still be in flight when this one is launched (its
+last token is a placeholder on the host; the forward pass took it from the device): the matcher
+then reads that step's tokens itself (``prev.result()``, which waits only for the previous step,
+whose sampling the runner queued before this forward pass), so guided steps keep the cross-step
+overlap.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -29,6 +44,8 @@ if TYPE_CHECKING:
     from pagoda.guided.params import GuidedDecodingParams
 
 logger = logging.getLogger("pagoda")
+
+RowsToFill = dict[str, tuple[list[GrammarMatcher], list[int]]]  # backend name -> its live matchers, their rows
 
 
 @dataclass
@@ -47,11 +64,30 @@ class StagedMask:
     index: torch.Tensor | None  # [num_rows] int64
 
 
+@dataclass
+class GrammarJob:
+    """A step's bitmask, being filled on the worker thread (``future``) or filled already (None)."""
+
+    staged: StagedMask
+    future: Future | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the fill was handed to the worker thread (it may still run)."""
+        return self.future is not None
+
+    def wait(self) -> StagedMask:
+        """The filled bitmask, once the fill is done; raises what the fill raised."""
+        if self.future is not None:
+            self.future.result()
+        return self.staged
+
+
 class GuidedSampling:
     """Grammar matchers of one engine's guided requests; masks a step's logits."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int], default_backend: str = "auto",
-                 host_buffer: Callable[[int], torch.Tensor] | None = None) -> None:
+                 host_buffer: Callable[[int], torch.Tensor] | None = None, worker: bool = True) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.stop_token_ids = stop_token_ids
@@ -63,24 +99,51 @@ class GuidedSampling:
         # copy neither stages nor waits for the device; torch recycles it once the copy has run)
         self.host_buffer = host_buffer or _pageable_buffer
         self._pageable: torch.Tensor | None = None  # the host buffer reused while host_buffer gives pageable memory
+        self._unapplied: GrammarJob | None = None  # the last job started, until apply() masked with it
+        self.worker = worker  # False: start() fills the bitmask itself (the serial path)
+        self._executor: ThreadPoolExecutor | None = None  # the worker thread, started by the first fill
+
+    def start(self, requests: list["Request"], prev: "PendingStep | None" = None) -> GrammarJob | None:
+        """Advance the guided requests' matchers and start filling the bitmask for ``requests``' logits
+        (``[len(requests), V]``, queued) on the worker thread. ``prev``: the step still in flight,
+        whose tokens are placeholders on the host (its sampling queued already). None when no
+        request is guided."""
+        rows = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
+        if not rows:
+            return None
+        if self._unapplied is not None and self._unapplied.running:  # never applied: may still read the matchers
+            wait([self._unapplied.future])
+        states = self._advance_all([requests[i] for i in rows], prev)
+        staged = self._stage(len(rows), None if len(rows) == len(requests) else rows)
+        to_fill = self._live_rows(states)
+        if not self.worker or not to_fill:
+            self._fill(to_fill, staged.bitmask)
+            self._unapplied = GrammarJob(staged)
+        else:
+            self._unapplied = GrammarJob(staged, self._on_worker(lambda: self._fill(to_fill, staged.bitmask)))
+        return self._unapplied
+
+    def apply(self, logits: torch.Tensor, job: GrammarJob) -> None:
+        """Wait for ``job``'s fill, then queue its bitmask's copy to the logits' device and the masking
+        of ``logits`` (one kernel on GPUs). Raises the fill's error, if it had one."""
+        staged = job.wait()
+        if self._unapplied is job:
+            self._unapplied = None
+        self._apply(logits, staged)
 
     def mask(self, logits: torch.Tensor, requests: list["Request"], prev: "PendingStep | None" = None) -> None:
         """Forbid, in ``logits`` (``[len(requests), V]``), the tokens each guided request's grammar
-        forbids. ``prev``: the step still in flight, whose tokens are placeholders on the host."""
-        rows = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
-        if not rows:
-            return
-        guided = [requests[i] for i in rows]
-        states = self._advance_all(guided, prev)
-        staged = self._stage(len(rows), None if len(rows) == logits.shape[0] else rows)
-        self._fill(guided, states, staged.bitmask)
-        self._apply(logits, staged)
+        forbids, before returning: :meth:`start` and :meth:`apply` in one."""
+        job = self.start(requests, prev)
+        if job is not None:
+            self.apply(logits, job)
 
     def mask_verify(self, logits: torch.Tensor, requests: list["Request"], counts: list[int]) -> None:
         """:meth:`mask` for a speculative verify step: ``counts[i]`` rows of ``logits`` belong to
         ``requests[i]`` in order; row ``j`` of a request verifying drafts is masked by its grammar
         after its first ``j`` drafts. The matcher accepts the drafts to fill those rows, then rolls
-        them back (the tokens the target keeps are fed later, as any output)."""
+        them back (the tokens the target keeps are fed later, as any output). All on the calling
+        thread (the runner has queued the step before, and waited for its fill, first)."""
         starts = [sum(counts[:i]) for i in range(len(counts))]
         guided = [i for i, req in enumerate(requests) if req.sampling_params.guided_decoding is not None]
         if not guided:
@@ -160,27 +223,51 @@ class GuidedSampling:
         return StagedMask(bitmask, index)
 
     def _host(self, nbytes: int) -> torch.Tensor:
-        """``nbytes`` of host memory for this step. A pageable buffer is reused: its copy to a device
-        (if any) has read it before returning; a pinned one comes fresh from ``host_buffer`` (torch's
-        caching host allocator hands it out again once its asynchronous copy has run)."""
-        if self._pageable is not None and self._pageable.numel() >= nbytes:
+        """``nbytes`` of host memory for this step. A pageable buffer is reused once the last job's
+        mask was applied (its copy to a device, if any, has read it before returning); a pinned one
+        comes fresh from ``host_buffer`` (torch's caching host allocator hands it out again once its
+        asynchronous copy has run)."""
+        if self._pageable is not None and self._pageable.numel() >= nbytes and self._unapplied is None:
             return self._pageable[:nbytes]
         host = self.host_buffer(nbytes)
         if not host.is_pinned():
             self._pageable = host  # fresh pages each step would cost a page fault per 4 KiB
         return host
 
-    def _fill(self, guided: list["Request"], states: list[MatcherState], bitmask: torch.Tensor) -> None:
-        """Each backend fills the rows of its live matchers (all at once: xgrammar on its threads)."""
-        by_backend: dict[str, tuple[list[GrammarMatcher], list[int]]] = {}
-        for slot, (req, state) in enumerate(zip(guided, states)):
+    @staticmethod
+    def _live_rows(states: list[MatcherState]) -> RowsToFill:
+        """Per backend, the matchers that constrain their row (terminated or off-grammar ones: the row
+        stays all-allowed) and those rows."""
+        to_fill: RowsToFill = {}
+        for slot, state in enumerate(states):
             if state.off_grammar or state.matcher.is_terminated():
-                continue  # the row stays all-allowed (-1)
-            matchers, slots = by_backend.setdefault(state.backend, ([], []))
+                continue
+            matchers, slots = to_fill.setdefault(state.backend, ([], []))
             matchers.append(state.matcher)
             slots.append(slot)
-        for name, (matchers, slots) in by_backend.items():
-            self.backends[name].fill_bitmasks(matchers, bitmask, slots)
+        return to_fill
+
+    def _fill(self, to_fill: RowsToFill, bitmask: torch.Tensor) -> None:
+        """Each backend fills its rows (all at once; CPU work only). In inference mode even on the worker
+        thread: the host buffer was made in it, on the engine's thread."""
+        with torch.inference_mode():
+            for name, (matchers, slots) in to_fill.items():
+                self.backends[name].fill_bitmasks(matchers, bitmask, slots)
+
+    def _on_worker(self, fill: Callable[[], None]) -> Future:
+        """Run ``fill`` on the worker thread; return once it runs there. The worker needs the GIL to
+        start: this thread waits for it rather than keep the GIL through its next Python work."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagoda-grammar")
+        running = threading.Event()
+
+        def job() -> None:
+            running.set()
+            fill()
+
+        future = self._executor.submit(job)
+        running.wait()
+        return future
 
     @staticmethod
     def _apply(logits: torch.Tensor, staged: StagedMask) -> None:

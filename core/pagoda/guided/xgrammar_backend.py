@@ -1,10 +1,14 @@
 """The built-in guided decoding backend: xgrammar (https://xgrammar.mlc.ai).
 
-Grammars compile once per distinct spec (xgrammar's compiler caches them); bitmasks for a batch
-are filled by xgrammar's ``BatchGrammarMatcher`` on its own native threads, outside the GIL.
-Its default thread count is half of ``std::thread::hardware_concurrency()``: the host's online
-CPUs, not the ones this process may use (in a container given 16 of a host's CPUs that can be tens
-of threads on 16 cores). :func:`fill_threads` sizes the pool from the CPUs this process may use.
+Grammars compile once per distinct spec (xgrammar's compiler caches them); a batch's bitmask rows
+are filled by one native call of xgrammar's ``BatchGrammarMatcher`` (outside the GIL). With
+``max_threads > 1`` that call starts a pool of threads and joins it, every call: for most rows (a
+few microseconds each for JSON at a 128k vocabulary) the threads cost more than they save, so a
+batch is filled on one thread, and on :func:`fill_threads` threads only after a batch took longer
+than ``SLOW_FILL_S`` on one (some grammar states check much of the vocabulary at run time,
+milliseconds per row), checking one thread again every ``RECHECK_EVERY`` batches. xgrammar's
+default thread count is half of ``std::thread::hardware_concurrency()``: the host's online CPUs,
+not the ones this process may use; :func:`fill_threads` counts those.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +28,9 @@ from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 
 if TYPE_CHECKING:
     from pagoda.guided.params import GuidedDecodingParams
+
+SLOW_FILL_S = 3e-3  # a batch that took longer on one thread: the next ones use fill_threads() threads
+RECHECK_EVERY = 16  # batches filled on threads before one is timed on one thread again
 
 
 class XgrammarMatcher(GrammarMatcher):
@@ -53,7 +61,10 @@ class XgrammarBackend(GuidedDecodingBackend):
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
                                                   stop_token_ids=stop_token_ids or None)
         self.compiler = xgr.GrammarCompiler(info, max_threads=4)
-        self.batch = xgr.BatchGrammarMatcher(max_threads=fill_threads())
+        self.one_thread = xgr.BatchGrammarMatcher(max_threads=1)  # a plain loop over the rows
+        threads = fill_threads()
+        self.threaded = xgr.BatchGrammarMatcher(max_threads=threads) if threads > 1 else None
+        self._threaded_batches = 0  # batches still to fill on threads before timing one thread again
 
     @classmethod
     def check(cls) -> str | None:
@@ -78,7 +89,14 @@ class XgrammarBackend(GuidedDecodingBackend):
 
     def fill_bitmasks(self, matchers: list[GrammarMatcher], bitmask: torch.Tensor, rows: list[int]) -> None:
         inner = [m.matcher for m in matchers]  # type: ignore[attr-defined]
-        self.batch.batch_fill_next_token_bitmask(inner, bitmask, rows)
+        if self._threaded_batches > 0:
+            self._threaded_batches -= 1
+            self.threaded.batch_fill_next_token_bitmask(inner, bitmask, rows)
+            return
+        start = time.perf_counter()
+        self.one_thread.batch_fill_next_token_bitmask(inner, bitmask, rows)
+        if self.threaded is not None and time.perf_counter() - start > SLOW_FILL_S:
+            self._threaded_batches = RECHECK_EVERY
 
     def _compile(self, params: "GuidedDecodingParams") -> Any:
         """Compile from text, never from a ``Grammar`` object: xgrammar 0.2.8 re-parses a Grammar's
@@ -94,9 +112,8 @@ class XgrammarBackend(GuidedDecodingBackend):
 
 
 def fill_threads(limit: int = 8) -> int:
-    """Threads for filling a batch's bitmask rows: half the CPUs this process may run on (the other
-    half keeps the engine loop and torch going), at most ``limit`` (a 64-row batch is a few hundred
-    microseconds of work on one thread; more threads only add wake-ups)."""
+    """Threads for filling a slow batch's bitmask rows: half the CPUs this process may run on (the
+    other half keeps the engine loop and torch going), at most ``limit``."""
     return max(1, min(limit, usable_cpus() // 2))
 
 
