@@ -6,10 +6,9 @@ from typing import ClassVar
 
 import torch
 
-from pagoda.attention.split_kv import StepPlan, decode_scratch
+from pagoda.attention.split_kv import StepPlan, choose_num_splits, decode_scratch
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
-from pagoda_attention_flash.plan import choose_decode_splits, programs_per_sm
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_SIZES = (64, 128, 256)
@@ -42,7 +41,6 @@ class FlashAttentionBackend(AttentionBackend):
         super().__init__(spec, platform)
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
-        self.programs_per_sm = _decode_programs_per_sm(platform, spec.head_size)
         self.ops = platform.custom_ops()  # the csrc KV write
 
     @classmethod
@@ -59,8 +57,7 @@ class FlashAttentionBackend(AttentionBackend):
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
         s, d = self.spec, metadata.num_decodes
         programs_per_seq = s.num_kv_heads * -(-(s.num_heads // s.num_kv_heads) // DECODE_ROWS)
-        splits = self.force_num_splits or choose_decode_splits(d, programs_per_seq, metadata.max_seq_len, s.head_size,
-                                                               s.dtype.itemsize, self.num_sms, self.programs_per_sm)
+        splits = self.force_num_splits or choose_num_splits(d, programs_per_seq, metadata.max_seq_len, self.num_sms)
         scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
         metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
         return metadata
@@ -75,12 +72,6 @@ class FlashAttentionBackend(AttentionBackend):
         flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
                         self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch)
         return out
-
-
-def _decode_programs_per_sm(platform: Platform, head_size: int) -> int:
-    """Decode programs per multiprocessor on this GPU (shared memory per SM: 228 KiB on sm_90 if torch does not say)."""
-    props = torch.cuda.get_device_properties(platform.device())
-    return programs_per_sm(head_size, getattr(props, "shared_memory_per_multiprocessor", 0) or 228 * 1024)
 
 
 def _platform_reason(platform: Platform | None) -> str | None:

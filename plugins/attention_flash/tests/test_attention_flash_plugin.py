@@ -99,17 +99,16 @@ def test_auto_keeps_triton_ahead_of_flash_until_flash_is_faster(gpu) -> None:
 
 
 def test_split_plan_counts_programs_per_sequence() -> None:
-    """A group of 20 q heads per kv head takes two decode programs: the plan sees 2 x kv heads
-    (16 decodes x 4 programs: 4 splits; had it counted 2 programs per sequence: 8)."""
+    """A group of 20 q heads per kv head takes two decode programs: the plan sees 2 x kv heads."""
     spec = AttentionSpec(40, 2, 64, 0.125, 16, torch.float16)
     backend = FlashAttentionBackend.__new__(FlashAttentionBackend)
-    backend.spec, backend.force_num_splits, backend.num_sms, backend.programs_per_sm = spec, None, 132, 4
+    backend.spec, backend.force_num_splits, backend.num_sms = spec, None, 132
     from pagoda.interfaces.attention import AttentionMetadata
 
-    seq_lens = torch.full((16,), 4096, dtype=torch.int32)
-    meta = AttentionMetadata(torch.zeros(16, dtype=torch.long), torch.zeros(16, 256, dtype=torch.int32),
-                             torch.arange(17, dtype=torch.int32), seq_lens, 1, 4096, num_decodes=16)
+    seq_lens = torch.tensor([32768], dtype=torch.int32)
+    meta = AttentionMetadata(torch.zeros(1, dtype=torch.long), torch.zeros(1, 2048, dtype=torch.int32),
+                             torch.tensor([0, 1], dtype=torch.int32), seq_lens, 1, 32768, num_decodes=1)
     plan = backend.prepare(meta).extra
-    assert plan.num_splits == 4
+    assert plan.num_splits == 64  # ceil(2 * 132 / 4) = 66 -> 64 (the cap)
     part_o, part_lse = plan.decode_scratch
-    assert part_o.shape == (16, 40, 4, 64) and part_lse.shape == (16, 40, 4)
+    assert part_o.shape == (1, 40, 64, 64) and part_lse.shape == (1, 40, 64)
