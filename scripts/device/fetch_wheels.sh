@@ -13,6 +13,7 @@ PACKAGES=(
   uvloop==0.23.0 httptools==0.9.0  # uvicorn's fast event loop and HTTP parser
   aiohttp==3.14.5 aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl  # the bench client
   xgrammar==0.2.8 apache-tvm-ffi  # guided decoding (structured output)
+  jsonschema jsonschema-specifications referencing rpds-py  # the guided tests validate outputs with jsonschema
 )
 platforms=()
 for n in 17 24 27 28 31 34 35; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
