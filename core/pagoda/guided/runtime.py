@@ -219,7 +219,9 @@ class GuidedSampling:
             index = host[:index_bytes].view(torch.int64)
             index.numpy()[:] = rows
         bitmask = host[index_bytes:].view(torch.int32).view(num_rows, self._words)
-        bitmask.fill_(-1)
+        # one thread: torch's fill_ would run 1 MB on its intra-op pool (a thread per CPU), whose
+        # threads then compete with the grammar thread and the engine's for the host's cores
+        bitmask.numpy().fill(-1)
         return StagedMask(bitmask, index)
 
     def _host(self, nbytes: int) -> torch.Tensor:
