@@ -9,6 +9,7 @@ float32 HF model and tokenizer. transformers' ``from_pretrained(gguf_file=...)``
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -17,8 +18,13 @@ from pagoda.loader import default_model_source
 
 @functools.lru_cache(maxsize=1)
 def hf_tokenizer():
+    """The GGUF's tokenizer; or, where the 94 MB checkpoint cannot travel (the GPU machine), the same
+    tokenizer saved to the folder ``PAGODA_SMOLLM_TOKENIZER`` names (scripts/device/smollm_tokenizer.sh)."""
     from transformers import AutoTokenizer
 
+    folder = os.environ.get("PAGODA_SMOLLM_TOKENIZER")
+    if folder:
+        return AutoTokenizer.from_pretrained(folder)
     source = default_model_source()
     return AutoTokenizer.from_pretrained(str(source.path), gguf_file=source.gguf_file)
 
