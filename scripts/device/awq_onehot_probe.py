@@ -7,15 +7,13 @@ import sys
 import torch
 
 from pagoda_quant_awq.dispatch import awq_tiles_linear
-from pagoda_quant_awq.tiles import dequantize_tiles, repack
+from pagoda_quant_awq.tiles import dequantize_tiles
+
+from awq_split_diag import random_tiles  # scripts/device/ is on sys.path when run as a script
 
 k, n = 4096, 4096
 for dtype in (torch.float16, torch.bfloat16):
-    g = torch.Generator(device="cuda").manual_seed(7)
-    qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32, device="cuda", generator=g)
-    qzeros = torch.randint(-(2**31), 2**31 - 1, (k // 128, n // 8), dtype=torch.int32, device="cuda", generator=g)
-    scales = (torch.rand(k // 128, n, device="cuda", generator=g) * 0.02 + 0.001).half()
-    tiles = repack(qweight, qzeros, scales, 128, dtype)
+    tiles = random_tiles(k, n, dtype, torch.Generator(device="cuda").manual_seed(7))
     w = dequantize_tiles(tiles, torch.float64)  # [k, n]
     for split in (1, 2):
         bad_rows = []

@@ -26,6 +26,14 @@ def slices(k: int, group: int, split: int, wk: int) -> list[tuple[int, int]]:
     return [(q * groups // n * group, (q + 1) * groups // n * group) for q in range(n)]
 
 
+def random_tiles(k: int, n: int, dtype: torch.dtype, g: torch.Generator):
+    """Random AutoAWQ tensors (group 128, scales 0.001-0.021) repacked for the tiles kernel."""
+    qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32, device="cuda", generator=g)
+    qzeros = torch.randint(-(2**31), 2**31 - 1, (k // 128, n // 8), dtype=torch.int32, device="cuda", generator=g)
+    scales = (torch.rand(k // 128, n, device="cuda", generator=g) * 0.02 + 0.001).half()
+    return repack(qweight, qzeros, scales, 128, dtype)
+
+
 def call(x: torch.Tensor, tiles, split: int) -> torch.Tensor:
     poison = torch.full((x.shape[0], tiles.weights.shape[0] * 64), float("nan"), device="cuda", dtype=x.dtype)
     del poison  # the caching allocator hands this block to the kernel's output
@@ -39,10 +47,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def diagnose(shape: str, m: int, dtype: torch.dtype, split: int) -> None:
     k, n = SHAPES[shape]
     g = torch.Generator(device="cuda").manual_seed(7)
-    qweight = torch.randint(-(2**31), 2**31 - 1, (k, n // 8), dtype=torch.int32, device="cuda", generator=g)
-    qzeros = torch.randint(-(2**31), 2**31 - 1, (k // 128, n // 8), dtype=torch.int32, device="cuda", generator=g)
-    scales = (torch.rand(k // 128, n, device="cuda", generator=g) * 0.02 + 0.001).half()
-    tiles = repack(qweight, qzeros, scales, 128, dtype)
+    tiles = random_tiles(k, n, dtype, g)
     tt, sp = tiles_extension().awq_tiles_plan(m, n, k, 128, split, 0)
     wk = 4 if tt <= 2 else 2
     w64 = dequantize_tiles(tiles, torch.float64)
