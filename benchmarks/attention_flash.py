@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 for folder in ("plugins/attention_triton", "plugins/attention_flash", "benchmarks"):
     sys.path.insert(0, str(ROOT / folder))
 from attention_triton import bench, copy_bandwidth, paged_cache  # noqa: E402 - the same timing and cache as triton's benchmark
-from pagoda.attention.split_kv import choose_num_splits, decode_scratch  # noqa: E402
+from pagoda.attention.split_kv import balance_waves, choose_num_splits, decode_scratch  # noqa: E402
 from pagoda_attention_flash.backend import DECODE_ROWS  # noqa: E402
-from pagoda_attention_flash.kernels import extension  # noqa: E402
+from pagoda_attention_flash.kernels import decode_programs_per_sm, extension  # noqa: E402
 from pagoda_attention_triton.decode import decode_attention  # noqa: E402
 from pagoda_attention_triton.prefill import prefill_attention  # noqa: E402
 
@@ -72,7 +72,8 @@ def decode_row(ext, batch: int, ctx: int, copy_gbs: float, sms: int) -> dict:
     q = torch.randn(batch, HEADS, HEAD, dtype=DT, device="cuda")
     out = torch.empty_like(q)
     programs = KV_HEADS * -(-(HEADS // KV_HEADS) // DECODE_ROWS)
-    n_flash = choose_num_splits(batch, programs, ctx, sms)
+    n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,
+                            decode_programs_per_sm(HEAD, DT, torch.cuda.current_device()))  # the backend's plan
     n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
     s_flash = decode_scratch(batch, HEADS, HEAD, n_flash, q.device)
     s_triton = decode_scratch(batch, HEADS, HEAD, n_triton, q.device)

@@ -103,3 +103,10 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
                        num_tokens - num_decodes, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+
+int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t device) {
+  using namespace pagoda;
+  if (!flash_supports_head_size(static_cast<int>(head_size))) return 0;
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  return pagoda::flash_decode_programs_per_sm(half ? DType::kFloat16 : DType::kBFloat16, static_cast<int>(head_size));
+}

@@ -53,4 +53,6 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
                      const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse);
+// Decode programs resident per SM on `device` for this head size and dtype (0: unknown).
+int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t device);
 #endif

@@ -48,4 +48,8 @@ void launch_flash_prefill(DType dtype, const FlashAttentionArgs& args, int num_d
 void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_splits,
                          float* part_out, float* part_lse, cudaStream_t stream);
 
+// Decode programs resident per SM of the current device (the occupancy the runtime reports for the
+// kernel of this dtype and head size; 0 if unknown), for planning the split count.
+int flash_decode_programs_per_sm(DType dtype, int head_size);
+
 }  // namespace pagoda

@@ -275,7 +275,36 @@ void launch_decode_head(const FlashAttentionArgs& args, int num_decodes, int num
   }
 }
 
+template <typename T, int D>
+int programs_per_sm() {
+  allow_shared_memory<flash_decode_kernel<T, D>>(DecodeTile<D>::kSmemBytes);
+  int programs = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&programs, flash_decode_kernel<T, D>, kDecodeThreads,
+                                                    DecodeTile<D>::kSmemBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return programs;
+}
+
+template <typename T>
+int programs_per_sm_of_head(int head_size) {
+  switch (head_size) {
+    case 64: return programs_per_sm<T, 64>();
+    case 128: return programs_per_sm<T, 128>();
+#ifndef PAGODA_FLASH_MINIMAL
+    case 256: return programs_per_sm<T, 256>();
+#endif
+    default: return 0;
+  }
+}
+
 }  // namespace flash
+
+int flash_decode_programs_per_sm(DType dtype, int head_size) {
+  return dtype == DType::kFloat16 ? flash::programs_per_sm_of_head<half_t>(head_size)
+                                  : flash::programs_per_sm_of_head<bf16_t>(head_size);
+}
 
 void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_splits,
                          float* part_out, float* part_lse, cudaStream_t stream) {

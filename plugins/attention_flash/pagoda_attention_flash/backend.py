@@ -6,9 +6,10 @@ from typing import ClassVar
 
 import torch
 
-from pagoda.attention.split_kv import StepPlan, choose_num_splits, decode_scratch
+from pagoda.attention.split_kv import StepPlan, balance_waves, choose_num_splits, decode_scratch
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
+from pagoda_attention_flash import kernels
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_SIZES = (64, 128, 256)
@@ -30,9 +31,10 @@ class FlashAttentionBackend(AttentionBackend):
     """
 
     description = "FlashAttention-style CUDA kernels from csrc/attention (tensor cores; NVIDIA sm_80+, fp16/bf16)"
-    # Below triton (50) until these kernels are faster than it: on the H100 (2026-11-23,
-    # docs/attention_flash.md) prefill ran at 0.34-0.44x torch's SDPA flash and decode at
-    # 0.58-0.98x triton. `--attention-backend flash` selects it explicitly.
+    # Below triton (50) until these kernels are faster than it end to end: on the H100 (2026-11-26,
+    # docs/attention_flash.md) prefill runs at 1.08-1.14x torch's SDPA flash, decode at 0.95-0.99x
+    # triton's bandwidth (batch 1 x 32k: 82% of copy against 85%), 300 x 1024/128 at 0.975x triton.
+    # `--attention-backend flash` selects it explicitly.
     priority = 40
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
@@ -42,6 +44,7 @@ class FlashAttentionBackend(AttentionBackend):
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
         self.ops = platform.custom_ops()  # the csrc KV write
+        self.programs_per_sm = kernels.decode_programs_per_sm(spec.head_size, spec.dtype, platform.device().index or 0)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -49,27 +52,25 @@ class FlashAttentionBackend(AttentionBackend):
         if reason is None and spec is not None:
             reason = _spec_reason(spec) or _shared_memory_reason(platform, spec)
         if reason is None:
-            from pagoda_attention_flash.kernels import extension
-
-            reason = extension()[1]  # last: the first call may compile the kernels
+            reason = kernels.extension()[1]  # last: the first call may compile the kernels
         return reason
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
         s, d = self.spec, metadata.num_decodes
         programs_per_seq = s.num_kv_heads * -(-(s.num_heads // s.num_kv_heads) // DECODE_ROWS)
-        splits = self.force_num_splits or choose_num_splits(d, programs_per_seq, metadata.max_seq_len, self.num_sms)
+        splits = self.force_num_splits or balance_waves(
+            d * programs_per_seq, choose_num_splits(d, programs_per_seq, metadata.max_seq_len, self.num_sms),
+            metadata.max_seq_len, self.num_sms, self.programs_per_sm)
         scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
         metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
         return metadata
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
-        from pagoda_attention_flash.kernels import flash_attention
-
         plan = metadata.extra if isinstance(metadata.extra, StepPlan) else self.prepare(metadata).extra
         m = metadata
         self.ops.reshape_and_cache(key, value, kv_cache, m.slot_mapping)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # [num_tokens, num_heads, head_size]
-        flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
+        kernels.flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
                         self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch)
         return out
 

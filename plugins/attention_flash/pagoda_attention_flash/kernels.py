@@ -30,6 +30,15 @@ def extension() -> tuple[ModuleType | None, str | None]:
     return ext, None
 
 
+@functools.cache
+def decode_programs_per_sm(head_size: int, dtype: torch.dtype, device: int) -> int:
+    """Decode programs resident per SM of GPU ``device``, as the CUDA runtime reports it (0: unknown)."""
+    ext, _ = extension()
+    if ext is None or not hasattr(ext, "flash_decode_programs_per_sm"):
+        return 0
+    return int(ext.flash_decode_programs_per_sm(head_size, dtype == torch.float16, device))
+
+
 def rows_aligned(t: torch.Tensor) -> bool:
     """The kernels move 16-byte chunks of rows: last dim contiguous, other strides multiples of 8."""
     return t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0

@@ -102,7 +102,7 @@ def test_split_plan_counts_programs_per_sequence() -> None:
     """A group of 20 q heads per kv head takes two decode programs: the plan sees 2 x kv heads."""
     spec = AttentionSpec(40, 2, 64, 0.125, 16, torch.float16)
     backend = FlashAttentionBackend.__new__(FlashAttentionBackend)
-    backend.spec, backend.force_num_splits, backend.num_sms = spec, None, 132
+    backend.spec, backend.force_num_splits, backend.num_sms, backend.programs_per_sm = spec, None, 132, 4
     from pagoda.interfaces.attention import AttentionMetadata
 
     seq_lens = torch.tensor([32768], dtype=torch.int32)
