@@ -73,14 +73,15 @@ def tiles_weights(k: int, n: int, count: int) -> list[AwqTiles]:
     return out
 
 
-def bench_shape(name: str, k: int, n: int) -> list[dict]:
+def bench_shape(name: str, k: int, n: int, only: set[str] | None = None, tokens: tuple[int, ...] = TOKENS) -> list[dict]:
     dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies_for(n * k * 2))]
-    quant = awq_weights(k, n, copies_for(n * k // 2))
+    quant = awq_weights(k, n, copies_for(n * k // 2)) if only is None or only - {"tiles", "tiles_dense"} else []
     tiles = tiles_weights(k, n, copies_for(n * k // 2)) if tiles_extension() is not None else []
     kernels = (["tiles", "tiles_dense"] if tiles else []) + ["triton", "dense"] + (["cuda"] if cuda_extension() is not None else [])
+    kernels = [kn for kn in kernels if only is None or kn in only]
     awq_bytes = n * k // 2 + (k // GROUP) * n * 2 + (k // GROUP) * n // 2  # int4 + scales + zeros
     rows = []
-    for m in TOKENS:
+    for m in tokens:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         row = {"layer": name, "k": k, "n": n, "m": m, "bf16_us": 1e3 * graphed_ms([lambda w=w: F.linear(x, w) for w in dense])}
         for kernel in kernels:
@@ -91,7 +92,7 @@ def bench_shape(name: str, k: int, n: int) -> list[dict]:
             else:
                 fns = [lambda q=q: awq_linear(x, *q, GROUP, kernel=kernel) for q in quant]
             row[f"{kernel}_us"] = 1e3 * graphed_ms(fns)
-        if tiles:
+        if "tiles" in kernels:
             row["tiles_plan"] = tiles_extension().awq_tiles_plan(m, n, k, GROUP, 0, torch.cuda.current_device())
             row["tiles_weight_gbps"] = awq_bytes / row["tiles_us"] / 1e3
             if m in SWEEP_TOKENS:
@@ -102,7 +103,7 @@ def bench_shape(name: str, k: int, n: int) -> list[dict]:
         rows.append(row)
         print(f"{name:8s} M={m:4d} bf16 {row['bf16_us']:8.1f} us | " + " | ".join(
             f"{kn} {row[kn + '_us']:8.1f}" for kn in kernels if kn + "_us" in row) + f" | best {row['best']} x{row['speedup']:.2f}"
-            + (f" | tiles plan {row['tiles_plan']} {row['tiles_weight_gbps']:.0f} GB/s" if tiles else "")
+            + (f" | tiles plan {row['tiles_plan']} {row['tiles_weight_gbps']:.0f} GB/s" if "tiles_plan" in row else "")
             + (" | splits " + " ".join(f"{s}:{us:.1f}" for s, us in row["tiles_splits"].items()) if "tiles_splits" in row else ""),
             flush=True)
     del dense, quant, tiles
@@ -113,7 +114,7 @@ def bench_shape(name: str, k: int, n: int) -> list[dict]:
 def per_token_count(rows: list[dict]) -> list[dict]:
     """A whole decoder layer (the four projections) per M: bf16 time / best AWQ time, and the table."""
     out = []
-    for m in TOKENS:
+    for m in sorted({r["m"] for r in rows}):
         sel = [r for r in rows if r["m"] == m]
         kernels = [k[:-3] for k in sel[0] if k.endswith("_us") and k != "bf16_us"]
         totals = {kn: sum(r[kn + "_us"] for r in sel) for kn in kernels}
@@ -127,10 +128,14 @@ def per_token_count(rows: list[dict]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--kernels", help="comma-separated AWQ kernels to time (default: all)")
+    parser.add_argument("--tokens", help="comma-separated token counts M (default: %s)" % ",".join(map(str, TOKENS)))
     args = parser.parse_args()
+    only = set(args.kernels.split(",")) if args.kernels else None
+    tokens = tuple(int(m) for m in args.tokens.split(",")) if args.tokens else TOKENS
     rows: list[dict] = []
     for name, (k, n) in SHAPES.items():
-        rows += bench_shape(name, k, n)
+        rows += bench_shape(name, k, n, only, tokens)
         write(args.out, {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows})  # partial
     layer = per_token_count(rows)
     result = {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows, "decoder_layer": layer}
