@@ -3,7 +3,6 @@
 // Rounding follows torch: silu(gate) is rounded to the dtype, then the product is.
 #include "../vec.cuh"
 #include "launch.h"
-#include "overlap.h"
 
 namespace pagoda {
 
@@ -18,7 +17,6 @@ template <typename T, int VEC>
 __global__ void silu_and_mul_kernel(T* __restrict__ out,          // [num_tokens, d]
                                     const T* __restrict__ input,  // [num_tokens, input_stride], gate then up
                                     int64_t input_stride, int d) {
-  allow_dependents_to_start();  // a GEMM after this kernel may start streaming its weights
   const T* gate = input + blockIdx.x * input_stride;
   const T* up = gate + d;
   T* y = out + blockIdx.x * static_cast<int64_t>(d);

@@ -24,7 +24,6 @@
 #include <algorithm>
 
 #include "awq_tiles.h"
-#include "overlap.h"
 
 namespace pagoda {
 
@@ -317,7 +316,6 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   __shared__ __align__(16) uint32_t smem[kSharedWords];
   uint32_t* const stage = smem;
 
-  allow_dependents_to_start();  // the next GEMM may stream its weights while this one finishes
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wn = warp % WN, wk = warp / WN;
   const int g = lane >> 2;
@@ -368,9 +366,6 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   for (int i = threadIdx.x; i < kStageTiles * kFragWords / 4; i += kThreads) {
     reinterpret_cast<uint4*>(stage)[i] = make_uint4(0u, 0u, 0u, 0u);  // tokens past m stay zero
   }
-  // Above: weights, scales and zeros only, which no kernel writes. x, the partials and the outputs
-  // wait for the kernels before this one (programmatic dependent launch, overlap.h).
-  wait_for_prior_grids();
   for (int c = 0; c < chunks; ++c) {
     __syncthreads();  // the previous chunk's fragments are read
     stage_x<T, NT, SPG>(stage, p, c, slices, groups);
@@ -483,9 +478,9 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
 template <typename T, int NT>
 void launch_gemm(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
   switch (p.group) {
-    case 32: launch_overlapped(awq_tiles_gemm_kernel<T, NT, 2>, grid, dim3(kThreads), stream, p); break;
-    case 64: launch_overlapped(awq_tiles_gemm_kernel<T, NT, 4>, grid, dim3(kThreads), stream, p); break;
-    default: launch_overlapped(awq_tiles_gemm_kernel<T, NT, 8>, grid, dim3(kThreads), stream, p); break;
+    case 32: awq_tiles_gemm_kernel<T, NT, 2><<<grid, kThreads, 0, stream>>>(p); break;
+    case 64: awq_tiles_gemm_kernel<T, NT, 4><<<grid, kThreads, 0, stream>>>(p); break;
+    default: awq_tiles_gemm_kernel<T, NT, 8><<<grid, kThreads, 0, stream>>>(p); break;
   }
 }
 

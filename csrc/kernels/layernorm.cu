@@ -3,7 +3,6 @@
 // the normalised value is rounded to the dtype before the weight multiplies it.
 #include "../vec.cuh"
 #include "launch.h"
-#include "overlap.h"
 
 namespace pagoda {
 
@@ -12,7 +11,6 @@ __global__ void rms_norm_kernel(T* __restrict__ out,          // [num_tokens, hi
                                 const T* __restrict__ input,  // [num_tokens, input_stride]
                                 const T* __restrict__ weight,  // [hidden]
                                 int64_t input_stride, int hidden, float eps) {
-  allow_dependents_to_start();  // a GEMM after this kernel may start streaming its weights
   const T* x = input + blockIdx.x * input_stride;
   T* y = out + blockIdx.x * static_cast<int64_t>(hidden);
   const int num_vecs = hidden / VEC;
@@ -45,7 +43,6 @@ template <typename T, int VEC>
 __global__ void fused_add_rms_norm_kernel(T* __restrict__ input,     // [num_tokens, hidden]
                                           T* __restrict__ residual,  // [num_tokens, hidden]
                                           const T* __restrict__ weight, int hidden, float eps) {
-  allow_dependents_to_start();  // a GEMM after this kernel may start streaming its weights
   const int64_t row = blockIdx.x * static_cast<int64_t>(hidden);
   T* x = input + row;
   T* res = residual + row;

@@ -120,47 +120,6 @@ def test_tiles_gemm_under_cuda_graph_replays(tiles_kernels) -> None:
     assert not tiles.locks.any()
 
 
-def _norm_gemm_chain(ext, x: torch.Tensor, tiles: list, weight: torch.Tensor) -> torch.Tensor:
-    """rms_norm -> GEMM -> GEMM -> rms_norm -> GEMM: each kernel reads what the one before wrote."""
-    h = torch.empty_like(x)
-    ext.rms_norm(h, x, weight, 1e-6)
-    h = awq_tiles_linear(awq_tiles_linear(h, tiles[0], kernel="tiles"), tiles[1], kernel="tiles", split_k=4)
-    out = torch.empty_like(h)
-    ext.rms_norm(out, h, weight, 1e-6)
-    return awq_tiles_linear(out, tiles[2], kernel="tiles", split_k=1)
-
-
-@pytest.mark.parametrize("m", [1, 16])
-def test_overlapped_launches_wait_for_their_inputs(tiles_kernels, monkeypatch: pytest.MonkeyPatch, m: int) -> None:
-    """The GEMM starts streaming weights before the kernel before it ends (programmatic dependent
-    launch on sm_90): replays of a graph of dependent kernels with a new input each time equal the
-    same chain launched plainly (PAGODA_PDL=0). Reading x too early would see the previous replay's."""
-    ext = tiles_extension()
-    k, n = SHAPES["o"]
-    tiles = [repack(*_random_awq(k, n, 128, seed=s), 128, torch.bfloat16) for s in range(3)]
-    weight = torch.rand(k, device="cuda", dtype=torch.bfloat16) + 0.5
-    inputs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
-    monkeypatch.setenv("PAGODA_PDL", "0")
-    expected = [_norm_gemm_chain(ext, x, tiles, weight) for x in inputs]
-    monkeypatch.setenv("PAGODA_PDL", "1")
-    static_x = inputs[0].clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        _norm_gemm_chain(ext, static_x, tiles, weight)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = _norm_gemm_chain(ext, static_x, tiles, weight)
-    for x, want in [*zip(inputs, expected), *zip(inputs[::-1], expected[::-1])]:
-        static_x.copy_(x)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, want)
-        assert torch.equal(_norm_gemm_chain(ext, x, tiles, weight), want), "eager overlapped launches"
-    assert not any(t.locks.any() for t in tiles)
-
-
 @pytest.fixture
 def cuda_gemv() -> None:
     if cuda_extension() is None:
