@@ -3,7 +3,8 @@
 // pointers, a DType, a stream); NVIDIA only (system-scope acquire/release through cuda::atomic_ref).
 //
 // Every rank of the group owns one buffer that every rank can read and write (torch's symmetric
-// memory maps it into each process): arrival flags, then two data slots.
+// memory maps it into each process): arrival flags, then two data slots. The flags live here, not in
+// torch's signal pads (whose size and use by torch's own kernels are torch's), zeroed before the first call.
 //
 //   flags  uint64 [kPeerMaxBlocks][kPeerMaxRanks]   flags[b][s]: the last epoch block b of rank s
 //                                                   finished writing its part (written by rank s)

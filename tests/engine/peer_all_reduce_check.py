@@ -105,9 +105,10 @@ def graph_replays(op: PeerAllReduce, kernels, rank: int) -> None:
     for replay in range(20):
         fresh = [Case(t, h, torch.bfloat16, fused, 2000 + 10 * replay + j, rank)
                  for j, (t, h, fused) in enumerate(chain)]
-        for c, (x, residual) in zip(fresh, buffers):
+        for c, s, (x, residual) in zip(fresh, static, buffers):  # the graph reads the static tensors
             x.copy_(c.x)
             residual.copy_(c.residual)
+            s.weight.copy_(c.weight)
         graph.replay()
         for j, (c, got) in enumerate(zip(fresh, outputs)):
             check(got, c.reference(kernels), ("replay", replay, j))
