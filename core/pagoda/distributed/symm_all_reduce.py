@@ -77,7 +77,11 @@ def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
 
 
 def symmetric_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
-    """``nbytes`` (uint8) of torch's symmetric memory on ``device``, to be rendezvoused by every rank."""
+    """``nbytes`` (uint8) of torch's symmetric memory on ``device``, to be rendezvoused by every rank.
+
+    Pagoda never uses NVLink multicast; unless told otherwise, torch is asked not to create multicast
+    objects at rendezvous (it does on NVSwitch hosts by default)."""
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     import torch.distributed._symmetric_memory as symm_mem
 
     return symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
