@@ -26,15 +26,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("n"), py::arg("k"), py::arg("group_size"), py::arg("split_k") = 0, py::arg("device") = 0);
 #endif
 #ifndef USE_ROCM
-  m.def("peer_all_reduce", &peer_all_reduce, "in place: x summed over the ranks through peer memory, one kernel",
-        py::arg("x"), py::arg("peers"), py::arg("state"), py::arg("rank"), py::arg("slot_bytes"));
-  m.def("peer_all_reduce_add_rms_norm", &peer_all_reduce_add_rms_norm,
-        "in place: residual += all_reduce(x); x = rms_norm(residual), one kernel", py::arg("x"), py::arg("residual"),
-        py::arg("weight"), py::arg("eps"), py::arg("peers"), py::arg("state"), py::arg("rank"), py::arg("slot_bytes"));
-  m.def("peer_all_reduce_buffer_bytes", &peer_all_reduce_buffer_bytes,
-        "bytes of each rank's symmetric buffer for the peer all-reduce", py::arg("slot_bytes"));
-#endif
-#ifndef USE_ROCM
   m.def("flash_attention", &flash_attention, "paged attention on tensor cores: split-KV decodes, then prefills",
         py::arg("out"), py::arg("query"), py::arg("kv_cache"), py::arg("block_tables"), py::arg("query_start_loc"),
         py::arg("seq_lens"), py::arg("num_decodes"), py::arg("scale"), py::arg("window"), py::arg("num_splits"),

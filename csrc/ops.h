@@ -42,20 +42,6 @@ std::vector<int64_t> awq_tiles_plan(int64_t m, int64_t n, int64_t k, int64_t gro
                                     int64_t device);
 #endif
 
-#ifndef USE_ROCM  // kernels/allreduce_norm.cu uses system-scope acquire/release (nvidia_only in manifest.txt)
-// One-kernel sums over peer memory (pagoda.distributed.peer_all_reduce sets up the buffers). peers: host
-// int64 [world_size], each rank's symmetric buffer (peer_all_reduce_buffer_bytes(slot_bytes) bytes, zeroed
-// before the first call) as mapped here; state: device int64 [2], zeroed, this rank's own. Every rank
-// calls with the same shapes, in the same order; x may hold at most slot_bytes.
-// x (contiguous), in place: the sum of every rank's x.
-void peer_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t slot_bytes);
-// In place on contiguous [num_tokens, hidden]: residual <- all_reduce(x) + residual, x <- weight * rms_norm(residual).
-void peer_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                  const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t slot_bytes);
-// Bytes of each rank's symmetric buffer for slots of slot_bytes (arrival flags, then two slots).
-int64_t peer_all_reduce_buffer_bytes(int64_t slot_bytes);
-#endif
-
 #ifndef USE_ROCM  // csrc/attention uses mma.sync and cp.async (nvidia_only in manifest.txt)
 // Paged attention (flash kernels, fp16/bf16, head sizes 64/128/256): decodes are sequences
 // [0, num_decodes) (one query token each, split-KV over num_splits slices with fp32 scratch part_out

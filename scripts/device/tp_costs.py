@@ -73,28 +73,11 @@ def nccl_sum(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def join_group(rank: int, world: int, port: int) -> torch.device:
-    """This spawned process as rank ``rank`` of an NCCL group on this host; returns its GPU."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def worker(rank: int, world: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
-    return device
-
-
-def report(rank: int, results: dict, out: str) -> None:
-    """Rank 0 prints ``results`` and writes them to ``out`` (JSON); then every rank leaves the group."""
-    dist.barrier()
-    if rank == 0:
-        print(json.dumps(results, indent=1))
-        with open(out, "w") as f:
-            json.dump(results, f, indent=1)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def worker(rank: int, world: int, out: str) -> None:
-    device = join_group(rank, world, 29533)
     from pagoda.distributed.symm_all_reduce import create
 
     symm = create(dist.group.WORLD, device, world)
@@ -118,7 +101,11 @@ def worker(rank: int, world: int, out: str) -> None:
         results["tp1_floor_ms"] = LAYERS * per_layer / results["copy_gbps"] / 1e6
         results["tp2_floor_ms"] = results["tp1_floor_ms"] / world
         results["device"] = torch.cuda.get_device_name(device)
-    report(rank, results, out)
+        print(json.dumps(results, indent=1))
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def main() -> None:

@@ -98,48 +98,25 @@ def test_platform_without_backend_or_devices_is_refused():
         EngineConfig(tensor_parallel_size=0)
 
 
-def generate_flags(path: str) -> list[str]:
-    """`pagoda generate` on a 12-token prompt, greedy, printing JSON."""
+def test_torchrun_two_processes_match_one(tiny_models, tmp_path):
+    """`torchrun --nproc-per-node 2 -m pagoda.cli.main generate ... -tp 2`: the multi-node path, on one host."""
+    path, _ = tiny_models["qwen3"]
     prompt = " ".join(f"t{i}" for i in random_prompts(1, range(12, 13), seed=5)[0])
-    return ["generate", "--model", path, prompt, "--temperature", "0", "--max-tokens", "12", "--json",
-            "--dtype", "float32", "--kv-cache-memory", str(1 << 22), "--log-level", "warning"]
-
-
-def torchrun_pair(target: list[str], flags: list[str]) -> tuple[str, subprocess.CompletedProcess]:
-    """(TP=1's stdout, the TP=2 run of ``target`` under torchrun with 2 processes)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    flags = ["generate", "--model", path, prompt, "--temperature", "0", "--max-tokens", "12", "--json",
+             "--dtype", "float32", "--kv-cache-memory", str(1 << 22), "--log-level", "warning"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     single = subprocess.run([sys.executable, "-m", "pagoda.cli.main", *flags], capture_output=True, text=True,
                             env=env, timeout=120)
     assert single.returncode == 0, single.stderr
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *target,
-                *flags, "--tensor-parallel-size", "2"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                "-m", "pagoda.cli.main", *flags, "--tensor-parallel-size", "2"]
     pair = subprocess.run(torchrun, capture_output=True, text=True, env=env, timeout=180)
     assert pair.returncode == 0, pair.stderr[-3000:]
-    return single.stdout.strip(), pair
-
-
-def test_torchrun_two_processes_match_one(tiny_models):
-    """`torchrun --nproc-per-node 2 -m pagoda.cli.main generate ... -tp 2`: the multi-node path, on one host."""
-    path, _ = tiny_models["qwen3"]
-    single, pair = torchrun_pair(["-m", "pagoda.cli.main"], generate_flags(path))
-    assert pair.stdout.strip() and pair.stdout.strip() == single
-
-
-def test_sums_deferred_into_a_fused_all_reduce_norm_match_one_process(tiny_models):
-    """The row-parallel sums deferred into the norms after them, through a torch reference of the fused op
-    (what the CUDA peer kernels compute): the same completion as TP=1, every such norm fused on both ranks."""
-    path, _ = tiny_models["llama"]  # 2 layers
-    script = os.path.join(os.path.dirname(__file__), "fused_reduce_check.py")
-    single, pair = torchrun_pair([script], generate_flags(path))
-    assert pair.stdout.strip() and pair.stdout.strip() == single
-    counts = sorted(re.findall(r"rank (\d): fused (\d+) plain (\d+)", pair.stderr))
-    assert len(counts) == 2 and counts[0][1:] == counts[1][1:], pair.stderr[-2000:]
-    fused, plain = int(counts[0][1]), int(counts[0][2])
-    assert plain > 0 and fused == 4 * plain  # per forward: the embedding's plain sum; 2 norms x 2 layers fused
+    assert pair.stdout.strip() and pair.stdout.strip() == single.stdout.strip()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("symm", ["1", "oneshot", "0"])  # peer kernels (fused norms), torch's one-shot, NCCL alone
+@pytest.mark.parametrize("symm", ["1", "0"])  # the one-shot symmetric-memory all-reduce, and NCCL alone
 def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
     """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
     if torch.cuda.device_count() < 2:
@@ -154,9 +131,7 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
         try:
             assert llm.engine.core.runner.graphs is not None, "decode steps should be captured"
             if tp == 2:
-                fast = llm.engine.core.executor.workers.tp.fast
-                assert type(fast).__name__ == {"1": "PeerAllReduce", "oneshot": "SymmetricAllReduce",
-                                               "0": "NoneType"}[symm]
+                assert (llm.engine.core.executor.workers.tp.fast is not None) == (symm == "1")
             outputs.append([o.outputs[0].token_ids for o in llm.generate(
                 prompts, SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)])
         finally:
@@ -165,17 +140,13 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("script, done", [("symm_all_reduce_check.py", "symm all-reduce ok"),
-                                          ("peer_all_reduce_check.py", "peer all-reduce ok")])
-def test_fast_all_reduce_sums_like_nccl_on_two_gpus(script, done):
-    """The fast paths against NCCL (and the fused norm against NCCL + fused_add_rms_norm), eager and
-    graph-replayed: torch's one-shot sum, and the csrc peer kernels (200 calls back to back too)."""
+def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(tmp_path):
+    """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    script = os.path.join(os.path.dirname(__file__), script)
+    script = os.path.join(os.path.dirname(__file__), "symm_all_reduce_check.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          script], capture_output=True, text=True, env=env, timeout=300)
+                          script], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert run.stdout.count(done) == 2
-    sys.stdout.write(run.stdout)  # the peer check's count of bit-equal cases (pytest -s shows it)
+    assert run.stdout.count("symm all-reduce ok") == 2

@@ -1,9 +1,7 @@
 """The flash attention sources compile with nvcc, without a GPU: csrc/attention/*.cu (device code)
 for sm_80 and sm_90 (plus compute_75 PTX: the pre-sm_80 fallback path), the torch layer
 attention_flash_kernels.cu against torch's headers, and bindings.cpp with the host compiler. A
-syntax or template error fails here, not on the GPU machine. The peer all-reduce kernels
-(csrc/kernels/allreduce_norm.cu) compile for sm_80 and sm_90 with warnings as errors and no
-register spills, and their torch layer against torch's headers.
+syntax or template error fails here, not on the GPU machine.
 
 Without nvcc these tests skip, except in CI (``CI=true``), where a missing compiler is a failure.
 All compiles start at once (module fixture) and take about a minute on two cores.
@@ -12,7 +10,6 @@ All compiles start at once (module fixture) and take about a minute on two cores
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,9 +24,6 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-gencode", "arch=compute_75,code=compute_75")
 NVCC_FLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v")
-PEER_KERNELS = "kernels/allreduce_norm.cu"
-PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
-PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 # the CPU wheel of torch ships c10/cuda headers but not the one CMake generates for CUDA builds
 CMAKE_MACROS = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
 
@@ -68,13 +62,10 @@ def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.P
     jobs: dict[str, list[str]] = {}
     for source in flash_sources():
         jobs[source] = [compiler, *NVCC_FLAGS, *ARCHS, "-c", str(CSRC / source), "-o", str(out / (Path(source).stem + ".o"))]
-    jobs[PEER_KERNELS] = [compiler, *NVCC_FLAGS, "-Werror", "all-warnings", *ARCHS[:4], f"-I{CSRC}", "-c",
-                          str(CSRC / PEER_KERNELS), "-o", str(out / "allreduce_norm.o")]
     includes = torch_includes(out / "stub")
-    for torch_layer in ("attention_flash_kernels.cu", "allreduce_norm_kernels.cu"):
-        jobs[torch_layer] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr", "-gencode",
-                             "arch=compute_80,code=sm_80", *includes, "-w", "-c", str(CSRC / torch_layer), "-o",
-                             str(out / (Path(torch_layer).stem + ".o"))]
+    jobs["attention_flash_kernels.cu"] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr",
+                                          "-gencode", "arch=compute_80,code=sm_80", *includes, "-w", "-c",
+                                          str(CSRC / "attention_flash_kernels.cu"), "-o", str(out / "torch_layer.o")]
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx and Path(sysconfig.get_paths()["include"], "Python.h").is_file():
         cuda_include = Path(compiler).resolve().parent.parent / "include"
@@ -102,26 +93,8 @@ def test_flash_kernels_compile_for_sm80_and_sm90(compiles, source: str) -> None:
     sys.stdout.write(output)  # register and spill counts (pytest -s shows them)
 
 
-@pytest.mark.parametrize("source", ["attention_flash_kernels.cu", "allreduce_norm_kernels.cu"])
-def test_torch_layer_compiles_against_torch_headers(compiles, source: str) -> None:
-    _finish(compiles[source])
-
-
-def test_peer_all_reduce_kernels_compile_for_sm80_and_sm90_without_spills(compiles) -> None:
-    """Both kernels (plain and fused with the norm) x 3 dtypes x (vector, scalar) x 2 archs, warnings as errors."""
-    output = _finish(compiles[PEER_KERNELS])
-    entries, spills, current = [], {}, None
-    for line in output.splitlines():
-        if match := PTXAS_ENTRY.search(line):
-            current = match.groups()
-            entries.append(current)
-        elif current and (match := PTXAS_SPILLS.search(line)):
-            spills[current] = int(match.group(1)) + int(match.group(2))
-    assert len(entries) == 2 * 3 * 2 * 2, entries
-    assert {arch for _, arch in entries} == {"sm_80", "sm_90"}
-    assert {name for name, _ in entries if "add_rms_norm" in name} and len(spills) == len(entries)
-    assert not any(spills.values()), f"register spills: { {k: v for k, v in spills.items() if v} }"
-    sys.stdout.write(output)
+def test_torch_layer_compiles_against_torch_headers(compiles) -> None:
+    _finish(compiles["attention_flash_kernels.cu"])
 
 
 def test_bindings_compile(compiles) -> None:

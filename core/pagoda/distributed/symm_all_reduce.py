@@ -8,12 +8,6 @@ graphs capture them like NCCL's. Messages above ``max_bytes`` (prefill) stay on 
 
 Set up collectively by :func:`create` on every rank of one host; every decision is agreed over
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
-The helpers here (:func:`agreed`, :func:`symmetric_buffer`, :func:`rendezvous`, :func:`probe_sums`)
-also set up :mod:`pagoda.distributed.peer_all_reduce`, whose one-kernel sums (fused with the
-norm) go first where the platform has them; this path then takes the messages too large for those.
-
-``PAGODA_SYMM_ALL_REDUCE``: ``0`` turns both off (the backend sums everything), ``oneshot`` keeps
-only this one (torch's kernel), anything else (the default) uses both.
 """
 
 from __future__ import annotations
@@ -25,15 +19,13 @@ from typing import Callable, TypeVar
 import torch
 import torch.distributed as dist
 
-from pagoda.distributed.parallel import FastAllReduce
-
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
 
 
-class SymmetricAllReduce(FastAllReduce):
+class SymmetricAllReduce:
     """``fits(x)`` then ``self(x)``: the sum of ``x`` over the group's ranks, as a new tensor."""
 
     def __init__(self, buffer: torch.Tensor, group_name: str, max_bytes: int):
@@ -51,44 +43,29 @@ class SymmetricAllReduce(FastAllReduce):
 
 def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce | None:
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
-    if switch() == "0":
+    if os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1") == "0":
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
-    buffer = agreed(lambda: _allocate(max_bytes, device), group, device)
-    if buffer is None or agreed(lambda: rendezvous(buffer, group), group, device) is None:
+    buffer = _agreed(lambda: _allocate(max_bytes, device), group, device)
+    if buffer is None or _agreed(lambda: _rendezvous(buffer, group), group, device) is None:
         return None
     op = SymmetricAllReduce(buffer, group.group_name, max_bytes)
-    if agreed(lambda: probe_sums(op, dist.get_rank(group), device, world_size), group, device) is None:
+    if _agreed(lambda: _probe(op, group, device, world_size), group, device) is None:
         return None
     logger.info("Tensor parallel: one-shot all-reduce over symmetric memory for sums up to %d KiB",
                 max_bytes >> 10)
     return op
 
 
-def switch() -> str:
-    """``PAGODA_SYMM_ALL_REDUCE`` (module docstring): ``"0"``, ``"oneshot"`` or the default ``"1"``."""
-    return os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1")
-
-
 def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
-    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"):
-        raise RuntimeError("this torch has no symm_mem.one_shot_all_reduce_copy")
-    return symmetric_buffer(max_bytes, device)
-
-
-def symmetric_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
-    """``nbytes`` (uint8) of torch's symmetric memory on ``device``, to be rendezvoused by every rank.
-
-    Pagoda never uses NVLink multicast; unless told otherwise, torch is asked not to create multicast
-    objects at rendezvous (it does on NVSwitch hosts by default)."""
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     import torch.distributed._symmetric_memory as symm_mem
 
-    return symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"):
+        raise RuntimeError("this torch has no symm_mem.one_shot_all_reduce_copy")
+    return symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
 
 
-def rendezvous(buffer: torch.Tensor, group) -> object:
-    """The handle of ``buffer`` (``buffer_ptrs``, ``rank``, ``world_size``), once every rank has its own."""
+def _rendezvous(buffer: torch.Tensor, group) -> object:
     import torch.distributed._symmetric_memory as symm_mem
 
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, a no-op after
@@ -97,28 +74,25 @@ def rendezvous(buffer: torch.Tensor, group) -> object:
     return symm_mem.rendezvous(buffer, group)
 
 
-def probe_sums(op: FastAllReduce, rank: int, device: torch.device, world_size: int) -> bool:
-    """The sum of known per-rank values, in bf16 and fp32, against the exact answer. Every call runs
-    before any verdict, so all ranks issue the same sums even where one rank's answer is wrong."""
-    wrong = []
+def _probe(op: SymmetricAllReduce, group, device: torch.device, world_size: int) -> bool:
+    """The sum of known per-rank values, in bf16 and fp32, against the exact answer."""
+    rank = dist.get_rank(group)
     for dtype in (torch.bfloat16, torch.float32):
         x = torch.arange(1000, device=device, dtype=dtype) % 7 + rank
         expected = (torch.arange(1000, device=device, dtype=dtype) % 7) * world_size + sum(range(world_size))
-        if not torch.equal(op(x), expected):
-            wrong.append(str(dtype))
-    if wrong:
-        raise RuntimeError(f"all-reduce probe gave wrong sums in {', '.join(wrong)}")
+        got = op(x)
+        if not torch.equal(got, expected):
+            raise RuntimeError(f"one-shot all-reduce probe gave wrong sums in {dtype}")
     return True
 
 
-def agreed(step: Callable[[], T], group, device: torch.device,
-           what: str = "symmetric-memory all-reduce") -> T | None:
+def _agreed(step: Callable[[], T], group, device: torch.device) -> T | None:
     """``step()`` here, or None unless it succeeded on every rank (a MIN over the backend)."""
     result, ok = None, 1
     try:
         result = step()
-    except Exception as exc:  # noqa: BLE001 - any failure: the slower path for every sum, the reason logged
-        logger.warning("Tensor parallel: %s unavailable (%s)", what, exc)
+    except Exception as exc:  # noqa: BLE001 - any failure means NCCL for every sum, with the reason logged
+        logger.warning("Tensor parallel: symmetric-memory all-reduce unavailable (%s); NCCL for every sum", exc)
         ok = 0
     flag = torch.tensor([ok], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)

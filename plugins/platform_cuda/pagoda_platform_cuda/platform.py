@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
 
 import torch
 
@@ -49,15 +48,6 @@ class CudaPlatform(CudaApiPlatform):
     def custom_ops(self) -> CustomOps:
         """CudaOps on the csrc kernels, or the torch ops (with one warning saying why)."""
         return _custom_ops()
-
-    def fast_all_reduce(self, group: Any, world_size: int) -> Any:
-        """The csrc peer all-reduce (one kernel, also fused with the residual add and RMSNorm) for decode-size
-        sums, over torch's one-shot symmetric-memory path for larger ones; either may be missing (None)."""
-        from pagoda.distributed import peer_all_reduce
-
-        one_shot = super().fast_all_reduce(group, world_size)
-        kernels = getattr(self.custom_ops(), "kernels", None)  # None: the torch ops (no compiled kernels)
-        return peer_all_reduce.create(kernels, group, self.device(), world_size, one_shot) or one_shot
 
 
 @functools.cache
