@@ -1,6 +1,7 @@
 """Speculative decoding's statistics on the server's Prometheus /metrics: a server speculating with
 the n-gram proposer serves a completion whose prompt repeats itself; the counters, the acceptance
-rate and length and the per-position counts it then shows agree with each other."""
+rate and length and the per-position counts it then shows agree with each other, and the goodput
+controller's counters show it never suspended speculation ("backoff": false)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,7 @@ def test_metrics_report_acceptance(spec_server) -> None:
     per_position = [metric(values, "pagoda:spec_decode_num_accepted_tokens_per_pos_total", position=str(j))
                     for j in range(3)]
     assert sum(per_position) == accepted and per_position == sorted(per_position, reverse=True)
+    # "backoff": false: the goodput controller never suspends speculation
+    assert metric(values, "pagoda:spec_decode_num_steps_total") >= rounds
+    assert metric(values, "pagoda:spec_decode_num_suspended_steps_total") == 0
+    assert metric(values, "pagoda:spec_decode_suspended") == 0

@@ -23,6 +23,7 @@ def _consistent(spec: dict) -> None:
     assert spec["acceptance_rate"] == spec["accepted_tokens"] / spec["draft_tokens"]
     assert spec["mean_acceptance_length"] == 1 + spec["accepted_tokens"] / spec["rounds"]
     assert len(spec["acceptance_per_position"]) == 3
+    assert spec["steps"] > 0 and spec["suspended_steps"] == 0  # "backoff": false never suspends
 
 
 def test_throughput_and_latency_report_acceptance(tmp_path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.engine_core.messages import StepStats
 from pagoda.plugins import get_plugin_manager
 
 
@@ -81,23 +82,27 @@ def active_params(model: torch.nn.Module, num_params: int, hf_config) -> int:
     return num_params
 
 
+SPEC_COUNTERS = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_steps",
+                 "spec_num_suspended_steps")
+
+
 def spec_decode_summary(llm, before=None) -> dict | None:
     """Acceptance of the drafts verified since ``before`` (an earlier ``llm.engine.stats``), or
-    None when the engine does not speculate. Mean acceptance length = tokens emitted per round."""
+    None when the engine does not speculate. Mean acceptance length = tokens emitted per round;
+    ``suspended_steps`` of ``steps`` ran without drafts by the goodput controller's verdict, whose
+    latest measured ratio (tokens/s speculating over suspended) is ``goodput_ratio``."""
     after = llm.engine.stats
     if not after.spec_accepted_per_position:
         return None
-    rounds, drafted, accepted = (after.spec_num_drafts, after.spec_num_draft_tokens, after.spec_num_accepted_tokens)
-    per_position = list(after.spec_accepted_per_position)
-    if before is not None and before.spec_accepted_per_position:
-        rounds -= before.spec_num_drafts
-        drafted -= before.spec_num_draft_tokens
-        accepted -= before.spec_num_accepted_tokens
-        per_position = [a - b for a, b in zip(per_position, before.spec_accepted_per_position)]
+    if before is None or not before.spec_accepted_per_position:  # since start
+        before = StepStats(spec_accepted_per_position=[0] * len(after.spec_accepted_per_position))
+    rounds, drafted, accepted, steps, suspended = (getattr(after, name) - getattr(before, name) for name in SPEC_COUNTERS)
+    per_position = [a - b for a, b in zip(after.spec_accepted_per_position, before.spec_accepted_per_position)]
     return {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             "mean_acceptance_length": 1 + accepted / rounds if rounds else 0.0,
-            "acceptance_per_position": [n / rounds if rounds else 0.0 for n in per_position]}
+            "acceptance_per_position": [n / rounds if rounds else 0.0 for n in per_position],
+            "steps": steps, "suspended_steps": suspended, "goodput_ratio": after.spec_goodput_ratio}
 
 
 def emit(result: dict, result_file: str | None) -> None:

@@ -146,15 +146,19 @@ class EngineCore:
         if launched is not None and (not self.overlap or self._verifies(scheduled) or self.beams.any_in(scheduled)):
             outputs += self._resolve(launched)
             self._inflight = None
+        if self.speculator is not None:  # the goodput controller times steps start to start while busy
+            self.speculator.end_step(busy=self.has_unfinished())
         if self.trace is not None:
             self.trace.record(step=start, seconds=time.monotonic() - start, tokens=scheduled.total_tokens,
                               seqs=len(scheduled.requests), outputs=len(outputs))
         return outputs
 
     def _propose(self) -> list[EngineCoreOutput]:
-        """Drafts for the requests that speculate this step; the tokens of an in-flight step are
-        read first when a request needs its last token to propose."""
+        """Drafts for the requests that speculate this step (none while the goodput controller has
+        suspended speculation); the tokens of an in-flight step are read first when a request needs
+        its last token to propose."""
         outputs: list[EngineCoreOutput] = []
+        self.speculator.begin_step()
         if self._inflight is not None and self.speculator.wants_tokens(self.requests.values()):
             outputs = self._resolve(self._inflight)
             self._inflight = None

@@ -125,6 +125,10 @@ class StepStats(msgspec.Struct):
     spec_num_draft_tokens: int = 0  # drafted tokens verified
     spec_num_accepted_tokens: int = 0  # of them, accepted
     spec_accepted_per_position: list[int] = []  # [k]: rounds whose j-th draft was accepted
+    spec_num_steps: int = 0  # engine steps
+    spec_num_suspended_steps: int = 0  # of them, with speculation suspended (drafts cost more than they gave)
+    spec_suspended: bool = False  # gauge: suspended now
+    spec_goodput_ratio: float = 0.0  # gauge: measured tokens/s speculating over suspended (0: not measured)
 
 
 class EngineCoreOutputs(msgspec.Struct, tag=True):

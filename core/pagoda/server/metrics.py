@@ -159,7 +159,8 @@ class ServerMetrics:
 
 def _spec_decode_lines(s: StepStats, label: str) -> list[str]:
     """Speculative decoding (only when the engine speculates): counters as in vLLM, plus the
-    acceptance rate and mean acceptance length (1 + accepted drafts per round) they imply."""
+    acceptance rate and mean acceptance length (1 + accepted drafts per round) they imply, and the
+    goodput controller's steps, state and measured ratio."""
     if not s.spec_accepted_per_position:
         return []
     rounds, drafted, accepted = s.spec_num_drafts, s.spec_num_draft_tokens, s.spec_num_accepted_tokens
@@ -174,6 +175,13 @@ def _spec_decode_lines(s: StepStats, label: str) -> list[str]:
         ("pagoda:spec_decode_mean_acceptance_length", "gauge",
          "Tokens emitted per verification round since start (1 + accepted drafts).",
          1 + accepted / rounds if rounds else 0.0),
+        ("pagoda:spec_decode_num_steps_total", "counter", "Engine steps.", s.spec_num_steps),
+        ("pagoda:spec_decode_num_suspended_steps_total", "counter",
+         "Engine steps with speculation suspended (steps with drafts measured slower per token).",
+         s.spec_num_suspended_steps),
+        ("pagoda:spec_decode_suspended", "gauge", "1 while speculation is suspended.", int(s.spec_suspended)),
+        ("pagoda:spec_decode_goodput_ratio", "gauge",
+         "Measured tokens per second speculating over suspended (0 until both are measured).", s.spec_goodput_ratio),
     ):
         out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
     name = "pagoda:spec_decode_num_accepted_tokens_per_pos_total"

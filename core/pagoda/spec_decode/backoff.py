@@ -9,7 +9,9 @@ accepted, or the proposer had no guess) is a miss; after two misses in a row the
 proposing for a pause that doubles with each further miss (2, 4, ... up to ``max_pause`` steps)
 and then probes again. Pauses end on multiples of their length, so requests that back off alike
 probe in the same steps and the steps in between run as plain (overlapped, graphed) decodes.
-With nothing ever accepted, about one step in ``max_pause`` carries a draft.
+With nothing ever accepted, about one step in ``max_pause`` carries a draft. Whether a step may
+carry drafts at all, given what drafted and plain steps cost, is decided engine-wide
+(:mod:`pagoda.spec_decode.goodput`).
 """
 
 from __future__ import annotations

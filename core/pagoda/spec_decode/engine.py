@@ -1,6 +1,8 @@
 """Speculative decoding inside the engine core: drafts before scheduling, verification after.
 
-Each step, the :class:`Speculator` asks the proposer for drafts for the running requests that may
+Each step, unless the goodput controller has suspended speculation because steps with drafts have
+lately yielded fewer tokens per second than plain ones (:mod:`pagoda.spec_decode.goodput`), the
+:class:`Speculator` asks the proposer for drafts for the running requests that may
 speculate (their budget from :class:`~pagoda.spec_decode.backoff.Backoff`) and appends them to the
 requests as *draft tokens* (not known tokens: the prefix cache never hashes them). The scheduler
 then schedules ``1 + d`` tokens for such a request like a short prefill chunk; :meth:`Speculator.fit`
@@ -22,6 +24,7 @@ from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.spec_decode.backoff import Backoff
 from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
+from pagoda.spec_decode.goodput import GoodputController
 from pagoda.spec_decode.hidden import HiddenStates
 
 if TYPE_CHECKING:
@@ -39,6 +42,8 @@ class Speculator:
         self.kv_cache = kv_cache
         self.max_model_len = max_model_len
         self.backoff = Backoff(self.k, enabled=config.backoff)
+        self.goodput = GoodputController(enabled=config.backoff)  # whether this step may draft at all
+        self.speculating = True  # this step's verdict
         # the target's hidden states per request, for proposers that read them (EAGLE); the runner fills it
         self.hidden = HiddenStates() if proposer.needs_hidden_states else None
         self._drafted: list[Request] = []
@@ -48,15 +53,26 @@ class Speculator:
         self.num_accepted = 0  # of them, accepted
         self.accepted_per_position = [0] * self.k  # rounds whose j-th draft was accepted
 
+    # -- the step's bounds ---------------------------------------------------------------------
+    def begin_step(self) -> None:
+        """A step starts: the goodput controller times the one before and says whether this one drafts."""
+        self.speculating = self.goodput.begin_step()
+
+    def end_step(self, busy: bool) -> None:
+        """The step is launched (and read, if it verified drafts); ``busy``: the engine has work left."""
+        self.goodput.end_step(busy)
+
     # -- before scheduling -------------------------------------------------------------------
     def wants_tokens(self, requests: Iterable[Request]) -> bool:
         """Whether some running request will propose this step (its last token must be read first)."""
-        return any(self._budget(req, self.step_index + 1) > 0 for req in requests)
+        return self.speculating and any(self._budget(req, self.step_index + 1) > 0 for req in requests)
 
     def propose(self, requests: Iterable[Request]) -> None:
         """Append drafts to the requests that may speculate this step."""
         self.step_index += 1
         self._drafted = []
+        if not self.speculating:
+            return
         eligible, budgets = [], []
         for req in requests:
             budget = self._budget(req, self.step_index) if not req.num_pending_tokens else 0
@@ -79,12 +95,17 @@ class Speculator:
             self._drafted.append(req)
 
     def fit(self, scheduled: SchedulerOutput) -> None:
-        """Drop the drafts this step will not compute (cut by the token budget, unscheduled, preempted)."""
+        """Drop the drafts this step will not compute (cut by the token budget, unscheduled, preempted);
+        tell the goodput controller what the step computes."""
         counts = {req.request_id: n for req, n in zip(scheduled.requests, scheduled.num_tokens)}
         for req in self._drafted:
             n = counts.get(req.request_id)
             running = n is not None and req.status is RequestStatus.RUNNING
             req.drop_drafts(keep=max(0, n - 1) if running else 0)
+        decode_only = bool(scheduled.requests) and all(
+            n == 1 + req.num_draft_tokens and req.num_computed_tokens >= req.num_prompt_tokens
+            for req, n in zip(scheduled.requests, scheduled.num_tokens))
+        self.goodput.on_scheduled(len(scheduled.requests), decode_only, self.has_drafts(scheduled))
 
     def has_drafts(self, scheduled: SchedulerOutput) -> bool:
         return any(req.num_draft_tokens for req in scheduled.requests)
@@ -117,6 +138,10 @@ class Speculator:
         stats.spec_num_draft_tokens = self.num_drafts
         stats.spec_num_accepted_tokens = self.num_accepted
         stats.spec_accepted_per_position = list(self.accepted_per_position)
+        stats.spec_num_steps = self.goodput.num_steps
+        stats.spec_num_suspended_steps = self.goodput.num_suspended_steps
+        stats.spec_suspended = self.goodput.suspended
+        stats.spec_goodput_ratio = self.goodput.goodput_ratio
 
     # -- helpers -----------------------------------------------------------------------------
     def _hidden(self, req: Request):
@@ -127,6 +152,7 @@ class Speculator:
         self.num_rounds += 1
         self.num_drafts += num_drafts
         self.num_accepted += num_accepted
+        self.goodput.on_accepted(num_accepted)
         for j in range(num_accepted):
             self.accepted_per_position[j] += 1
         self.backoff.record(request_id, self.step_index, num_drafts, num_accepted)
