@@ -24,13 +24,13 @@ Cost = Callable[[int, bool], tuple[float, int]]  # (step number, speculating) ->
 
 
 def run(controller: GoodputController, clock: FakeClock, cost: Cost, steps: int, batch: int = BATCH,
-        decode_only: bool = True, busy: bool = True, drafts: bool = True) -> list[bool]:
-    """``steps`` engine steps (``drafts``: those that may draft do); each one's verdict (whether it could draft)."""
+        decode_only: bool = True, busy: bool = True) -> list[bool]:
+    """``steps`` engine steps; each one's verdict (whether it could draft)."""
     verdicts = []
     for i in range(steps):
         speculating = controller.begin_step()
         seconds, accepted = cost(i, speculating)
-        controller.on_scheduled(batch, decode_only, drafted=speculating and drafts)
+        controller.on_scheduled(batch, decode_only)
         controller.on_accepted(accepted if speculating else 0)
         controller.end_step(busy)
         clock.now += seconds
@@ -80,18 +80,26 @@ def test_drafting_resumes_once_it_wins() -> None:
 
 
 def test_unsteady_steps_are_not_timed() -> None:
-    """Prompt chunks, idle waits after a step, speculating steps without drafts and steps at
-    another batch size do not count."""
+    """Prompt chunks, idle waits after a step and steps at another batch size do not count."""
     clock = FakeClock()
     controller = GoodputController(clock=clock)
     assert run(controller, clock, slow_drafts, 3, decode_only=False) == [True] * 3
     assert run(controller, clock, slow_drafts, 3, busy=False) == [True] * 3
-    assert run(controller, clock, slow_drafts, 20, drafts=False) == [True] * 20
     assert controller.goodput_ratio == 0.0
     run(controller, clock, slow_drafts, 60)
     assert controller.suspended
     # a batch half as large starts a new cycle once its first step is timed: probe drafting first
     assert run(controller, clock, slow_drafts, 3, batch=BATCH // 2) == [False, True, True]
+
+
+def test_speculating_without_drafts_counts_as_lost_overlap() -> None:
+    """The proposer finds nothing, but each speculating step reads the tokens in flight first and
+    costs 1.5 plain steps for one token per request: speculation is suspended after its probe."""
+    clock = FakeClock()
+    controller = GoodputController(clock=clock)
+    verdicts = run(controller, clock, lambda step, speculating: (1.5 if speculating else 1.0, 0), 100)
+    assert stretches(verdicts)[:2] == [(True, 5), (False, 37)]
+    assert controller.suspended and abs(controller.goodput_ratio - 1 / 1.5) < 1e-9
 
 
 def test_backoff_false_never_suspends() -> None:

@@ -105,7 +105,7 @@ class Speculator:
         decode_only = bool(scheduled.requests) and all(
             n == 1 + req.num_draft_tokens and req.num_computed_tokens >= req.num_prompt_tokens
             for req, n in zip(scheduled.requests, scheduled.num_tokens))
-        self.goodput.on_scheduled(len(scheduled.requests), decode_only, self.has_drafts(scheduled))
+        self.goodput.on_scheduled(len(scheduled.requests), decode_only)
 
     def has_drafts(self, scheduled: SchedulerOutput) -> bool:
         return any(req.num_draft_tokens for req in scheduled.requests)
