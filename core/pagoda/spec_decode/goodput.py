@@ -30,7 +30,8 @@ steps in between; while they win, 4 plain steps between runs keep the plain figu
 first steps (compilation) decide one run at most: every run ends in a probe.
 
 **Batch size.** A request's share of a step depends on the batch: the averages hold samples of
-batch sizes within ``batch_band`` of the cycle's first; a sample outside starts a new cycle.
+batch sizes within ``batch_band`` of the first since they were reset; a sample outside resets both
+(the phase in progress and the length of the next pause or run stay).
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class GoodputController:
         self.goodput_ratio = 0.0  # goodput speculating over suspended at the latest verdict (0: none yet)
         self._open: _Step | None = None  # begun, not yet timed
         self._last: _Step | None = None  # the step before it
-        self._restart(batch=0)
+        self._rebase(batch=0)
+        self._winner: bool | None = None  # the last verdict (None: none yet)
+        self._run = 0  # samples of the winner's last run
+        self._start_phase(True, policy.probe_steps, is_run=False)  # the first cycle probes drafting first
 
     def begin_step(self) -> bool:
         """Start a step (this times the one before): whether it may carry drafts."""
@@ -139,7 +143,7 @@ class GoodputController:
 
     def _record(self, step: _Step, seconds: float) -> None:
         if not self._similar(step.batch):
-            self._restart(step.batch)
+            self._rebase(step.batch)
         self._batch = self._batch or step.batch
         if step.speculating != self.speculating:  # a phase the new cycle left
             return
@@ -152,13 +156,12 @@ class GoodputController:
         return not self._batch or max(batch, self._batch) <= self.policy.batch_band * min(batch, self._batch)
 
     # -- phases ----------------------------------------------------------------------------------
-    def _restart(self, batch: int) -> None:
-        """A new cycle: nothing measured, probe speculating first."""
+    def _rebase(self, batch: int) -> None:
+        """Another batch size: what was measured no longer compares, so both averages start afresh.
+        The phase in progress goes on (a pause keeps its length, and a server's changing batch does
+        not set off probe after probe); once it ends, the phase not yet measured is probed."""
         self._averages = {True: _Average(), False: _Average()}
         self._batch = batch
-        self._winner: bool | None = None
-        self._run = 0
-        self._start_phase(True, self.policy.probe_steps, is_run=False)
 
     def _next_phase(self) -> None:
         on, off = self._averages[True], self._averages[False]
