@@ -499,10 +499,12 @@ int warps_along_n(int token_tiles) { return token_tiles <= 2 ? TileShape<1>::kWN
 
 // Token tiles: 1 up to 8 tokens, 2 up to 16, else 4 (32 tokens per block). Split: the one of least
 // modelled time, in units of one group per warp slice streamed by a fully occupied SM. Fit to the H100
-// sweep (docs/quant_awq.md, run 5): an SM streams its blocks' bytes at one rate once it holds
-// min_blocks blocks, 1.4x slower with fewer (too few loads in flight); each round of min_blocks blocks
-// on an SM costs a fixed overhead (staging x, the slice sums, the split counters: about 4 units the
-// first round, 2 each further). So splits fill idle SMs until their overhead outweighs the bytes.
+// sweeps (docs/quant_awq.md, runs 5-7): an SM streams its blocks' bytes at one rate once it holds
+// min_blocks blocks, 1.4x slower with fewer (too few loads in flight); more than one token tile costs
+// 1.4x per byte (the MMAs and folds double); each round of min_blocks blocks on an SM costs a fixed
+// overhead (staging x, the slice sums, the split counters: about 4 units the first round, 2 each
+// further), and each split a quarter unit (the last block sums every split's partials). So splits
+// fill idle SMs until their overhead outweighs the bytes.
 AwqTilesPlan plan_awq_tiles_gemm(int m, int n, int k, int group, int sms, int split_override) {
   AwqTilesPlan plan{m <= 8 ? 1 : m <= 16 ? 2 : 4, 1};
   const int wn = warps_along_n(plan.token_tiles), wk = kThreads / 32 / wn;
@@ -515,13 +517,14 @@ AwqTilesPlan plan_awq_tiles_gemm(int m, int n, int k, int group, int sms, int sp
   }
   const int64_t blocks = static_cast<int64_t>((m + 8 * plan.token_tiles - 1) / (8 * plan.token_tiles)) *
                          ((n / kAwqTileStrip + wn - 1) / wn);
+  const double per_byte = plan.token_tiles == 1 ? 1.0 : 1.4;
   double best = 0.0;
   for (int split = 1; split <= max_split; ++split) {
     const int64_t per_sm = (blocks * split + sms - 1) / sms;  // blocks on the busiest SM
     const int64_t slice = (groups + split * wk - 1) / (split * wk);  // groups per warp slice
     const int64_t rounds = (per_sm + min_blocks - 1) / min_blocks;
-    const double cost = static_cast<double>(per_sm * slice) * (per_sm >= min_blocks ? 1.0 : 1.4) + 4.0 +
-                        2.0 * static_cast<double>(rounds - 1);
+    const double cost = static_cast<double>(per_sm * slice) * per_byte * (per_sm >= min_blocks ? 1.0 : 1.4) + 4.0 +
+                        2.0 * static_cast<double>(rounds - 1) + 0.25 * split;
     if (split == 1 || cost < best) {
       best = cost;
       plan.split = split;
