@@ -46,28 +46,28 @@ def choose_num_splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num
 def balance_waves(num_programs: int, num_splits: int, max_seq_len: int, num_sms: int, per_sm: int) -> int:
     """``num_splits``, or more where ``num_programs`` (unsplit) leave a program alone on most SMs.
 
-    With ``per_sm`` programs resident per multiprocessor, an SM that runs ``n`` programs of equal
-    length and ends with one alone (``n % per_sm == 1``) streams that last one at about half its rate
-    (flash, head 128, 3 per SM on an H100: batch 64 x 8 kv heads = 512 programs, 75-80% of the copy
-    bandwidth against 84-92% split 2 ways and 85-98% split 3 ways). Among 1-3 splits the one of least modelled time wins:
-    the busiest SM's programs, counting a short run's lone last one twice, each ``1/splits`` long.
-    Long runs (``n > 2 * per_sm``) drift out of step and are left alone, as are launches that
-    already split (``num_splits > 1``: fewer programs than SMs).
+    With ``per_sm`` programs resident per multiprocessor, an SM that runs a short run of ``n``
+    programs of equal length ending with one alone (``n % per_sm == 1``) streams that last one at
+    about half its rate (flash, head 128, 3 per SM on an H100: batch 64 x 8 kv heads = 512 programs
+    reach 75-80% of the copy bandwidth, 84-93% split 2 ways, 84-97.5% split 3 ways). Then among 1-3
+    splits the one of least modelled time wins: the busiest SM's programs, each ``1/splits`` long,
+    a lone last one counted twice. Long runs (``n > 2 * per_sm``) drift out of step and are left
+    alone, as are launches that already split (``num_splits > 1``: fewer programs than SMs).
     """
     if num_splits > 1 or per_sm < 2 or num_programs < num_sms:
         return num_splits
 
-    def lone(splits: int) -> bool:  # the busiest SM's short run ends with one program alone
-        n = -(-num_programs * splits // num_sms)
-        return n % per_sm == 1 and n <= 2 * per_sm
+    def busiest(splits: int) -> int:  # programs on the busiest SM
+        return -(-num_programs * splits // num_sms)
 
-    def cost(splits: int) -> float:
-        return (-(-num_programs * splits // num_sms) + lone(splits)) / splits
+    def lone(splits: int) -> bool:  # a short run that ends with one program alone
+        n = busiest(splits)
+        return n % per_sm == 1 and n <= 2 * per_sm
 
     if not lone(1):
         return 1
     allowed = [s for s in (3, 2, 1) if s == 1 or max_seq_len // s >= MIN_KEYS_PER_SPLIT]
-    return min(allowed, key=cost)  # ties: the most splits (shorter programs even out the run's end)
+    return min(allowed, key=lambda s: (busiest(s) + lone(s)) / s)  # ties: the most splits
 
 
 def decode_scratch(
