@@ -90,9 +90,36 @@ def attention_chart() -> None:
     fig.savefig(IMG / "attention_triton_h200.png", dpi=110)
 
 
+def flash_splits_chart() -> None:
+    """Flash decode bandwidth against the split count (H100), triton at its own plan for reference."""
+    data = load("h100_2026-11-26_round10/flash_splits_planned.json")
+    cases = {}
+    for r in data["rows"]:
+        cases.setdefault((r["batch"], r["ctx"]), []).append(r)
+    shown = [(64, 1024), (64, 4096), (64, 8192), (32, 8192), (1, 32768), (4, 32768)]
+    fig, axes = plt.subplots(1, len(shown), figsize=(14, 3.2), sharey=True)
+    for ax, key in zip(axes, shown):
+        rows = cases[key]
+        flash = sorted((r["splits"], r["of_copy"] * 100, r.get("planned")) for r in rows if r["backend"] == "flash")
+        triton = next(r for r in rows if r["backend"] == "triton")
+        ax.plot([f[0] for f in flash], [f[1] for f in flash], "o-", label="flash")
+        ax.plot([f[0] for f in flash if f[2]], [f[1] for f in flash if f[2]], "r*", ms=14, label="flash's plan")
+        ax.axhline(triton["of_copy"] * 100, color="grey", ls="--", label="triton (its own plan)")
+        ax.axhline(85, color="green", ls=":", label="goal 85%")
+        ax.set(xscale="log", xlabel="splits", title=f"batch {key[0]} x {key[1] // 1024}k")
+        ax.minorticks_off()
+        ax.set_xticks([f[0] for f in flash], [str(f[0]) for f in flash], fontsize=7)
+    axes[0].set_ylabel("% of copy bandwidth")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Flash decode against the split count, Llama-3.1-8B attention, bf16, H100", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "flash_splits_h100.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
     latency_chart()
     attention_chart()
+    flash_splits_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
