@@ -53,7 +53,7 @@ def test_bench_serve_against_pagoda_serve(live_server, endpoint, tmp_path, capsy
     result_file = tmp_path / "result.json"
     rc = main(["bench", "serve", "--base-url", live_server, "--endpoint", endpoint, "--num-prompts", "6",
                "--input-len", "24", "--output-len", "10", "--max-concurrency", "3", "--ignore-eos", "--no-progress",
-               "--result-file", str(result_file)])
+               "--result-file", str(result_file), "--save-detailed"])
     assert rc == 0, capsys.readouterr().err
     record = json.loads(result_file.read_text())
     assert record["completed"] == 6 and record["failed"] == 0

@@ -57,7 +57,7 @@ def test_cli_writes_table_and_json(fake, tmp_path, capsys):
     result_file = tmp_path / "result.json"
     rc = main(["bench", "serve", "--base-url", server.url + "/v1", "--num-prompts", "4", "--input-len", "12",
                "--output-len", "3", "--max-concurrency", "2", "--ignore-eos", "--no-progress",
-               "--result-file", str(result_file)])
+               "--result-file", str(result_file), "--save-detailed"])
     assert rc == 0
     table = capsys.readouterr().out
     for label in ("Successful requests", "Request throughput", "Output token throughput", "Total token throughput",
@@ -77,13 +77,23 @@ def test_without_tokenize_prompts_are_random_words(fake, tmp_path, capsys):
     timings.tokenize = False
     try:
         rc = main(["bench", "serve", "--base-url", server.url, "--num-prompts", "3", "--input-len", "7",
-                   "--output-len", "2", "--endpoint", "chat", "--no-progress", "--result-file", str(tmp_path / "r.json")])
+                   "--output-len", "2", "--endpoint", "chat", "--no-progress", "--result-file", str(tmp_path / "r.json"),
+                   "--save-detailed"])
     finally:
         timings.tokenize = True
     assert rc == 0
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["input_lens"] == [7] * 3  # words, counted by the fake server's usage
     assert len(set(b["messages"][0]["content"] for b in timings.bodies[-3:])) == 3  # distinct prompts
+
+
+def test_result_file_holds_the_summary_unless_detailed(fake, tmp_path):
+    server, _ = fake
+    rc = main(["bench", "serve", "--base-url", server.url, "--num-prompts", "3", "--input-len", "7",
+               "--output-len", "2", "--no-progress", "--result-file", str(tmp_path / "r.json")])
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and record["completed"] == 3 and record["total_output_tokens"] == 6 and "p99_ttft_ms" in record
+    assert not {"input_lens", "output_lens", "ttfts", "itls", "e2els", "generated_texts", "errors"} & set(record)
 
 
 def test_failed_requests_are_counted_not_raised(fake, capsys):
@@ -147,5 +157,5 @@ def test_help_mentions_every_flag(capsys):
     text = capsys.readouterr().out
     for flag in ("--base-url", "--model", "--endpoint", "--num-prompts", "--request-rate", "--burstiness",
                  "--max-concurrency", "--input-len", "--output-len", "--prompts-file", "--seed", "--ignore-eos",
-                 "--temperature", "--extra-body", "--result-file", "--no-progress"):
+                 "--temperature", "--extra-body", "--result-file", "--save-detailed", "--no-progress"):
         assert flag in text

@@ -60,7 +60,10 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of each request")
     g.add_argument("--extra-body", metavar="JSON", help="a JSON object merged into every request body")
     g = p.add_argument_group("output")
-    g.add_argument("--result-file", help="write the summary and per-request measurements to this JSON file")
+    g.add_argument("--result-file", help="write the run's settings and summary to this JSON file")
+    g.add_argument("--save-detailed", action="store_true",
+                   help="with --result-file: also every request's lengths, TTFT, ITLs, latency, text and error "
+                        "(as vLLM's flag; megabytes for large runs)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -146,7 +149,7 @@ def benchmark(settings: RequestSettings, inputs: list[RequestInput], shape: Load
 
 def write_result(path: str, args: argparse.Namespace, settings: RequestSettings, shape: LoadShape,
                  summary: dict, results: list[RequestResult]) -> None:
-    """The summary, the run's settings and the per-request measurements, as JSON."""
+    """The run's settings and summary, and with ``--save-detailed`` the per-request measurements, as JSON."""
     record = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "base_url": settings.base_url,
@@ -160,14 +163,17 @@ def write_result(path: str, args: argparse.Namespace, settings: RequestSettings,
         "output_len": args.output_len,
         "seed": args.seed,
         **summary,
-        "input_lens": [r.prompt_len for r in results],
-        "output_lens": [r.output_tokens for r in results],
-        "ttfts": [r.ttft for r in results],
-        "itls": [r.itl for r in results],
-        "e2els": [r.latency for r in results],
-        "generated_texts": [r.generated_text for r in results],
-        "errors": [r.error for r in results],
     }
+    if args.save_detailed:
+        record.update(
+            input_lens=[r.prompt_len for r in results],
+            output_lens=[r.output_tokens for r in results],
+            ttfts=[r.ttft for r in results],
+            itls=[r.itl for r in results],
+            e2els=[r.latency for r in results],
+            generated_texts=[r.generated_text for r in results],
+            errors=[r.error for r in results],
+        )
     with open(path, "w") as f:
         json.dump(record, f, indent=2)
     print(f"results written to {path}", file=sys.stderr)
