@@ -65,11 +65,16 @@ def prefill_row(ext, seq: int, tokens: int) -> dict:
     return row
 
 
-def decode_row(ext, batch: int, ctx: int, copy_gbs: float, sms: int) -> dict:
+def decode_inputs(batch: int, ctx: int) -> tuple[torch.Tensor, ...]:
+    """(cache, block table, seq_lens, query_start_loc, query) of ``batch`` decodes at context ``ctx``."""
     cache, table = paged_cache([ctx] * batch, KV_HEADS)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
     qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, HEADS, HEAD, dtype=DT, device="cuda")
+    return cache, table, seq_lens, qsl, torch.randn(batch, HEADS, HEAD, dtype=DT, device="cuda")
+
+
+def decode_row(ext, batch: int, ctx: int, copy_gbs: float, sms: int) -> dict:
+    cache, table, seq_lens, qsl, q = decode_inputs(batch, ctx)
     out = torch.empty_like(q)
     programs = KV_HEADS * -(-(HEADS // KV_HEADS) // DECODE_ROWS)
     n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,

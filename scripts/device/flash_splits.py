@@ -18,7 +18,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from attention_flash import HEAD, HEADS, KV_HEADS, SCALE, DT, bench, copy_bandwidth, flash_call, paged_cache  # noqa: E402
+from attention_flash import HEAD, HEADS, KV_HEADS, SCALE, DT, bench, copy_bandwidth, decode_inputs, flash_call  # noqa: E402
 from pagoda_attention_triton.decode import decode_attention  # noqa: E402
 from pagoda.attention.split_kv import balance_waves, choose_num_splits, decode_scratch  # noqa: E402
 from pagoda_attention_flash.kernels import decode_programs_per_sm, extension  # noqa: E402
@@ -35,10 +35,7 @@ CASES = {  # (batch, context): split counts to try
 
 
 def launch_once(ext, batch: int, ctx: int, splits: int) -> None:
-    cache, table = paged_cache([ctx] * batch, KV_HEADS)
-    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
-    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, HEADS, HEAD, dtype=DT, device="cuda")
+    cache, table, seq_lens, qsl, q = decode_inputs(batch, ctx)
     call = flash_call(ext, torch.empty_like(q), q, cache, table, qsl, seq_lens, batch, splits,
                       decode_scratch(batch, HEADS, HEAD, splits, q.device))
     for _ in range(3):
@@ -62,10 +59,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()} | copy {copy_gbs:.0f} GB/s", flush=True)
     rows = []
     for (batch, ctx), splits in CASES.items():
-        cache, table = paged_cache([ctx] * batch, KV_HEADS)
-        seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
-        qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
-        q = torch.randn(batch, HEADS, HEAD, dtype=DT, device="cuda")
+        cache, table, seq_lens, qsl, q = decode_inputs(batch, ctx)
         out = torch.empty_like(q)
         kv_bytes = 2 * batch * ctx * KV_HEADS * HEAD * 2
         n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
