@@ -6,6 +6,7 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/round_check_out}"; mkdir -p "$OUT"
 say() { echo "$@" | tee -a "$OUT/summary.txt"; }
+source scripts/device/wait_for_server.sh
 start=$(date +%s)
 OUT="$OUT/spec" LIMIT=240 bash scripts/device/spec_backoff.sh > /dev/null 2>&1
 say "spec backoff: exit $? ($(( $(date +%s) - start )) s)"; grep -E "/ none|ratio" "$OUT/spec/spec_backoff.log" | tee -a "$OUT/summary.txt"
@@ -17,12 +18,8 @@ timeout 200 python3 benchmarks/guided_decoding.py benchmarks/configs/llama-3.1-8
 say "guided: exit $?"; grep -E '_tokens_per_s"|ratio' "$OUT/guided_b64_n256.json" | tee -a "$OUT/summary.txt"
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 2048 --tokenizer "$TOK" --log-level warning)
 pagoda serve benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --port 8000 --served-model-name llama > "$OUT/server.log" 2>&1 &
-pid=$! t=0
-until curl -sf http://127.0.0.1:8000/health > /dev/null; do
-  sleep 2; t=$((t + 2))
-  if [ $t -gt 200 ] || ! kill -0 $pid 2>/dev/null; then say "serve: did not start"; tail -20 "$OUT/server.log"; break; fi
-done
-say "serve: up after ${t} s"
+pid=$!
+if t=$(wait_for_server $pid "$OUT/server.log" 200); then say "serve: up after ${t} s"; else say "serve: did not start"; fi
 timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 64 --input-len 256 --output-len 16 \
   --ignore-eos --no-progress > /dev/null 2>&1  # warm-up
 timeout 150 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 500 --input-len 256 --output-len 256 \

@@ -10,6 +10,7 @@ WORK=/tmp/serve_perf; mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 PARTS="${PARTS:-tests offline serve}"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
+source scripts/device/wait_for_server.sh
 MODEL=benchmarks/configs/llama-3.1-8b
 TOK=/tmp/llama3-tokenizer
 start=$(date +%s)
@@ -44,11 +45,8 @@ fi
 serve_and_bench() {  # name, server flags...: start pagoda serve, run the served workloads, stop it (SIGTERM)
   local name=$1; shift
   pagoda serve "$MODEL" "${COMMON[@]}" --port 8000 --served-model-name llama "$@" > "$WORK/server_$name.log" 2>&1 &
-  local pid=$! t=0
-  until curl -sf http://127.0.0.1:8000/health > /dev/null; do
-    sleep 2; t=$((t + 2))
-    if [ $t -gt 240 ] || ! kill -0 $pid 2>/dev/null; then echo "$name: server did not start"; tail -20 "$WORK/server_$name.log"; return 1; fi
-  done
+  local pid=$! t
+  t=$(wait_for_server $pid "$WORK/server_$name.log" 240) || { echo "$name: server did not start"; return 1; }
   echo "$name: server up after ${t} s"
   timeout 120 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 256 --input-len 256 --output-len 16 \
     --ignore-eos --no-progress > "$WORK/${name}_warmup.log" 2>&1  # compiles the kernels first used by big batches

@@ -15,6 +15,7 @@ WORK="$OUT/work"; mkdir -p "$WORK"  # under $OUT: what finished comes back even 
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 PARTS="${PARTS:-tests 8b}"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
+source scripts/device/wait_for_server.sh
 M8=benchmarks/configs/llama-3.1-8b
 M70=benchmarks/configs/llama-3.1-70b
 TOK=/tmp/llama3-tokenizer
@@ -59,12 +60,8 @@ if has 70b; then
 fi
 if has 70b-serve; then
   pagoda serve "$M70" "${COMMON[@]}" -tp 2 --port 8000 --served-model-name llama > "$WORK/server_70b.log" 2>&1 &
-  pid=$! t=0
-  until curl -sf http://127.0.0.1:8000/health > /dev/null; do
-    sleep 2; t=$((t + 2))
-    if [ $t -gt 300 ] || ! kill -0 $pid 2>/dev/null; then echo "70b serve: server did not start"; tail -20 "$WORK/server_70b.log"; break; fi
-  done
-  echo "70b serve: server up after ${t} s"
+  pid=$!
+  if t=$(wait_for_server $pid "$WORK/server_70b.log" 300); then echo "70b serve: server up after ${t} s"; else echo "70b serve: server did not start"; fi
   timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 32 --input-len 256 --output-len 16 \
     --ignore-eos --no-progress > "$WORK/serve_70b_warmup.log" 2>&1
   timeout 150 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 200 --input-len 256 --output-len 256 \
