@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "../compat.h"
 
@@ -153,14 +155,6 @@ PAGODA_INLINE float quad_sum(float v) {
 }
 
 // ---- the paged cache -----------------------------------------------------------------------------
-// Element offset of key position `pos` of one sequence in a cache half (K or V) laid out
-// [num_blocks, block_size, num_kv_heads, head_size], already offset to the kv head.
-PAGODA_INLINE int64_t paged_row(const int32_t* block_table_row, int pos, int block_size, int64_t stride_block,
-                                int64_t stride_token) {
-  const int page = __ldg(block_table_row + pos / block_size);
-  return static_cast<int64_t>(page) * stride_block + static_cast<int64_t>(pos % block_size) * stride_token;
-}
-
 // Division by a run-time constant d (the cache block size) in one IMAD.HI, one IADD and one shift,
 // for dividends below 2^31 (key positions): with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
 // n / d = (umulhi(n, m) + n) >> l (round-up multiplier; m = 1 for a power of two; the sum stays below
@@ -175,36 +169,58 @@ struct FastDiv {
   PAGODA_INLINE uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
 };
 
+// Element offset of key position `pos` of one sequence in a cache half (K or V) laid out
+// [num_blocks, block_size, num_kv_heads, head_size], already offset to the kv head.
+PAGODA_INLINE int64_t paged_row(const int32_t* block_table_row, int pos, const FastDiv& block, int64_t stride_block,
+                                int64_t stride_token) {
+  const uint32_t page_index = block.div(static_cast<uint32_t>(pos));
+  const int page = __ldg(block_table_row + page_index);
+  const uint32_t in_page = static_cast<uint32_t>(pos) - page_index * block.divisor;
+  return static_cast<int64_t>(page) * stride_block + static_cast<int64_t>(in_page) * stride_token;
+}
+
 // ---- online softmax ------------------------------------------------------------------------------
-// Rows g and g + 8 of a warp's 16-row fragment: running max `m` (log2 domain), this lane's partial
-// sum `l` (summed over the quad at the end) and the fp32 output accumulator `o` [D / 8][4].
-// `s` [N / 8][4] holds the scores of N keys already scaled by scale * log2(e) and masked (-inf).
-// Rescales `o` and `l`, turns `s` into probabilities p = 2^(s - m) in place.
-template <int N, int D>
-PAGODA_INLINE void online_softmax(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+// Online softmax of one row tile (rows g, g + 8) over raw scores `s` (masked: -inf): the running
+// max `m` is kept scaled (log2 domain, `scale` = softmax scale * log2 e), so p = 2^(s * scale - m)
+// is one FFMA and one MUFU.EX2. `l` is this lane's partial sum (the quad's are added at the end).
+// Turns `s` into probabilities in place, rescales `l`, and returns alpha = 2^(m_old - m_new) per row.
+template <int N, bool kMasked>
+PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    float row_max = m[half];
+    float raw_max = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) row_max = fmaxf(row_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
-    row_max = quad_max(row_max);
-    // a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0, alpha = 1 or 0)
-    const float base = row_max == -INFINITY ? 0.0f : row_max;
-    const float alpha = exp2f(m[half] - base);
+    for (int nt = 0; nt < N / 8; ++nt) raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+    const float row_max = fmaxf(m[half], quad_max(raw_max) * scale);
+    // in a masked tile a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0,
+    // alpha = 1 or 0); an unmasked tile shows every row a key, so its max is finite
+    const float base = kMasked && row_max == -INFINITY ? 0.0f : row_max;
+    alpha[half] = fast_exp2(m[half] - base);
     m[half] = row_max;
     float sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < N / 8; ++nt) {
-      s[nt][2 * half] = exp2f(s[nt][2 * half] - base);
-      s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - base);
+      s[nt][2 * half] = fast_exp2(fmaf(s[nt][2 * half], scale, -base));
+      s[nt][2 * half + 1] = fast_exp2(fmaf(s[nt][2 * half + 1], scale, -base));
       sum += s[nt][2 * half] + s[nt][2 * half + 1];
     }
-    l[half] = l[half] * alpha + sum;
+    l[half] = l[half] * alpha[half] + sum;
+  }
+}
+
+// o *= alpha (rows g, g + 8 of a row tile). With `skip_unchanged` (warp-uniform), not when alpha is 1
+// in every row of the warp (no row's max grew): the product would change nothing (exact), and the
+// maxima settle after the first key tiles, so most tiles of a long sequence save D / 2 FMULs per
+// row tile and lane for a vote.
+template <int D>
+PAGODA_INLINE void rescale_output(float (&o)[D / 8][4], const float (&alpha)[2], bool skip_unchanged) {
+  if (skip_unchanged && !__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][2 * half] *= alpha;
-      o[dt][2 * half + 1] *= alpha;
-    }
+  for (int dt = 0; dt < D / 8; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
   }
 }
 
@@ -265,6 +281,16 @@ PAGODA_INLINE void pv_step(float (&o)[D / 8][4], const uint32_t (&p)[4], const v
 }
 
 // ---- host side ------------------------------------------------------------------------------------
+// PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
+// ways in one build (scripts/device/flash_variants.py); read once per process.
+inline bool skip_rescale_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("PAGODA_FLASH_SKIP_RESCALE");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
+}
+
 // Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
 // (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
 // The kernel is a template argument so that each instantiation keeps its own flags (every

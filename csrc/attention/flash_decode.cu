@@ -25,44 +25,73 @@ constexpr int kDecodeWarps = kDecodeThreads / kWarpSize;
 constexpr int kDecodeKeys = 16;  // keys per warp tile (the k of one P V product)
 constexpr int kDecodeRows = 16;  // q heads per program (the m of the fragments)
 
-template <int D>
+template <int D, int STAGES>
 struct DecodeTile {
-  // shared memory per program: D 64: 50 KiB, 128: 68 KiB (fits the 99 KiB of sm_86/sm_89), 256: 136 KiB
-  // (sm_80/sm_90 only: the backend's check() asks for it)
-  static constexpr int kStages = D <= 64 ? 3 : 2;
+  // shared memory per program: D 64 (3 stages): 50 KiB; 128: 100 KiB with 3 stages (sm_80, sm_90), 68 KiB
+  // with 2 (fits the 99 KiB of sm_86/sm_89); 256 (2 stages): 136 KiB (sm_80/sm_90 only: check() asks for it)
+  static constexpr int kStages = STAGES;
   static constexpr int kStageElems = 2 * kDecodeKeys * D;  // K then V tile
   static constexpr int kRingBytes = kDecodeWarps * kStages * kStageElems * 2;
   static constexpr int kMergeBytes = kDecodeWarps * kDecodeRows * (D + 2) * 4;  // fp32 rows, max, sum
   static constexpr int kSmemBytes = kDecodeRows * D * 2 + (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes);
 };
 
-// cp.async this lane's share of a 16-key K and V tile (keys key0.., zeros from key_hi on).
+// A lane's share of a 16-key K and V tile: rows r0 + pass * kRowStep (r0 = lane / kChunks), 16-byte
+// chunk c = lane % kChunks of each row.
+template <int D>
+struct TileLane {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowStep = kWarpSize / kChunks;
+  static constexpr int kPasses = kDecodeKeys / kRowStep;
+  int r0, c;
+  PAGODA_INLINE explicit TileLane(int lane) : r0(lane / kChunks), c(lane % kChunks) {}
+};
+
+// cp.async this lane's share of the 16-key K and V tile at key0 (zeros from key_hi on). A tile
+// within one cache block (every tile when the block size is a multiple of 16 and the slice starts
+// 16-aligned) reads the block table once and steps rows by the token stride; otherwise each row
+// finds its block.
 template <int D>
 PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const uint16_t* v_base,
-                                const int32_t* bt_row, int key0, int key_hi, int block_size, int64_t stride_block,
-                                int64_t stride_token, int lane) {
-  constexpr int kChunks = D / 8;
-  constexpr int kPasses = kDecodeKeys * kChunks / kWarpSize;
+                                const int32_t* bt_row, int key0, int key_hi, const FastDiv& block,
+                                int64_t stride_block, int64_t stride_token, const TileLane<D>& t) {
+  using L = TileLane<D>;
   uint16_t* k_tile = stage;
   uint16_t* v_tile = stage + kDecodeKeys * D;
+  const uint32_t page_index = block.div(static_cast<uint32_t>(key0));
+  const int in_page = key0 - static_cast<int>(page_index * block.divisor);
+  if (in_page + kDecodeKeys <= static_cast<int>(block.divisor)) {
+    // every row of the tile is inside this cache block, so rows past key_hi are mapped addresses too
+    const int64_t row0 = static_cast<int64_t>(__ldg(bt_row + page_index)) * stride_block +
+                         static_cast<int64_t>(in_page + t.r0) * stride_token + t.c * 8;
+    const uint16_t* k_src = k_base + row0;
+    const uint16_t* v_src = v_base + row0;
+    const int64_t step = L::kRowStep * stride_token;
 #pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int i = lane + pass * kWarpSize;
-    const int r = i / kChunks, c = i % kChunks;
-    const int pos = key0 + r;
-    const bool valid = pos < key_hi;
-    const int64_t row = valid ? paged_row(bt_row, pos, block_size, stride_block, stride_token) + c * 8 : 0;
-    cp_async16(k_tile + swizzle<D>(r, c), k_base + row, valid);
-    cp_async16(v_tile + swizzle<D>(r, c), v_base + row, valid);
+    for (int pass = 0; pass < L::kPasses; ++pass) {
+      const int r = t.r0 + pass * L::kRowStep;
+      const bool valid = key0 + r < key_hi;
+      cp_async16(k_tile + swizzle<D>(r, t.c), k_src + pass * step, valid);
+      cp_async16(v_tile + swizzle<D>(r, t.c), v_src + pass * step, valid);
+    }
+    return;
+  }
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+    const int r = t.r0 + pass * L::kRowStep;
+    const bool valid = key0 + r < key_hi;
+    const int64_t row = valid ? paged_row(bt_row, key0 + r, block, stride_block, stride_token) + t.c * 8 : 0;
+    cp_async16(k_tile + swizzle<D>(r, t.c), k_base + row, valid);
+    cp_async16(v_tile + swizzle<D>(r, t.c), v_base + row, valid);
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads)
-    flash_decode_kernel(FlashAttentionArgs p, int num_splits, float* part_out, float* part_lse) {
+    flash_decode_kernel(FlashAttentionArgs p, FastDiv block_div, bool skip_rescale, int num_splits, float* part_out,
+                        float* part_lse) {
 #if PAGODA_FLASH_ENABLED
-  using Tile = DecodeTile<D>;
-  constexpr int STAGES = Tile::kStages;
+  using Tile = DecodeTile<D, STAGES>;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;  // [16, D]
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -101,10 +130,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
   const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
   auto tile_key0 = [&](int i) { return key_lo + (warp + i * kDecodeWarps) * kDecodeKeys; };
+  const TileLane<D> tile_lane(lane);
   auto issue = [&](int i) {
     if (i < my_tiles) {
       load_kv_tile<D>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, tile_key0(i), key_hi,
-                      p.block_size, p.cache_stride_block, p.cache_stride_token, lane);
+                      block_div, p.cache_stride_block, p.cache_stride_token, tile_lane);
     }
     cp_async_commit();  // possibly empty: keeps the group count uniform
   };
@@ -122,7 +152,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: scaled (log2 domain)
   const float scale = p.scale * kLog2e;
 
   for (int i = 0; i < my_tiles; ++i) {
@@ -145,15 +175,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
       qk_step<T, D>(s[0], s[1], a, k_tile, 0, k, lane);
     }
     const int key0 = tile_key0(i);
+    float alpha[2];
+    if (key0 + kDecodeKeys <= key_hi) {
+      softmax_update<kDecodeKeys, false>(s, m, l, alpha, scale);
+    } else {  // the slice's last tile: keys from key_hi on are not in it (every key before is visible)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + 8 * nt + 2 * (lane % 4) + (e & 1);
-        s[nt][e] = key < key_hi ? s[nt][e] * scale : -INFINITY;  // every key in range is visible
+        for (int e = 0; e < 4; ++e) {
+          if (key0 + 8 * nt + 2 * (lane % 4) + (e & 1) >= key_hi) s[nt][e] = -INFINITY;
+        }
       }
+      softmax_update<kDecodeKeys, true>(s, m, l, alpha, scale);
     }
-    online_softmax<kDecodeKeys, D>(s, m, l, o);
+    rescale_output<D>(o, alpha, skip_rescale);
     uint32_t prob[4];
     probs_to_a<T>(s[0], s[1], prob);
     pv_step<T, D>(o, prob, v_tile, 0, lane);
@@ -220,46 +255,119 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #endif
 }
 
-// out[seq, head] = sum_s 2^(lse_s - max) * part_out[s] / sum_s 2^(lse_s - max); one program per
-// (sequence, q head), one thread per 4 columns.
+// out[seq, head] = sum_s w_s * part_out[s] / sum_s w_s, w_s = 2^(lse_s - max lse). One program of 128
+// threads per (sequence, q head): D / 4 threads, one per 4 columns, times 128 / (D / 4) split groups. Group g
+// takes splits g, g + groups, ... eight at a time, all their loads in flight (a loop of dependent loads cost
+// one L2 round trip per split: 4.4 us at 32 splits), with a running max; shared memory merges the groups.
+constexpr int kReduceThreads = 128;
+
 template <typename T, int D>
-__global__ void __launch_bounds__(D / 4)
+__global__ void __launch_bounds__(kReduceThreads)
     flash_decode_reduce_kernel(FlashAttentionArgs p, int num_splits, const float* part_out, const float* part_lse) {
+  constexpr int kCols = D / 4, kGroups = kReduceThreads / kCols, kBatch = 8;
+  static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
+  __shared__ float s_max[kGroups], s_sum[kGroups];
+  __shared__ float4 s_acc[kGroups][kCols];
   const int seq = blockIdx.x, head = blockIdx.y;
+  const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
-  float row_max = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) row_max = fmaxf(row_max, part_lse[first + s]);
-  const float base = row_max == -INFINITY ? 0.0f : row_max;
-  const int c = threadIdx.x * 4;
-  float sum = 0.0f;
+  float row_max = -INFINITY, sum = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int s = 0; s < num_splits; ++s) {
-    const float weight = exp2f(part_lse[first + s] - base);  // 0 for an empty split (-inf)
-    const float4 part = *reinterpret_cast<const float4*>(part_out + (first + s) * D + c);
-    sum += weight;
-    acc.x += weight * part.x, acc.y += weight * part.y, acc.z += weight * part.z, acc.w += weight * part.w;
+  for (int s0 = grp; s0 < num_splits; s0 += kGroups * kBatch) {
+    float lse[kBatch];
+    float4 part[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int split = s0 + j * kGroups;
+      const bool valid = split < num_splits;
+      lse[j] = valid ? __ldcg(part_lse + first + split) : -INFINITY;
+      part[j] = valid ? __ldcg(reinterpret_cast<const float4*>(part_out + (first + split) * D) + col)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float batch_max = row_max;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) batch_max = fmaxf(batch_max, lse[j]);
+    if (batch_max == -INFINITY) continue;  // only empty splits so far (lse = -inf): nothing to add
+    const float alpha = exp2f(row_max - batch_max);  // 0 while row_max is -inf (the sums are 0 then)
+    row_max = batch_max;
+    sum *= alpha;
+    acc.x *= alpha, acc.y *= alpha, acc.z *= alpha, acc.w *= alpha;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const float weight = exp2f(lse[j] - row_max);  // 0 for an empty split
+      sum += weight;
+      acc.x += weight * part[j].x, acc.y += weight * part[j].y, acc.z += weight * part[j].z,
+          acc.w += weight * part[j].w;
+    }
   }
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  T* out = static_cast<T*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + c;
-  out[0] = from_float<T>(acc.x * inv);
-  out[1] = from_float<T>(acc.y * inv);
-  out[2] = from_float<T>(acc.z * inv);
-  out[3] = from_float<T>(acc.w * inv);
+  if (col == 0) s_max[grp] = row_max, s_sum[grp] = sum;
+  s_acc[grp][col] = acc;
+  __syncthreads();
+  if (grp != 0) return;
+  float total_max = -INFINITY;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) total_max = fmaxf(total_max, s_max[g]);
+  const float base = total_max == -INFINITY ? 0.0f : total_max;
+  float total = 0.0f;
+  float4 out4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const float weight = exp2f(s_max[g] - base);  // 0 for a group that saw only empty splits
+    const float4 a = s_acc[g][col];
+    total += weight * s_sum[g];
+    out4.x += weight * a.x, out4.y += weight * a.y, out4.z += weight * a.z, out4.w += weight * a.w;
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  T* out = static_cast<T*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + col * 4;
+  out[0] = from_float<T>(out4.x * inv);
+  out[1] = from_float<T>(out4.y * inv);
+  out[2] = from_float<T>(out4.z * inv);
+  out[3] = from_float<T>(out4.w * inv);
+}
+
+// Ring stages per warp: 3 where the program's shared memory allows (head 64; head 128 on devices that
+// give a block 100 KiB: sm_80, sm_90), else 2 (head 128 on sm_86/sm_89, head 256). Checked once per device.
+template <int D>
+bool deep_ring() {
+  if constexpr (D != 128) {
+    return D <= 64;
+  } else {
+    static int known[64] = {};  // 0 unknown, 1 no, 2 yes
+    int device = 0, optin = 0;
+    cudaGetDevice(&device);
+    if (device >= 64) return false;
+    if (known[device] == 0) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      known[device] = optin >= DecodeTile<D, 3>::kSmemBytes ? 2 : 1;
+    }
+    return known[device] == 2;
+  }
+}
+
+template <typename T, int D, int STAGES>
+void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+                          float* part_lse, cudaStream_t stream) {
+  const int bytes = DecodeTile<D, STAGES>::kSmemBytes;
+  auto kernel = flash_decode_kernel<T, D, STAGES>;
+  allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(bytes);
+  const int group = args.num_heads / args.num_kv_heads;
+  const dim3 grid(num_decodes, args.num_kv_heads * ((group + kDecodeRows - 1) / kDecodeRows), num_splits);
+  const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
+  kernel<<<grid, kDecodeThreads, bytes, stream>>>(args, block_div, skip_rescale_enabled(), num_splits, part_out,
+                                                  part_lse);
+  if (num_splits > 1) {
+    flash_decode_reduce_kernel<T, D><<<dim3(num_decodes, args.num_heads), kReduceThreads, 0, stream>>>(
+        args, num_splits, part_out, part_lse);
+  }
 }
 
 template <typename T, int D>
 void launch_decode(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
                    float* part_lse, cudaStream_t stream) {
-  const int bytes = DecodeTile<D>::kSmemBytes;
-  auto kernel = flash_decode_kernel<T, D>;
-  allow_shared_memory<flash_decode_kernel<T, D>>(bytes);
-  const int group = args.num_heads / args.num_kv_heads;
-  const dim3 grid(num_decodes, args.num_kv_heads * ((group + kDecodeRows - 1) / kDecodeRows), num_splits);
-  kernel<<<grid, kDecodeThreads, bytes, stream>>>(args, num_splits, part_out, part_lse);
-  if (num_splits > 1) {
-    flash_decode_reduce_kernel<T, D><<<dim3(num_decodes, args.num_heads), D / 4, 0, stream>>>(args, num_splits,
-                                                                                              part_out, part_lse);
+  if constexpr (D <= 128) {
+    if (deep_ring<D>()) return launch_decode_stages<T, D, 3>(args, num_decodes, num_splits, part_out, part_lse, stream);
   }
+  if constexpr (D > 64) launch_decode_stages<T, D, 2>(args, num_decodes, num_splits, part_out, part_lse, stream);
 }
 
 template <typename T>
@@ -275,16 +383,27 @@ void launch_decode_head(const FlashAttentionArgs& args, int num_decodes, int num
   }
 }
 
-template <typename T, int D>
-int programs_per_sm() {
-  allow_shared_memory<flash_decode_kernel<T, D>>(DecodeTile<D>::kSmemBytes);
+template <typename T, int D, int STAGES>
+int programs_per_sm_stages() {
+  allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(DecodeTile<D, STAGES>::kSmemBytes);
   int programs = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&programs, flash_decode_kernel<T, D>, kDecodeThreads,
-                                                    DecodeTile<D>::kSmemBytes) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&programs, flash_decode_kernel<T, D, STAGES>, kDecodeThreads,
+                                                    DecodeTile<D, STAGES>::kSmemBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
   return programs;
+}
+
+template <typename T, int D>
+int programs_per_sm() {
+  if constexpr (D <= 64) {
+    return programs_per_sm_stages<T, D, 3>();
+  } else if constexpr (D == 128) {
+    return deep_ring<D>() ? programs_per_sm_stages<T, D, 3>() : programs_per_sm_stages<T, D, 2>();
+  } else {
+    return programs_per_sm_stages<T, D, 2>();
+  }
 }
 
 template <typename T>

@@ -21,8 +21,6 @@
 // programs past their sequence's end return), heaviest (last) blocks first; y = q head.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "flash_attention.h"
 #include "flash_common.cuh"
@@ -131,11 +129,8 @@ PAGODA_INLINE void write_key_rows(uint64_t* slot, const FlashAttentionArgs& p, c
   const int r = warp * Table::kPerWarp + lane, pos = key0 + r;
   uint64_t address = reinterpret_cast<uint64_t>(p.k_cache);
   if (pos < src.key_hi) {
-    const uint32_t page_index = block.div(static_cast<uint32_t>(pos));
-    const auto page = static_cast<uint32_t>(__ldg(src.bt_row + page_index));
-    const uint32_t in_page = static_cast<uint32_t>(pos) - page_index * block.divisor;
-    address += 2 * (static_cast<uint64_t>(page) * p.cache_stride_block +
-                    static_cast<uint64_t>(in_page) * p.cache_stride_token + src.head_offset);
+    const int64_t row = paged_row(src.bt_row, pos, block, p.cache_stride_block, p.cache_stride_token);
+    address += 2 * static_cast<uint64_t>(row + src.head_offset);
   }
   slot[Table::index(r)] = address;
 }
@@ -260,50 +255,6 @@ PAGODA_INLINE void mask_scores(float (&s)[RT][BN / 8][4], int key0, int pos0, in
         s[i][nt][e] = visible ? s[i][nt][e] : -INFINITY;
       }
     }
-  }
-}
-
-// Online softmax of one row tile (rows g, g + 8) over raw scores `s` (masked: -inf): the running
-// max `m` is kept scaled (log2 domain, `scale` = softmax scale * log2 e), so p = 2^(s * scale - m)
-// is one FFMA and one MUFU.EX2. `l` is this lane's partial sum (the quad's are added at the end).
-// Turns `s` into probabilities in place, rescales `l`, and returns alpha = 2^(m_old - m_new) per row.
-template <int N, bool kMasked>
-PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float raw_max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
-    const float row_max = fmaxf(m[half], quad_max(raw_max) * scale);
-    // in a masked tile a row that has seen no visible key yet keeps -inf: subtract 0 instead (p = 0,
-    // alpha = 1 or 0); an unmasked tile shows every row a key, so its max is finite
-    const float base = kMasked && row_max == -INFINITY ? 0.0f : row_max;
-    alpha[half] = fast_exp2(m[half] - base);
-    m[half] = row_max;
-    float sum = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < N / 8; ++nt) {
-      s[nt][2 * half] = fast_exp2(fmaf(s[nt][2 * half], scale, -base));
-      s[nt][2 * half + 1] = fast_exp2(fmaf(s[nt][2 * half + 1], scale, -base));
-      sum += s[nt][2 * half] + s[nt][2 * half + 1];
-    }
-    l[half] = l[half] * alpha[half] + sum;
-  }
-}
-
-// o *= alpha (rows g, g + 8 of a row tile). With `skip_unchanged` (warp-uniform), not when alpha is 1
-// in every row of the warp (no row's max grew): the product would change nothing (exact), and the
-// maxima settle after the first key tiles, so most tiles of a long sequence save D / 2 FMULs per
-// row tile and lane for a vote.
-template <int D>
-PAGODA_INLINE void rescale_output(float (&o)[D / 8][4], const float (&alpha)[2], bool skip_unchanged) {
-  if (skip_unchanged && !__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    o[dt][0] *= alpha[0];
-    o[dt][1] *= alpha[0];
-    o[dt][2] *= alpha[1];
-    o[dt][3] *= alpha[1];
   }
 }
 
@@ -454,16 +405,6 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
 #else
   __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
 #endif
-}
-
-// PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
-// ways in one build (scripts/device/flash_variants.py); read once per process.
-inline bool skip_rescale_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("PAGODA_FLASH_SKIP_RESCALE");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
 }
 
 template <typename T, int D>

@@ -10,7 +10,8 @@
 # variants: prefill TFLOP/s of each run-time kernel variant against SDPA flash (scripts/device/flash_variants.py,
 # about a minute); ncu: Nsight Compute sections of one 16k-token prefill launch (about a minute, if ncu exists).
 #   BENCH_ARGS=--quick ...                         fewer benchmark shapes
-# e2e: `pagoda bench throughput` on dummy Llama-3.1-8B with flash and with triton (about 3 minutes).
+# e2e: `pagoda bench throughput` (E2E_PROMPTS x 1024/128, default 300) on dummy Llama-3.1-8B with flash and with
+# triton, E2E_ROUNDS times (about 1.5 minutes a round).
 set -uo pipefail
 PARTS="${PARTS:-tests,sanitize,bench}"
 BENCH_ARGS="${BENCH_ARGS:-}"
@@ -87,12 +88,16 @@ if [[ ",$PARTS," == *",bench,"* ]]; then
   grep -E "^(device|prefill|decode)" "$OUT/bench.log"
 fi
 
-if [[ ",$PARTS," == *",e2e,"* ]]; then
-  for backend in flash triton; do
-    step "throughput_$backend" 120 pagoda bench throughput benchmarks/configs/llama-3.1-8b --load-format dummy \
-      --attention-backend "$backend" --max-model-len 2048 --num-prompts 300 --input-len 1024 --output-len 128 \
-      --log-level warning --result-file "$OUT/throughput_$backend.json"
-    tail -3 "$OUT/throughput_$backend.log"
+if [[ ",$PARTS," == *",e2e,"* ]]; then  # E2E_ROUNDS rounds of flash then triton (alternating)
+  for round in $(seq "${E2E_ROUNDS:-1}"); do
+    for backend in flash triton; do
+      step "throughput_${backend}_$round" 120 pagoda bench throughput benchmarks/configs/llama-3.1-8b --load-format dummy \
+        --attention-backend "$backend" --max-model-len 2048 --num-prompts "${E2E_PROMPTS:-300}" --input-len 1024 --output-len 128 \
+        --log-level warning --result-file "$OUT/throughput_${backend}_$round.json"
+      python3 -c "import json, sys; p = json.load(open(sys.argv[1]))['pagoda']
+print(sys.argv[2], round(p['requests_per_s'], 2), 'requests/s,', round(p['tokens_per_s']), 'tokens/s')" \
+        "$OUT/throughput_${backend}_$round.json" "$backend" 2>/dev/null
+    done
   done
 fi
 echo "total ${SECONDS}s; results in $OUT"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU machine (tool `run`, carry [".whl"]), one call of at most 9.5 minutes, after a change to
+# the flash decode kernel. Parts (PARTS, comma-separated; flash.sh's own: tests, sanitize, bench, e2e):
+#   sweep   flash_splits.py (SWEEP_ARGS, e.g. "--batches 1")
+#   ncu_decode Nsight Compute sections of the batch-1 x 32k decode and reduction kernels
+#   serve   `pagoda serve` dummy Llama-3.1-8B on the flash backend + `pagoda bench serve`
+# Results under $OUT (tests.log, attention_flash.json, flash_splits.json, ncu_flash.txt, serve_*.json),
+# the logs also in $OUT/logs.tgz (the run tool brings back 8 files at most).
+set -uo pipefail
+OUT="${OUT:-$PWD/flash_round_out}"; mkdir -p "$OUT"
+PARTS="${PARTS:-tests,sanitize,bench,sweep,ncu_decode}"
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+PARTS="$PARTS" OUT="$OUT" bash scripts/device/flash.sh  # installs, then runs its own parts of PARTS
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+if has sweep; then
+  # shellcheck disable=SC2086
+  timeout 150 python3 scripts/device/flash_splits.py ${SWEEP_ARGS:-} --out "$OUT/flash_splits.json" > "$OUT/flash_splits.log" 2>&1
+  echo "flash splits: exit $?"; grep -v '^b .* plans' "$OUT/flash_splits.log"
+fi
+if has ncu_decode; then
+  timeout 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section SchedulerStats --section WarpStateStats --section InstructionStats -k regex:flash_decode \
+    --launch-skip 4 --launch-count 2 python3 scripts/device/flash_splits.py --once 1 32768 32 > "$OUT/ncu_flash.txt" 2>&1
+  echo "ncu flash: exit $?"
+  grep -E "Duration|DRAM Throughput|Issued Warp|Warp Cycles Per Issued|Executed Instructions  |Registers Per" "$OUT/ncu_flash.txt"
+fi
+if has serve; then
+  source scripts/device/wait_for_server.sh
+  TOK=$(bash scripts/device/llama3_tokenizer.sh /tmp/llama3-tokenizer)
+  pagoda serve benchmarks/configs/llama-3.1-8b --load-format dummy --attention-backend flash --max-model-len 2048 \
+    --tokenizer "$TOK" --log-level warning --port 8000 --served-model-name llama > "$OUT/server.log" 2>&1 &
+  pid=$!
+  if t=$(wait_for_server $pid "$OUT/server.log" 200); then echo "serve (flash): up after ${t} s"; else echo "serve: did not start"; fi
+  timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 64 --input-len 256 --output-len 16 \
+    --ignore-eos --no-progress > /dev/null 2>&1  # warm-up
+  timeout 150 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 500 --input-len 256 --output-len 256 \
+    --ignore-eos --no-progress --result-file "$OUT/serve_flash.json" > "$OUT/serve_flash.log" 2>&1
+  echo "bench serve (flash, 500 x 256/256): exit $? $(python3 scripts/device/summarize_bench.py "$OUT/serve_flash.json" 2>/dev/null)"
+  kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null
+fi
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
+echo "total ${SECONDS}s"
