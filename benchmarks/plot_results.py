@@ -116,10 +116,43 @@ def flash_splits_chart() -> None:
     fig.savefig(IMG / "flash_splits_h100.png", dpi=110)
 
 
+def flash_decode_chart() -> None:
+    """Flash decode against triton by batch and context (H200, run 8), and the ring depth at split 1."""
+    run = "h200_2026-11-26_flash_decode"
+    data = load(f"{run}/4_final/attention_flash.json")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    by_batch: dict[int, list] = {}
+    for r in data["decode"]:
+        by_batch.setdefault(r["batch"], []).append((r["ctx"], r["flash_of_copy"] * 100, r["triton_gbs"] / data["copy_gbs"] * 100))
+    for batch, points in sorted(by_batch.items()):
+        points.sort()
+        line = left.plot([p[0] for p in points], [p[1] for p in points], "o-", label=f"batch {batch}")[0]
+        left.plot([p[0] for p in points], [p[2] for p in points], "x--", color=line.get_color(), alpha=0.6)
+    left.axhline(85, color="green", ls=":", label="goal 85%")
+    left.set(xscale="log", xlabel="context length", ylabel="% of copy bandwidth",
+             title="flash (solid) and triton (dashed), each at its plan")
+    left.legend(fontsize=7)
+    shown = [(64, 1024), (64, 4096), (64, 8192), (32, 8192)]
+    for stages, marker in ((2, "s"), (3, "o")):
+        rows = load(f"{run}/2_ring_depth/flash_splits_s{stages}.json")["rows"]
+        split1 = {(r["batch"], r["ctx"]): r["of_copy"] * 100 for r in rows if r["backend"] == "flash" and r["splits"] == 1}
+        right.plot(range(len(shown)), [split1[k] for k in shown], marker + "-", label=f"{stages}-stage rings, 1 split")
+    best = {(r["batch"], r["ctx"]): r["of_copy"] * 100 for r in load(f"{run}/2_ring_depth/flash_splits_s2.json")["rows"]
+            if r["backend"] == "triton"}
+    right.plot(range(len(shown)), [best[k] for k in shown], "x--", color="grey", label="triton")
+    right.set_xticks(range(len(shown)), [f"b{b} x {c // 1024}k" for b, c in shown])
+    right.set(ylabel="% of copy bandwidth", title="Ring depth at head 128 (batch 32-64)")
+    right.legend(fontsize=7)
+    fig.suptitle("Flash decode, Llama-3.1-8B attention, bf16, H200 (2026-11-26, run 8)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "flash_decode_h200.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
     latency_chart()
     attention_chart()
     flash_splits_chart()
+    flash_decode_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))

@@ -25,18 +25,8 @@ if has ncu_decode; then
   grep -E "Duration|DRAM Throughput|Issued Warp|Warp Cycles Per Issued|Executed Instructions  |Registers Per" "$OUT/ncu_flash.txt"
 fi
 if has serve; then
-  source scripts/device/wait_for_server.sh
-  TOK=$(bash scripts/device/llama3_tokenizer.sh /tmp/llama3-tokenizer)
-  pagoda serve benchmarks/configs/llama-3.1-8b --load-format dummy --attention-backend flash --max-model-len 2048 \
-    --tokenizer "$TOK" --log-level warning --port 8000 --served-model-name llama > "$OUT/server.log" 2>&1 &
-  pid=$!
-  if t=$(wait_for_server $pid "$OUT/server.log" 200); then echo "serve (flash): up after ${t} s"; else echo "serve: did not start"; fi
-  timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 64 --input-len 256 --output-len 16 \
-    --ignore-eos --no-progress > /dev/null 2>&1  # warm-up
-  timeout 150 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 500 --input-len 256 --output-len 256 \
-    --ignore-eos --no-progress --result-file "$OUT/serve_flash.json" > "$OUT/serve_flash.log" 2>&1
-  echo "bench serve (flash, 500 x 256/256): exit $? $(python3 scripts/device/summarize_bench.py "$OUT/serve_flash.json" 2>/dev/null)"
-  kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null
+  source scripts/device/serve_bench.sh
+  serve_bench flash serve_flash
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null
 echo "total ${SECONDS}s"

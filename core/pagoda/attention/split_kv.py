@@ -48,8 +48,9 @@ def balance_waves(num_programs: int, num_splits: int, max_seq_len: int, num_sms:
 
     With ``per_sm`` programs resident per multiprocessor, an SM that runs a short run of ``n``
     programs of equal length ending with one alone (``n % per_sm == 1``) streams that last one at
-    about half its rate (flash, head 128, 3 per SM on an H100: batch 64 x 8 kv heads = 512 programs
-    reach 75-80% of the copy bandwidth, 84-93% split 2 ways, 84-97.5% split 3 ways). Then among 1-3
+    about half its rate (flash's old 2-stage kernel, head 128, 3 per SM on an H100: batch 64 x 8 kv
+    heads = 512 programs reached 75-80% of the copy bandwidth, 84-93% split 2 ways, 84-97.5% split 3
+    ways; with 3-stage rings, 2 per SM, they run unsplit at 94-100%). Then among 1-3
     splits the one of least modelled time wins: the busiest SM's programs, each ``1/splits`` long,
     a lone last one counted twice. Long runs (``n > 2 * per_sm``) drift out of step and are left
     alone, as are launches that already split (``num_splits > 1``: fewer programs than SMs).

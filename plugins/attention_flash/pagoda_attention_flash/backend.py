@@ -31,10 +31,10 @@ class FlashAttentionBackend(AttentionBackend):
     """
 
     description = "FlashAttention-style CUDA kernels from csrc/attention (tensor cores; NVIDIA sm_80+, fp16/bf16)"
-    # Below triton (50) until these kernels are faster than it end to end: on the H100 (2026-11-26,
-    # docs/attention_flash.md) prefill runs at 1.08-1.14x torch's SDPA flash, decode at 0.89-0.99x
-    # triton's bandwidth (batch 1 x 32k: 82% of copy against 85%), 300 x 1024/128 at 0.975x triton.
-    # `--attention-backend flash` selects it explicitly.
+    # Below triton (50) until these kernels are faster than it end to end. Run 8 (2026-11-26,
+    # docs/attention_flash.md): prefill at 1.03-1.11x torch's SDPA flash, decode at 0.99-1.05x triton
+    # (batch 1 x 32k: 86% of copy on an H100, 84% on an H200), but 300 x 1024/128 end to end at
+    # 0.98-1.02x triton. `--attention-backend flash` selects it explicitly.
     priority = 40
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
