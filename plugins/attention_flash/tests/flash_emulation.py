@@ -2,14 +2,14 @@
 flash_decode.cu), program by program: the query-block search, key ranges, block-table addressing
 with zero-filled rows past the range, the prefill warps' rows (two m16 row tiles per warp for head
 64/128, one for 256), which key tiles each warp skips or masks (with the kernel's mask arithmetic),
-split-KV slices, the per-warp online softmax, the merge of the warps and the split reduction. Tensor-core products are plain fp32
+split-KV slices, the decode loader's one-lookup tiles, the per-warp online softmax, the merge of the
+warps and the split reduction's groups. Tensor-core products are plain fp32
 matmuls here (their lane layouts are tested in test_fragment_layouts.py); probabilities are rounded
 to the cache dtype before P @ V, as in the kernels.
 """
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -65,6 +65,50 @@ def paged_rows(half: torch.Tensor, bt_row: torch.Tensor, positions: torch.Tensor
     pos = torch.where(valid, positions, 0)
     rows = half[bt_row[pos // block_size].long(), pos % block_size, kv_head].float()
     return torch.where(valid[:, None], rows, 0.0)
+
+
+def decode_tile_rows(half: torch.Tensor, bt_row: torch.Tensor, key0: int, key_hi: int, kv_head: int) -> torch.Tensor:
+    """The decode loader (load_kv_tile): a 16-key tile inside one cache block reads the block table once and
+    steps rows by the token stride (rows past key_hi are still that block's, and zero-filled); any other
+    tile finds each row's block."""
+    block_size = half.shape[1]
+    page_index = key0 // block_size
+    in_page = key0 - page_index * block_size
+    keys = key0 + torch.arange(DECODE_KEYS)
+    if in_page + DECODE_KEYS > block_size:
+        return paged_rows(half, bt_row, keys, key_hi, kv_head)
+    rows = half[int(bt_row[page_index]), in_page : in_page + DECODE_KEYS, kv_head].float()
+    return torch.where((keys < key_hi)[:, None], rows, 0.0)
+
+
+def reduce_splits(part_o: torch.Tensor, part_lse: torch.Tensor, d: int) -> torch.Tensor:
+    """flash_decode_reduce_kernel: 128 / (d / 4) split groups, group g takes splits g, g + groups, ... eight
+    at a time with a running max; then the groups are merged. [seqs, heads, splits, d] -> [seqs, heads, d]."""
+    groups, batch = 128 // (d // 4), 8
+    num_splits = part_lse.shape[-1]
+    maxes, sums, accs = [], [], []
+    for g in range(groups):
+        row_max = torch.full(part_lse.shape[:-1], NEG_INF)
+        total = torch.zeros(part_lse.shape[:-1])
+        acc = torch.zeros(part_o.shape[:-2] + (d,))
+        for s0 in range(g, num_splits, groups * batch):
+            chosen = list(range(s0, num_splits, groups))[:batch]
+            lse, part = part_lse[..., chosen], part_o[..., chosen, :]
+            batch_max = torch.maximum(row_max, lse.max(-1).values)
+            live = batch_max != NEG_INF  # a batch of empty splits adds nothing
+            alpha = torch.where(live, torch.exp2(row_max - torch.where(live, batch_max, 0.0)), 1.0)
+            row_max = torch.where(live, batch_max, row_max)
+            weight = torch.exp2(lse - torch.where(live, row_max, 0.0)[..., None])
+            weight = torch.where(live[..., None], weight, 0.0)
+            total = total * alpha + weight.sum(-1)
+            acc = acc * alpha[..., None] + (weight[..., None] * part).sum(-2)
+        maxes.append(row_max), sums.append(total), accs.append(acc)
+    total_max = torch.stack(maxes).max(0).values
+    base = torch.where(total_max == NEG_INF, 0.0, total_max)
+    weights = [torch.exp2(m - base) for m in maxes]
+    total = sum(w * t for w, t in zip(weights, sums))
+    acc = sum(w[..., None] * a for w, a in zip(weights, accs))
+    return acc * torch.where(total > 0, 1.0 / torch.where(total > 0, total, 1.0), 0.0)[..., None]
 
 
 class Softmax:
@@ -163,9 +207,10 @@ def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, 
                 warps = [Softmax(DECODE_ROWS, d) for _ in range(DECODE_WARPS)]
                 for w, state in enumerate(warps):
                     for tile in range(w, num_tiles, DECODE_WARPS):
-                        keys = key_lo + tile * DECODE_KEYS + torch.arange(DECODE_KEYS)
-                        k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
-                        v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
+                        key0 = key_lo + tile * DECODE_KEYS
+                        keys = key0 + torch.arange(DECODE_KEYS)
+                        k = decode_tile_rows(kv_cache[0], block_tables[seq], key0, key_hi, kv_head)
+                        v = decode_tile_rows(kv_cache[1], block_tables[seq], key0, key_hi, kv_head)
                         s = torch.where(keys[None, :] < key_hi, (q @ k.T) * (scale * LOG2E), NEG_INF)
                         state.update(s, v, kv_cache.dtype)
                 row_max = torch.stack([w.m for w in warps]).max(0).values
@@ -182,11 +227,7 @@ def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, 
                     lse = torch.where(total > 0, row_max + torch.log2(torch.where(total > 0, total, 1.0)), NEG_INF)
                     part_lse[seq, head0 : head0 + rows, split] = lse[:rows]
     if num_splits > 1:
-        row_max = part_lse.max(-1, keepdim=True).values
-        w = torch.exp2(part_lse - torch.where(row_max == NEG_INF, 0.0, row_max))
-        total = w.sum(-1, keepdim=True)
-        merged = (part_o * w[..., None]).sum(2) / torch.where(total > 0, total, math.inf)
-        out[:num_decodes] = merged.to(out.dtype)
+        out[:num_decodes] = reduce_splits(part_o, part_lse, d).to(out.dtype)
 
 
 def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_splits: int) -> torch.Tensor:

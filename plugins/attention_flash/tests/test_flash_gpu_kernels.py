@@ -110,7 +110,7 @@ def test_prefill_rescaling_at_every_key_tile() -> None:
     assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("splits", [None, 1, 8, 32])
+@pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
 @pytest.mark.parametrize("head", [64, 128, 256])
 def test_split_kv_decode_long_contexts(cuda, splits, head) -> None:
     spec = AttentionSpec(32, 8, head, head**-0.5, 16, torch.bfloat16)

@@ -58,6 +58,13 @@ def test_emulated_splits_beyond_the_context_are_empty() -> None:
     _check(spec, [(1, 1), (1, 65), (1, 130)], 16, seed=5, tol=1e-5)
 
 
+@pytest.mark.parametrize("head,splits", [(128, 48), (64, 72)])
+def test_emulated_reduction_of_more_splits_than_one_batch_per_group(head, splits) -> None:
+    """Past 8 splits per reduction group (4 groups at head 128, 8 at 64) the running max rescales the sums."""
+    spec = AttentionSpec(8, 2, head, head**-0.5, 16, torch.float32)
+    _check(spec, [(1, 64 * splits - 20), (1, 300)], splits, seed=head + splits, tol=1e-5)
+
+
 @pytest.mark.skipif(not CSRC.is_dir(), reason="needs the repository's csrc/")
 def test_emulation_uses_the_kernels_tile_sizes() -> None:
     """The emulation's partition (query block, warp rows, key tile) is the kernel's: the reference
