@@ -27,8 +27,8 @@ constexpr int kDecodeRows = 16;  // q heads per program (the m of the fragments)
 
 template <int D, int STAGES>
 struct DecodeTile {
-  // shared memory per program: D 64 (3 stages): 50 KiB; 128: 100 KiB with 3 stages (sm_80, sm_90), 68 KiB
-  // with 2 (fits the 99 KiB of sm_86/sm_89); 256 (2 stages): 136 KiB (sm_80/sm_90 only: check() asks for it)
+  // shared memory per program: D 64 (3 stages): 50 KiB; 128: 100 KiB with 3 stages (sm_90), 68 KiB with 2
+  // (A100: two per SM; fits the 99 KiB of sm_86/sm_89); 256 (2 stages): 136 KiB (sm_80/sm_90 only: check())
   static constexpr int kStages = STAGES;
   static constexpr int kStageElems = 2 * kDecodeKeys * D;  // K then V tile
   static constexpr int kRingBytes = kDecodeWarps * kStages * kStageElems * 2;
@@ -325,20 +325,22 @@ __global__ void __launch_bounds__(kReduceThreads)
   out[3] = from_float<T>(out4.w * inv);
 }
 
-// Ring stages per warp: 3 where the program's shared memory allows (head 64; head 128 on devices that
-// give a block 100 KiB: sm_80, sm_90), else 2 (head 128 on sm_86/sm_89, head 256). Checked once per device.
+// Ring stages per warp: 3 at head 64; at head 128, 3 where two such programs (100 KiB each) fit an SM
+// (sm_90: 228 KiB), else 2 (A100's 164 KiB would hold one, sm_86/sm_89's 100 KiB one); 2 at head 256.
+// Checked once per device.
 template <int D>
 bool deep_ring() {
   if constexpr (D != 128) {
     return D <= 64;
   } else {
     static int known[64] = {};  // 0 unknown, 1 no, 2 yes
-    int device = 0, optin = 0;
+    int device = 0, per_sm = 0;
     cudaGetDevice(&device);
     if (device >= 64) return false;
     if (known[device] == 0) {
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      known[device] = optin >= DecodeTile<D, 3>::kSmemBytes ? 2 : 1;
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+      constexpr int kReservedPerBlock = 1024;  // the runtime's share of each block's shared memory
+      known[device] = per_sm >= 2 * (DecodeTile<D, 3>::kSmemBytes + kReservedPerBlock) ? 2 : 1;
     }
     return known[device] == 2;
   }
