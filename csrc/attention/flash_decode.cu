@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
 // out[seq, head] = sum_s w_s * part_out[s] / sum_s w_s, w_s = 2^(lse_s - max lse). One program of 128
 // threads per (sequence, q head): D / 4 threads, one per 4 columns, times 128 / (D / 4) split groups. Group g
-// takes splits g, g + groups, ... eight at a time, all their loads in flight (a loop of dependent loads cost
-// one L2 round trip per split: 4.4 us at 32 splits), with a running max; shared memory merges the groups.
+// takes splits g, g + groups, ... eight at a time, all their loads in flight, with a running max; shared memory
+// merges the groups (H200, 32 splits: 2.9 us; one group of D / 4 threads, eight loads in flight: 4.4 us).
 constexpr int kReduceThreads = 128;
 
 template <typename T, int D>
