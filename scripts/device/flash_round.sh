@@ -2,6 +2,8 @@
 # On the GPU machine (tool `run`, carry [".whl"]), one call of at most 9.5 minutes, after a change to
 # the flash decode kernel. Parts (PARTS, comma-separated; flash.sh's own: tests, sanitize, bench, e2e):
 #   sweep   flash_splits.py (SWEEP_ARGS, e.g. "--batches 1")
+#   mixed   profile_mixed.py with flash and with triton: a 256-token prompt joining 0-128 decodes, step
+#           times and GPU time by kernel kind (where an end-to-end difference between them comes from)
 #   ncu_decode Nsight Compute sections of the batch-1 x 32k decode and reduction kernels
 #   serve   `pagoda serve` dummy Llama-3.1-8B on the flash backend + `pagoda bench serve`
 # Results under $OUT (tests.log, attention_flash.json, flash_splits.json, ncu_flash.txt, serve_*.json),
@@ -16,6 +18,13 @@ if has sweep; then
   # shellcheck disable=SC2086
   timeout 150 python3 scripts/device/flash_splits.py ${SWEEP_ARGS:-} --out "$OUT/flash_splits.json" > "$OUT/flash_splits.log" 2>&1
   echo "flash splits: exit $?"; grep -v '^b .* plans' "$OUT/flash_splits.log"
+fi
+if has mixed; then
+  for backend in flash triton; do
+    timeout 150 python3 scripts/device/profile_mixed.py benchmarks/configs/llama-3.1-8b --backend "$backend" \
+      --decodes 0,32,128 --profile-decodes 128 --out "$OUT/mixed_$backend" > "$OUT/mixed_$backend.log" 2>&1
+    echo "mixed steps, $backend: exit $?"; tail -4 "$OUT/mixed_$backend.log"
+  done
 fi
 if has ncu_decode; then
   timeout 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \

@@ -23,7 +23,7 @@ import torch
 from pagoda import LLM, SamplingParams
 from pagoda.bench.common import random_prompts
 
-KINDS = (("attention", ("attn", "attention", "paged", "unified")), ("gemm", ("gemm", "cutlass", "sm90", "xmma", "cublas", "nvjet")),
+KINDS = (("attention", ("attn", "attention", "paged", "unified", "flash_")), ("gemm", ("gemm", "cutlass", "sm90", "xmma", "cublas", "nvjet")),
          ("norm", ("norm",)), ("rotary", ("rotary", "rope")), ("activation", ("silu", "act_and_mul", "gelu")),
          ("cache_write", ("cache", "reshape_and")), ("sampling", ("sort", "argmax", "max", "softmax", "topk")))
 
