@@ -8,20 +8,25 @@
 // split * WK + wk (whole groups); blockIdx.x picks 8 * NT tokens. Per step (16 inputs) a lane copies
 // ONE 16 bytes (the warp: 512 contiguous bytes) holding its A fragments of the strip's four 16-column
 // tiles, kDepth steps ahead, through a cp.async ring; a group's scales and zeros are loaded at its
-// start when folding (used at its end), one group ahead when dequantizing.
+// start when folding (used at its end), one group ahead when dequantizing. A warp walks its slice in
+// unrolled blocks (one group when folding, 8 steps otherwise) behind one warp-uniform test each, not
+// one per step; only the last blocks of a slice, whose refills would pass its end, clamp addresses.
 //
 // Up to 16 tokens (NT <= 2, "fold"), the zero point and scale leave the inner loop: A is the raw
 // (word >> 4p) & 0x000F000F | MAGIC (q + 128 for bf16; for fp16 MAGIC is subtracted again, exactly,
-// so A = q), the group's fp32 sums acc_g = sum x * A are formed by the MMAs, one more MMA against
-// ones gives sum x, and at the group's end out += s * acc_g - s * (z + magic) * sum x. Past 16 tokens
-// the MMAs dominate: A is dequantized in registers, (A - (MAGIC + z)) * s, and accumulated directly.
-// x is staged in shared memory per chunk of steps, already in B-fragment order. The WK slices of a
-// block are summed in shared memory; with a K split, blocks write fp32 partials and the last to arrive
-// at a column block (an atomic counter) sums them in split order (deterministic) and writes the output.
+// so A = q), the group's fp32 sums acc_g = sum x * A are formed by the MMAs, and at the group's end
+// out += s * (acc_g - (z + magic) * sum_x). sum_x, a group's sum of x per token, is the same for every
+// strip: the block forms it once, by MMAs against ones while staging x, and keeps it in shared memory
+// (past 48 KiB: dynamic). Past 16 tokens the MMAs dominate: A is dequantized in registers,
+// (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
+// already in B-fragment order. The WK slices of a block are summed in shared memory; with a K split,
+// blocks write fp32 partials and the last to arrive at a column block (an atomic counter) sums them in
+// split order (deterministic) and writes the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "awq_tiles.h"
 
@@ -30,11 +35,12 @@ namespace pagoda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 constexpr int kStageTiles = 64;   // (step, token tile) B fragments of x staged per chunk (16 KiB)
 constexpr int kDepth = 8;         // steps of weights in flight per warp (cp.async ring, 32 KiB per block)
 constexpr int kLaneWords = 4;     // 16 bytes of int4 per lane per step
 constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32
-constexpr int kRingWords = kThreads / 32 * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
+constexpr int kRingWords = kWarps * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
 constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 48 KiB: x stage, then the ring
 
 // NT token tiles (8 tokens each) per block: 1 (<= 8 tokens), 2 (<= 16) or 4.
@@ -47,6 +53,14 @@ struct TileShape {
   static constexpr bool kFold = NT <= 2;  // zero point and scale applied to the group sums
 };
 
+// Dynamic shared memory: the x stage, the rings, then on the fold path the chunk's sums of x, 8
+// tokens per (warp slice, group, token tile): 256 to 1024 bytes past the 48 KiB.
+template <int NT, int SPG>
+struct SharedLayout {
+  static constexpr int kSumWords = TileShape<NT>::kFold ? kStageTiles / SPG * 8 : 0;
+  static constexpr int kBytes = (kSharedWords + kSumWords) * 4;
+};
+
 template <typename T>
 struct Pair;
 template <>
@@ -54,14 +68,20 @@ struct Pair<half_t> {
   using type = __half2;
   static constexpr uint32_t kMagic = 0x6400u;  // 1024.0: its mantissa unit is 1
   static constexpr uint32_t kOne = 0x3C00u;
-  static constexpr float kMagicInSums = 0.f;  // fp16 subtracts MAGIC from A (x * 1024 would cost bits)
+  static constexpr bool kMagicInSums = false;  // fp16 subtracts MAGIC from A (x * 1024 would cost bits)
+  static PAGODA_INLINE float half_float(uint32_t word, int high) {
+    return __half2float(__ushort_as_half(static_cast<uint16_t>(high ? word >> 16 : word)));
+  }
 };
 template <>
 struct Pair<bf16_t> {
   using type = __nv_bfloat162;
   static constexpr uint32_t kMagic = 0x4300u;  // 128.0
   static constexpr uint32_t kOne = 0x3F80u;
-  static constexpr float kMagicInSums = 128.f;  // A = q + 128: products exact, removed with the zero
+  static constexpr bool kMagicInSums = true;  // A = q + 128: products exact, removed with the zero
+  static PAGODA_INLINE float half_float(uint32_t word, int high) {
+    return __uint_as_float(high ? word & 0xFFFF0000u : word << 16);
+  }
 };
 
 template <typename P>
@@ -124,18 +144,28 @@ PAGODA_INLINE uint4 load_stream(const uint4* ptr) {
 
 PAGODA_INLINE uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// (a & 0x000F000F) | magic2 in one instruction (nvcc otherwise emits two LOP3s, each with an immediate).
-PAGODA_INLINE uint32_t mask_or(uint32_t a, uint32_t magic2) {
+// (a & kMask) | c in one instruction (nvcc otherwise emits two LOP3s, each with an immediate).
+template <uint32_t kMask>
+PAGODA_INLINE uint32_t mask_or(uint32_t a, uint32_t c) {
   uint32_t r;
-  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(r) : "r"(a), "r"(magic2));  // 0xEA: (a & b) | c
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "n"(kMask), "r"(c));  // 0xEA: (a & b) | c
   return r;
+}
+
+// Zero point j of a lane's zeros plus the magic left in the fold's sums, in fp32. bf16: nibble j
+// placed at the mantissa unit of 128.0f (2^-16) is exactly 128 + z (a shift and one LOP3).
+template <typename T>
+PAGODA_INLINE float zero_in_sums(uint32_t zeros, int j) {
+  if (!Pair<T>::kMagicInSums) return static_cast<float>((zeros >> (4 * j)) & 0xFu);
+  const uint32_t at16 = j < 4 ? zeros << (16 - 4 * j) : zeros >> (4 * j - 16);
+  return __uint_as_float(mask_or<0x000F0000u>(at16, Pair<T>::kMagic << 16));
 }
 
 // A register p of a word (nibbles p and p + 4): column g + 8 * (p & 1), inputs 2t (+1) + 8 * (p >> 1).
 template <typename T>
 PAGODA_INLINE uint32_t raw_pair(uint32_t word, int p, uint32_t magic2) {
-  const uint32_t v = mask_or(word >> (4 * p), magic2);
-  if (Pair<T>::kMagicInSums != 0.f) return v;  // q + MAGIC, exact
+  const uint32_t v = mask_or<0x000F000Fu>(word >> (4 * p), magic2);
+  if (Pair<T>::kMagicInSums) return v;  // q + MAGIC, exact
   using P = typename Pair<T>::type;
   return as_bits(__hsub2(as_pair<P>(v), as_pair<P>(magic2)));  // q, exact
 }
@@ -157,7 +187,7 @@ PAGODA_INLINE void group_constants(const uint4& scales, uint32_t zeros, uint32_t
 template <typename T>
 PAGODA_INLINE uint32_t dequant_pair(uint32_t word, int p, uint32_t zero2, uint32_t scale2, uint32_t magic2) {
   using P = typename Pair<T>::type;
-  const uint32_t v = mask_or(word >> (4 * p), magic2);
+  const uint32_t v = mask_or<0x000F000Fu>(word >> (4 * p), magic2);
   return as_bits(__hmul2(__hsub2(as_pair<P>(v), as_pair<P>(zero2)), as_pair<P>(scale2)));
 }
 
@@ -171,36 +201,29 @@ PAGODA_INLINE uint32_t pack_pair(float a, float b) {
   return static_cast<uint32_t>(lo_bits) | (static_cast<uint32_t>(hi_bits) << 16);
 }
 
-template <typename T>
-PAGODA_INLINE float half_value(uint32_t word, int high) {
-  const uint16_t bits = static_cast<uint16_t>(high ? word >> 16 : word);
-  T v;
-  memcpy(&v, &bits, 2);
-  return to_float(v);
-}
-
-// End of a group (fold path): out += s * acc_g - s * (z + magic) * sum_x per column, then the group
-// sums restart. C fragment: c[i] is column g + 8 (i >> 1) of the tile, token 2t + (i & 1).
+// End of a group (fold path): out += s * (acc_g - (z + magic) * sum_x) per column (the difference
+// rounded once, by an FMA), then the group sums restart. C fragment: c[i] is column g + 8 (i >> 1) of
+// the tile, token 2t + (i & 1); sum_x: the group's sums of x staged for token tile nt at
+// sum_x[8 * nt], tokens 2t and 2t + 1.
 template <typename T, int NT>
-PAGODA_INLINE void fold_group(float (&out)[NT][4][4], float (&acc)[NT][4][4], float (&sum_x)[NT][4],
+PAGODA_INLINE void fold_group(float (&out)[NT][4][4], float (&acc)[NT][4][4], const float* sum_x,
                               const uint4& scales, uint32_t zeros) {
+  float2 sx[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) sx[nt] = *reinterpret_cast<const float2*>(sum_x + 8 * nt);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float s = half_value<T>(word_of(scales, j >> 1), j & 1);
-    const float sz = s * (static_cast<float>((zeros >> (4 * j)) & 0xFu) + Pair<T>::kMagicInSums);
+    const float s = Pair<T>::half_float(word_of(scales, j >> 1), j & 1), zm = zero_in_sums<T>(zeros, j);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
+        float& a = acc[nt][j >> 1][2 * (j & 1) + e];
         float& o = out[nt][j >> 1][2 * (j & 1) + e];
-        o = fmaf(s, acc[nt][j >> 1][2 * (j & 1) + e], fmaf(-sz, sum_x[nt][e], o));
-        acc[nt][j >> 1][2 * (j & 1) + e] = 0.f;
+        o = fmaf(s, fmaf(-zm, e ? sx[nt].y : sx[nt].x, a), o);
+        a = 0.f;
       }
   }
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sum_x[nt][i] = 0.f;
 }
 
 // Steps [begin, begin + len) of K slice q of `slices` (whole groups, as even as possible).
@@ -213,33 +236,42 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
   return {g0 * steps_per_group, (g1 - g0) * steps_per_group};
 }
 
-// Chunk c of x for every warp slice of the block, in B-fragment order:
-// stage[((wk * kChunk + cs) * NT + nt) * 64 + lane * 2 + reg], lane = 4 * token + (input % 8) / 2,
-// reg = input >= 8. Only tokens below m are written: the kernel zeroes the stage once.
+// Chunk c of x for every warp slice of the block, as B fragments: stage[((wk * kChunk + cs) * NT + nt) *
+// 64 + lane * 2 + reg] holds inputs 2t, 2t + 1 (reg 1: + 8) of step cs of token 8 nt + g (lane 4g + t);
+// tokens past m and steps past the slice are zeros. Warp (wn, wk) stages 8 steps of one token tile of
+// its own slice (WN * 8 = kChunk * NT), and on the fold path sums them per group by MMAs against ones
+// (fp32), once per block instead of once per strip: sums[((wk * kChunk / SPG + group of the chunk) *
+// NT + nt) * 8 + token].
 template <typename T, int NT, int SPG>
-__device__ void stage_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, int slices, int groups) {
+__device__ void stage_x(uint32_t* stage, float* sums, const AwqTilesGemm& p, int chunk, Slice mine, int wn, int wk) {
   using S = TileShape<NT>;
-  constexpr int kItems = S::kWK * S::kChunk * NT * 16;  // (wk, step, token tile, token, half of the step)
-  const T* x = static_cast<const T*>(p.x);
-  for (int item = threadIdx.x; item < kItems; item += kThreads) {
-    const int h = item & 1, r = (item >> 1) & 7;
-    int rest = item >> 4;
-    const int nt = rest % NT;
-    const int row = (blockIdx.x * NT + nt) * 8 + r;
-    if (row >= p.m) continue;
-    rest /= NT;
-    const int cs = rest % S::kChunk, wk = rest / S::kChunk;
-    const Slice s = slice_of(blockIdx.z * S::kWK + wk, slices, groups, SPG);
-    const int local = chunk * S::kChunk + cs;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (local < s.len) {
-      v = *reinterpret_cast<const uint4*>(x + row * p.x_stride + (s.begin + local) * kAwqTileStep + 8 * h);
+  static_assert(S::kWN * 8 == S::kChunk * NT && S::kWN % NT == 0 && 8 % SPG == 0, "8 steps of a token tile per warp");
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  const int nt = wn % NT, cs0 = wn / NT * 8, local = chunk * S::kChunk + cs0;  // + j: the step in the slice
+  const int row = (blockIdx.x * NT + nt) * 8 + (lane >> 2);
+  const uint32_t* x = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.x) + row * p.x_stride +
+                                                        (mine.begin + local) * kAwqTileStep) + t;  // + j * 8 (+ 4)
+  uint2* const dst = reinterpret_cast<uint2*>(stage) + ((wk * S::kChunk + cs0) * NT + nt) * 32 + lane;
+  const uint32_t one2 = Pair<T>::kOne * 0x00010001u;
+  const uint4 ones = make_uint4(one2, one2, one2, one2);
+  float sum[4] = {0.f, 0.f, 0.f, 0.f};
+  // x formed here, once: used only under each step's condition, the compiler formed the address anew
+  // under every condition (12 instructions a step)
+  asm volatile("" ::"l"(x));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    uint2 b = make_uint2(0u, 0u);
+    if (row < p.m && local + j < mine.len) b = make_uint2(__ldg(x + j * 8), __ldg(x + j * 8 + 4));
+    dst[j * NT * 32] = b;
+    if (!S::kFold) continue;
+    mma(sum, ones, b, T{});  // c[e]: token 2t + e (every row of the ones alike)
+    if (j % SPG != SPG - 1) continue;
+    if (lane < 4) {
+      float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
+      *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
     }
-    uint32_t* dst = stage + ((wk * S::kChunk + cs) * NT + nt) * kFragWords + 8 * r + h;
-    dst[0] = v.x;  // inputs 8h + 0, 1: lane 4r + 0
-    dst[2] = v.y;  // 8h + 2, 3: lane 4r + 1
-    dst[4] = v.z;
-    dst[6] = v.w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] = 0.f;
   }
 }
 
@@ -311,14 +343,18 @@ template <typename T, int NT, int SPG>
 __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles_gemm_kernel(AwqTilesGemm p) {
   using S = TileShape<NT>;
   constexpr int WN = S::kWN, WK = S::kWK, CH = S::kChunk, D = kDepth;
-  constexpr int U = D > SPG ? D : SPG;  // steps per unrolled block: whole groups and pipeline turns
-  static_assert(U % D == 0 && U % SPG == 0 && CH % U == 0, "groups and chunks must align with the pipeline");
-  __shared__ __align__(16) uint32_t smem[kSharedWords];
+  // Steps per unrolled block: one group on the fold path, folded after the block (past the join of its
+  // two variants, where ptxas cannot overlap the fold with MMAs: overlapped, the two-tile kernels
+  // needed more than 128 registers), else whole ring turns.
+  constexpr int U = S::kFold ? SPG : D > SPG ? D : SPG;
+  static_assert((U % D == 0 || D % U == 0) && U % SPG == 0 && CH % U == 0, "blocks align with the ring and chunks");
+  extern __shared__ __align__(16) uint32_t smem[];  // SharedLayout<NT, SPG>::kBytes
   uint32_t* const stage = smem;
+  float* const sums = reinterpret_cast<float*>(smem + kSharedWords);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wn = warp % WN, wk = warp / WN;
-  const int g = lane >> 2;
+  const int g = lane >> 2, t = lane & 3;
   const int n_strips = p.n / kAwqTileStrip, steps = p.k / kAwqTileStep, groups = p.k / p.group;
   const int splits = gridDim.z, slices = splits * WK;
   const int strip = blockIdx.y * WN + wn;
@@ -332,13 +368,15 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   const int strip_in = min(strip, n_strips - 1), begin_in = min(mine.begin, steps - SPG);
   const uint4* wptr = reinterpret_cast<const uint4*>(p.weights) +
                       (static_cast<int64_t>(strip_in) * steps + begin_in) * 32 + lane;  // + step * 32
-  const int64_t group_stride = static_cast<int64_t>(n_strips) * 8;
-  const uint4* sptr = reinterpret_cast<const uint4*>(p.scales) + (begin_in / SPG) * group_stride + strip_in * 8 + g;
-  const uint32_t* zptr = p.zeros + (begin_in / SPG) * group_stride + strip_in * 8 + g;  // + group * group_stride
+  // a group's scales (uint4) and zeros (uint32) of this lane: element group_at(group) of either
+  const int group_stride = n_strips * 8;
+  const int64_t group0 = static_cast<int64_t>(begin_in / SPG) * group_stride + strip_in * 8 + g;
+  auto group_at = [&](int group) { return group0 + static_cast<int64_t>(group) * group_stride; };
+  const uint4* const scales = reinterpret_cast<const uint4*>(p.scales);
 
-  // Every load is issued unconditionally (a step past the slice rereads its last step), so that
-  // every path issues the same loads in the same order: ptxas then waits for the oldest load only
-  // (a counted scoreboard wait) instead of for all of them, which cost one memory latency per step.
+  // Every load of a block is issued unconditionally (a step past the slice rereads its last step),
+  // so that every path issues the same loads in the same order: ptxas then waits for the oldest load
+  // only (a counted scoreboard wait) instead of for all of them, which cost one memory latency per step.
   const int last = max(mine.len - 1, 0), last_group = last / SPG;
   uint4* const ring = reinterpret_cast<uint4*>(smem + kStageTiles * kFragWords) + warp * D * 32 + lane;  // + slot * 32
 #pragma unroll
@@ -346,74 +384,83 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
     copy_async(ring + j * 32, wptr + static_cast<int64_t>(min(j, last)) * 32);
     commit_copies();
   }
-  uint4 next_scales = S::kFold ? uint4{} : __ldg(sptr), group_scales;  // the group's scales and zeros
-  uint32_t next_zeros = S::kFold ? 0u : __ldg(zptr), group_zeros;
+  uint4 next_scales = S::kFold ? uint4{} : __ldg(scales + group0), group_scales;  // the group's scales and zeros
+  uint32_t next_zeros = S::kFold ? 0u : __ldg(p.zeros + group0), group_zeros;
 
-  float out[NT][4][4], acc[NT][4][4], sum_x[NT][4];
+  float out[NT][4][4], acc[NT][4][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sum_x[nt][i] = 0.f;
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int w = 0; w < 4; ++w) out[nt][w][i] = acc[nt][w][i] = 0.f;
-    }
   uint32_t scale2[8], zero2[8];
-  const uint32_t magic2 = Pair<T>::kMagic * 0x00010001u, one2 = Pair<T>::kOne * 0x00010001u;
-  const uint4 ones = make_uint4(one2, one2, one2, one2);
+  const uint32_t magic2 = Pair<T>::kMagic * 0x00010001u;
+
+  // Steps r .. r + U - 1 of chunk c, unrolled. Steps past the slice (a dequantizing block, when groups
+  // are shorter than U) multiply the zeros staged for them: they add exactly nothing. Unless kTail,
+  // every refill (D steps ahead) and group of the block lies inside the slice: addressed unclamped, a
+  // constant offset per step.
+  auto block = [&](int c, int r, auto tail) {
+    constexpr bool kTail = decltype(tail)::value;
+    const int i0 = c * CH + r;  // this warp's step, relative to its slice: i0 + j, in ring slot i0 % D + j
+    uint4* const slots = ring + (U % D == 0 ? 0 : i0 % D) * 32;
+    const uint4* const refill = wptr + static_cast<int64_t>(i0 + D) * 32;  // + j * 32
+    const uint2* const frags = reinterpret_cast<const uint2*>(stage) + (wk * CH + r) * NT * 32 + lane;
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const int i = i0 + j;
+      wait_copies<D - 1>();  // step i has landed in its slot
+      const uint4 words = slots[(j % D) * 32];
+      copy_async(slots + (j % D) * 32, kTail ? wptr + static_cast<int64_t>(min(i + D, last)) * 32 : refill + j * 32);
+      commit_copies();
+      if (j % SPG == 0 && S::kFold) {  // used at the group's end: loaded at its start
+        const int64_t at = group_at(kTail ? min(i / SPG, last_group) : i / SPG);
+        group_scales = __ldg(scales + at);
+        group_zeros = __ldg(p.zeros + at);
+      } else if (j % SPG == 0) {  // used now: loaded one group ahead
+        const int64_t at = group_at(kTail ? min(i / SPG + 1, last_group) : i / SPG + 1);
+        group_constants<T>(next_scales, next_zeros, scale2, zero2);
+        next_scales = __ldg(scales + at);
+        next_zeros = __ldg(p.zeros + at);
+      }
+      uint2 b[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) b[nt] = frags[(j * NT + nt) * 32];
+#pragma unroll
+      for (int w = 0; w < kLaneWords; ++w) {
+        const uint32_t word = word_of(words, w);
+        uint4 a;
+        if (S::kFold) {
+          a = make_uint4(raw_pair<T>(word, 0, magic2), raw_pair<T>(word, 1, magic2), raw_pair<T>(word, 2, magic2),
+                         raw_pair<T>(word, 3, magic2));
+        } else {
+          a = make_uint4(dequant_pair<T>(word, 0, zero2[2 * w], scale2[2 * w], magic2),
+                         dequant_pair<T>(word, 1, zero2[2 * w + 1], scale2[2 * w + 1], magic2),
+                         dequant_pair<T>(word, 2, zero2[2 * w], scale2[2 * w], magic2),
+                         dequant_pair<T>(word, 3, zero2[2 * w + 1], scale2[2 * w + 1], magic2));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma(S::kFold ? acc[nt][w] : out[nt][w], a, b[nt], T{});
+      }
+    }
+  };
 
   const int chunks = (longest + CH - 1) / CH;
-  for (int i = threadIdx.x; i < kStageTiles * kFragWords / 4; i += kThreads) {
-    reinterpret_cast<uint4*>(stage)[i] = make_uint4(0u, 0u, 0u, 0u);  // tokens past m stay zero
-  }
+  const int len = strip_ok ? mine.len : 0;  // a strip past N computes nothing
   for (int c = 0; c < chunks; ++c) {
-    __syncthreads();  // the previous chunk's fragments are read
-    stage_x<T, NT, SPG>(stage, p, c, slices, groups);
+    __syncthreads();  // the previous chunk's fragments and sums are read
+    stage_x<T, NT, SPG>(stage, sums, p, c, mine, wn, wk);
     __syncthreads();
-    const uint2* frags = reinterpret_cast<const uint2*>(stage) + wk * CH * NT * 32 + lane;
-    for (int r = 0; r < CH; r += U) {
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        const int i = c * CH + r + j;  // this warp's step, relative to its slice
-        wait_copies<D - 1>();             // step i has landed in slot j % D
-        const uint4 words = ring[(j % D) * 32];
-        copy_async(ring + (j % D) * 32, wptr + static_cast<int64_t>(min(i + D, last)) * 32);  // D steps ahead
-        commit_copies();
-        if (j % SPG == 0 && S::kFold) {  // used at the group's end: loaded at its start
-          group_scales = __ldg(sptr + min(i / SPG, last_group) * group_stride);
-          group_zeros = __ldg(zptr + min(i / SPG, last_group) * group_stride);
-        } else if (j % SPG == 0) {  // used now: loaded one group ahead
-          group_constants<T>(next_scales, next_zeros, scale2, zero2);
-          next_scales = __ldg(sptr + min(i / SPG + 1, last_group) * group_stride);
-          next_zeros = __ldg(zptr + min(i / SPG + 1, last_group) * group_stride);
-        }
-        if (strip_ok && i < mine.len) {
-          uint2 b[NT];
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) b[nt] = frags[((r + j) * NT + nt) * 32];
-#pragma unroll
-          for (int w = 0; w < kLaneWords; ++w) {
-            const uint32_t word = word_of(words, w);
-            uint4 a;
-            if (S::kFold) {
-              a = make_uint4(raw_pair<T>(word, 0, magic2), raw_pair<T>(word, 1, magic2), raw_pair<T>(word, 2, magic2),
-                             raw_pair<T>(word, 3, magic2));
-            } else {
-              a = make_uint4(dequant_pair<T>(word, 0, zero2[2 * w], scale2[2 * w], magic2),
-                             dequant_pair<T>(word, 1, zero2[2 * w + 1], scale2[2 * w + 1], magic2),
-                             dequant_pair<T>(word, 2, zero2[2 * w], scale2[2 * w], magic2),
-                             dequant_pair<T>(word, 3, zero2[2 * w + 1], scale2[2 * w + 1], magic2));
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mma(S::kFold ? acc[nt][w] : out[nt][w], a, b[nt], T{});
-          }
-          if (S::kFold) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mma(sum_x[nt], ones, b[nt], T{});
-            if (j % SPG == SPG - 1) fold_group<T, NT>(out, acc, sum_x, group_scales, group_zeros);
-          }
-        }
+    // a warp-uniform test per block: blocks start inside the slice; tail blocks clamp their reads
+#pragma unroll 1
+    for (int r = 0; r < CH && c * CH + r < len; r += U) {
+      if (c * CH + r + U + D <= len) {
+        block(c, r, std::false_type{});
+      } else {
+        block(c, r, std::true_type{});
       }
+      if (S::kFold) fold_group<T, NT>(out, acc, sums + (wk * CH + r) / SPG * NT * 8 + 2 * t, group_scales, group_zeros);
     }
   }
 
@@ -475,12 +522,30 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
   }
 }
 
+// The fold kernels' sums of x take them past 48 KiB of shared memory, which needs an opt-in per
+// kernel and device: done at the first launch (an eager one: the engine and the tests warm up before
+// capturing graphs), as flash_common.cuh's allow_shared_memory does.
+template <typename T, int NT, int SPG>
+void launch_gemm_kernel(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
+  constexpr int bytes = SharedLayout<NT, SPG>::kBytes;
+  if (bytes > 48 * 1024) {
+    static bool done[64] = {};
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device < 64 && !done[device]) {
+      cudaFuncSetAttribute(awq_tiles_gemm_kernel<T, NT, SPG>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      done[device] = true;
+    }
+  }
+  awq_tiles_gemm_kernel<T, NT, SPG><<<grid, kThreads, bytes, stream>>>(p);
+}
+
 template <typename T, int NT>
 void launch_gemm(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
   switch (p.group) {
-    case 32: awq_tiles_gemm_kernel<T, NT, 2><<<grid, kThreads, 0, stream>>>(p); break;
-    case 64: awq_tiles_gemm_kernel<T, NT, 4><<<grid, kThreads, 0, stream>>>(p); break;
-    default: awq_tiles_gemm_kernel<T, NT, 8><<<grid, kThreads, 0, stream>>>(p); break;
+    case 32: launch_gemm_kernel<T, NT, 2>(p, grid, stream); break;
+    case 64: launch_gemm_kernel<T, NT, 4>(p, grid, stream); break;
+    default: launch_gemm_kernel<T, NT, 8>(p, grid, stream); break;
   }
 }
 

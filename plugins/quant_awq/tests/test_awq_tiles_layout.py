@@ -108,6 +108,8 @@ def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, token_ti
     (20, 128, 256, 32, 4, 1),  # NT = 4 (4 x 2 warps, dequantizing path), tokens 20..31 padded
     (40, 128, 256, 64, 4, 2),  # two token blocks sharing the split counters
     (12, 256, 128, 128, 2, 2),  # fold path with a split and a half-empty second token tile
+    (16, 1024, 64, 64, 2, 1),  # 16 steps per warp slice: unclamped blocks, then clamped ones (fold path)
+    (24, 1024, 128, 128, 4, 1),  # the same past 16 tokens, over four chunks of x
 ])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_emulated_gemm_vs_float64(m, k, n, group, token_tiles, split, dtype) -> None:

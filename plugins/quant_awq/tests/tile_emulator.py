@@ -1,6 +1,8 @@
 """A CPU emulation of ``csrc/kernels/awq_tiles.cu``: the same grid, warps, lanes, addresses, bit
 operations and reductions, written line for line after the kernel (its function names are kept),
-so the layout math is proven before any GPU runs it.
+so the layout math is proven before any GPU runs it. Each warp walks its slice in the kernel's
+unrolled blocks (one group on the fold path, eight steps past 16 tokens), steps past the slice
+included, and every address it reads is checked against the tensors (:func:`check_prefetch`).
 
 What is *not* taken from the kernel: the MMA itself. :func:`mma` assembles the A, B and C
 matrices from the 32 lanes' registers with the fragment layouts of NVIDIA's PTX ISA
@@ -32,6 +34,11 @@ def tile_shape(nt: int) -> tuple[int, int, int]:
     wn = 2 if nt <= 2 else 4
     wk = THREADS // 32 // wn
     return wn, wk, STAGE_TILES // (wk * nt)
+
+
+def block_steps(nt: int, spg: int) -> int:
+    """U: steps per unrolled block, one group on the fold path (NT <= 2), else whole ring turns."""
+    return spg if nt <= 2 else max(DEPTH, spg)
 
 
 def slice_of(q: int, slices: int, groups: int, spg: int) -> tuple[int, int]:
@@ -94,16 +101,16 @@ def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 def fold_group(out: torch.Tensor, acc: torch.Tensor, sum_x: torch.Tensor, scales_words: torch.Tensor,
                zeros: torch.Tensor, dtype: torch.dtype) -> None:
-    """out/acc [NT, 4 tiles, 32, 4], sum_x [NT, 32, 4]: the kernel's fold_group, in place."""
+    """out/acc [NT, 4 tiles, 32, 4], sum_x [NT, 32, 2] (the staged sums, tokens 2t and 2t + 1 per lane):
+    the kernel's fold_group, in place. z + magic is exact in fp32 (zero_in_sums)."""
     for j in range(8):
         s = halves(scales_words[:, j >> 1], dtype)[j & 1].float()
-        sz = s * (((zeros >> (4 * j)) & 0xF).float() + MAGIC_IN_SUMS[dtype])
+        zm = ((zeros >> (4 * j)) & 0xF).float() + MAGIC_IN_SUMS[dtype]
         for e in range(2):
             i = 2 * (j & 1) + e
-            inner = fma32(-sz, sum_x[:, :, e], out[:, j >> 1, :, i])
-            out[:, j >> 1, :, i] = fma32(s, acc[:, j >> 1, :, i], inner)
+            inner = fma32(-zm, sum_x[:, :, e], acc[:, j >> 1, :, i])
+            out[:, j >> 1, :, i] = fma32(s, inner, out[:, j >> 1, :, i])
             acc[:, j >> 1, :, i] = 0.0
-    sum_x.zero_()
 
 
 def _coords(fn, regs: int):
@@ -137,38 +144,64 @@ def mma(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype)
     acc += D[C_ROWS, C_COLS].float()
 
 
-def stage_x(stage: torch.Tensor, x_bits: torch.Tensor, m: int, nt_count: int, spg: int, chunk: int, split: int,
-            slices: int, groups: int, m_block: int) -> None:
-    """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32) as the kernel's stage_x."""
-    wn, wk_count, ch = tile_shape(nt_count)
-    for item in range(wk_count * ch * nt_count * 16):
-        h, r = item & 1, (item >> 1) & 7
-        rest = item >> 4
-        nt = rest % nt_count
-        row = (m_block * nt_count + nt) * 8 + r
-        if row >= m:
-            continue  # never written: zero from the kernel's start
-        rest //= nt_count
-        cs, wk = rest % ch, rest // ch
+def stage_x(stage: torch.Tensor, sums: torch.Tensor, x_bits: torch.Tensor, m: int, nt_count: int, spg: int,
+            chunk: int, split: int, slices: int, groups: int, m_block: int, dtype: torch.dtype) -> None:
+    """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32) and, on the fold path, ``sums`` (flat
+    fp32, per warp slice, group of the chunk, token tile and token) as the kernel's stage_x: warp (wn,
+    wk) stages 8 steps of token tile wn % NT of its slice as B fragments, summing each group by MMAs
+    against ones."""
+    wn_count, wk_count, ch = tile_shape(nt_count)
+    ones = torch.full((32, 4), ONE[dtype] * 0x00010001, dtype=torch.int64)
+    for warp in range(THREADS // 32):
+        wn, wk = warp % wn_count, warp // wn_count
+        nt, cs0 = wn % nt_count, wn // nt_count * 8
         begin, length = slice_of(split * wk_count + wk, slices, groups, spg)
-        local = chunk * ch + cs
-        v = [0, 0, 0, 0]
-        if local < length:
-            col_pair = ((begin + local) * STEP + 8 * h) // 2
-            v = x_bits[row, col_pair:col_pair + 4].tolist()
-        dst = ((wk * ch + cs) * nt_count + nt) * FRAG_WORDS + 8 * r + h
-        for e in range(4):
-            stage[dst + 2 * e] = v[e]
+        rows = (m_block * nt_count + nt) * 8 + G  # per lane
+        total = torch.zeros(32, 4, dtype=torch.float32)
+        for j in range(8):
+            local = chunk * ch + cs0 + j
+            b = torch.zeros(32, 2, dtype=torch.int64)
+            if local < length:
+                ok = rows < m
+                at = (begin + local) * STEP // 2 + T  # the pair of inputs 2t, 2t + 1 (+ 8: 4 pairs on)
+                for reg in range(2):
+                    b[ok, reg] = x_bits[rows[ok], at[ok] + 4 * reg]
+            dst = ((wk * ch + cs0 + j) * nt_count + nt) * FRAG_WORDS
+            stage[dst:dst + FRAG_WORDS] = b.reshape(-1)
+            if nt_count > 2:
+                continue
+            mma(total, ones, b, dtype)  # column 2t + e of lane (g, t): token 2t + e
+            if j % spg == spg - 1:
+                at = ((wk * ch + cs0 + j) // spg * nt_count + nt) * 8
+                sums[at:at + 8] = total[:4, :2].reshape(-1)  # lanes 0..3: tokens 2t, 2t + 1
+                total.zero_()
 
 
-def check_prefetch(strip: int, begin: int, length: int, walked: int, n_strips: int, steps: int, spg: int,
-                   sizes: tuple[int, int, int]) -> None:
-    """Every copy and load a warp issues is unconditional (clamped strip, step and group, see the
-    kernel's prologue and loop): each must fall inside the weights, scales and zeros, even for a
-    strip past N or an empty slice."""
+def warp_blocks(length: int, chunks: int, ch: int, u: int) -> list[tuple[int, int, bool]]:
+    """(chunk, first step in the chunk, tail) of every unrolled block a warp runs over a slice of
+    ``length`` steps (0 for a strip past N): those starting inside it; tail unless every refill
+    (DEPTH steps ahead) stays inside it."""
+    return [(c, r, c * ch + r + u + DEPTH > length)
+            for c in range(chunks) for r in range(0, ch, u) if c * ch + r < length]
+
+
+def check_prefetch(strip: int, begin: int, length: int, blocks, n_strips: int, steps: int, spg: int, fold: bool,
+                   u: int, ch: int, sizes: tuple[int, int, int]) -> None:
+    """Every copy and load a warp issues is unconditional (clamped strip and step in the prologue,
+    clamped steps and groups in tail blocks, none elsewhere): each must fall inside the weights,
+    scales and zeros, even for a strip past N or an empty slice, and a block run without clamps must
+    not need any."""
     strip_in, begin_in, last = min(strip, n_strips - 1), min(begin, steps - spg), max(length - 1, 0)
-    steps_read = [min(j, last) for j in range(DEPTH)] + [min(i + DEPTH, last) for i in range(walked)]
-    groups_read = [0] + [min(i // spg + 1, last // spg) for i in range(0, walked, spg)]
+    steps_read = [min(j, last) for j in range(DEPTH)]
+    groups_read = [] if fold else [0]
+    for c, r, tail in blocks:
+        for j in range(u):
+            i = c * ch + r + j
+            steps_read.append(min(i + DEPTH, last) if tail else i + DEPTH)
+            if j % spg == 0:
+                group = i // spg + (0 if fold else 1)
+                groups_read.append(min(group, last // spg) if tail else group)
+    assert max(steps_read) <= last and max(groups_read, default=0) <= last // spg, "an unclamped read past the slice"
     for at in steps_read:
         w = ((strip_in * steps + begin_in) + at) * 32 + 31
         assert 0 <= w < sizes[0], (strip, begin, length, at)
@@ -181,8 +214,8 @@ def plan_token_tiles(m: int) -> int:
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def warp_steps(a_acc, out, sum_x, words, b, consts, dtype, fold: bool) -> None:
-    """One step of one warp: the four tiles' MMAs (and the fold path's sum of x)."""
+def warp_steps(a_acc, out, words, b, consts, dtype, fold: bool) -> None:
+    """One step of one warp: the four tiles' MMAs."""
     nt_count = len(b)
     for w in range(4):
         word = words[:, w]
@@ -194,10 +227,6 @@ def warp_steps(a_acc, out, sum_x, words, b, consts, dtype, fold: bool) -> None:
         a = torch.stack(regs, 1)
         for nt in range(nt_count):
             mma((a_acc if fold else out)[nt, w], a, b[nt], dtype)
-    if fold:
-        ones = torch.full((32, 4), ONE[dtype] * 0x00010001, dtype=torch.int64)
-        for nt in range(nt_count):
-            mma(sum_x[nt], ones, b[nt], dtype)
 
 
 def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, token_tiles: int, split: int) -> torch.Tensor:
@@ -207,6 +236,7 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, token_tiles: int, split: int)
     n, group = tiles.n, tiles.group_size
     nt_count, fold = token_tiles, token_tiles <= 2
     spg, wn_count, wk_count, ch = group // STEP, *tile_shape(nt_count)
+    u = block_steps(nt_count, spg)
     n_strips, steps, groups = n // STRIP, k // STEP, k // group
     weights = u32(tiles.weights).reshape(-1, 4)  # uint4 per (strip, step, lane)
     scales = u32(tiles.scales.view(torch.int16).to(torch.int32) & 0xFFFF).reshape(-1, 2)
@@ -223,33 +253,36 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, token_tiles: int, split: int)
             for by in range(grid[1]):
                 longest = max(slice_of(bz * wk_count + w, slices, groups, spg)[1] for w in range(wk_count))
                 chunks = (longest + ch - 1) // ch
-                stages = []
-                stage = torch.zeros(STAGE_TILES * FRAG_WORDS, dtype=torch.int64)  # zeroed once per block
-                for c in range(chunks):
-                    stage = stage.clone()  # the kernel overwrites the previous chunk in place
-                    stage_x(stage, x_bits, m, nt_count, spg, c, bz, slices, groups, bx)
-                    stages.append(stage)
+                stages, chunk_sums = [], []
+                for c in range(chunks):  # NaN bits wherever stage_x would leave a value unwritten
+                    stages.append(torch.full((STAGE_TILES * FRAG_WORDS,), 0x7FC07FC0, dtype=torch.int64))
+                    chunk_sums.append(torch.full((STAGE_TILES // spg * 8,), float("nan")))
+                    stage_x(stages[c], chunk_sums[c], x_bits, m, nt_count, spg, c, bz, slices, groups, bx, dtype)
                 acc = {}
                 for warp in range(THREADS // 32):
                     wn, wk = warp % wn_count, warp // wn_count
                     strip = by * wn_count + wn
                     begin, length = slice_of(bz * wk_count + wk, slices, groups, spg)
-                    check_prefetch(strip, begin, length, chunks * ch, n_strips, steps, spg,
+                    blocks = warp_blocks(length if strip < n_strips else 0, chunks, ch, u)
+                    check_prefetch(strip, begin, length, blocks, n_strips, steps, spg, fold, u, ch,
                                    (len(weights), len(scales), len(zeros)))
                     acc[wn, wk] = warp_out = torch.zeros(nt_count, 4, 32, 4, dtype=torch.float32)
-                    if strip >= n_strips:
-                        continue
-                    a_acc, sum_x = torch.zeros_like(warp_out), torch.zeros(nt_count, 32, 4, dtype=torch.float32)
+                    a_acc = torch.zeros_like(warp_out)
                     wbase = (strip * steps + begin) * 32 + LANE  # uint4 index per lane, + step * 32
                     sbase = ((begin // spg) * n_strips + strip) * 8 + G
-                    for i in range(length):
-                        frags = stages[i // ch].reshape(-1, 2)  # uint2 view
-                        g_index = sbase + (i // spg) * n_strips * 8
-                        consts = group_constants(scales[g_index], zeros[g_index], dtype)
-                        b = [frags[wk * ch * nt_count * 32 + ((i % ch) * nt_count + nt) * 32 + LANE]
-                             for nt in range(nt_count)]
-                        warp_steps(a_acc, warp_out, sum_x, weights[wbase + i * 32], b, consts, dtype, fold)
-                        if fold and i % spg == spg - 1:
+                    last = max(length - 1, 0)
+                    for c, r, _ in blocks:
+                        frags = stages[c].reshape(-1, 2)  # uint2 view
+                        for j in range(u):
+                            i = c * ch + r + j  # past the slice (a dequantizing tail block): x is zeros
+                            g_index = sbase + min(i // spg, last // spg) * n_strips * 8
+                            consts = group_constants(scales[g_index], zeros[g_index], dtype)
+                            b = [frags[((wk * ch + r + j) * nt_count + nt) * 32 + LANE] for nt in range(nt_count)]
+                            warp_steps(a_acc, warp_out, weights[wbase + min(i, last) * 32], b, consts, dtype, fold)
+                        if fold:  # a block is one group
+                            at = (wk * ch + r) // spg * nt_count * 8 + 2 * T
+                            sum_x = torch.stack([torch.stack([chunk_sums[c][at + 8 * nt + e] for e in range(2)], 1)
+                                                 for nt in range(nt_count)])
                             fold_group(warp_out, a_acc, sum_x, scales[g_index], zeros[g_index], dtype)
                 store_block(out, partials, acc, dtype, m, n_strips, (wn_count, wk_count, nt_count), (bx, by, bz), split)
                 if split == 1:
