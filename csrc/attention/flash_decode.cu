@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kDecodeKeys - 1) / kDecodeKeys : 0;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
+  allow_dependents_to_start();  // the split reduction may be scheduled now; it waits for this grid to finish
   // Q rows of this program (zeros for rows past the group), then the first tiles of each warp
   const auto* q_base = static_cast<const uint16_t*>(p.query) + seq * p.q_stride_token;
   constexpr int kChunks = D / 8;
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
+  wait_for_prior_grids();  // launched as a dependent of the decode kernel: its partials are complete after this
   const int seq = blockIdx.x, head = blockIdx.y;
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
@@ -358,8 +360,8 @@ void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int n
   kernel<<<grid, kDecodeThreads, bytes, stream>>>(args, block_div, skip_rescale_enabled(), num_splits, part_out,
                                                   part_lse);
   if (num_splits > 1) {
-    flash_decode_reduce_kernel<T, D><<<dim3(num_decodes, args.num_heads), kReduceThreads, 0, stream>>>(
-        args, num_splits, part_out, part_lse);
+    launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(num_decodes, args.num_heads), dim3(kReduceThreads), stream,
+                     args, num_splits, static_cast<const float*>(part_out), static_cast<const float*>(part_lse));
   }
 }
 

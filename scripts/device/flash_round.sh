@@ -4,6 +4,7 @@
 #   sweep   flash_splits.py (SWEEP_ARGS, e.g. "--batches 1")
 #   mixed   profile_mixed.py with flash and with triton: a 256-token prompt joining 0-128 decodes, step
 #           times and GPU time by kernel kind (where an end-to-end difference between them comes from)
+#   pdl_ab  batch-1 split sweeps with PAGODA_PDL=0, =1, =0, =1 (the reduction as a programmatic dependent)
 #   ncu_decode Nsight Compute sections of the batch-1 x 32k decode and reduction kernels
 #   serve   `pagoda serve` dummy Llama-3.1-8B on the flash backend + `pagoda bench serve`
 # Results under $OUT (tests.log, attention_flash.json, flash_splits.json, ncu_flash.txt, serve_*.json),
@@ -24,6 +25,13 @@ if has mixed; then
     timeout 150 python3 scripts/device/profile_mixed.py benchmarks/configs/llama-3.1-8b --backend "$backend" \
       --decodes 0,32,128 --profile-decodes 128 --out "$OUT/mixed_$backend" > "$OUT/mixed_$backend.log" 2>&1
     echo "mixed steps, $backend: exit $?"; tail -4 "$OUT/mixed_$backend.log"
+  done
+fi
+if has pdl_ab; then
+  for pdl in 0 1 0 1; do
+    PAGODA_PDL=$pdl timeout 60 python3 scripts/device/flash_splits.py --batches 1 --out "$OUT/pdl_ab_$pdl.json" \
+      > "$OUT/pdl_ab_$pdl.log" 2>&1
+    echo "PAGODA_PDL=$pdl: exit $?"; grep -E "flash  splits  (16|32)|triton" "$OUT/pdl_ab_$pdl.log"
   done
 fi
 if has ncu_decode; then
