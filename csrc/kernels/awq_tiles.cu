@@ -19,7 +19,8 @@
 // strip: the block forms it once, by MMAs against ones while staging x, and keeps it in shared memory
 // (past 48 KiB: dynamic). Past 16 tokens the MMAs dominate: A is dequantized in registers,
 // (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
-// already in B-fragment order. The WK slices of a block are summed in shared memory; with a K split,
+// already in B-fragment order: with the inputs of each pair of steps permuted (awq_tiles.h), a lane's
+// fragments of two steps are one 16-byte load, staged and read back as one. The WK slices of a block are summed in shared memory; with a K split,
 // blocks write fp32 partials and the last to arrive at a column block (an atomic counter) sums them in
 // split order (deterministic) and writes the output.
 #include <cuda_bf16.h>
@@ -39,7 +40,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kStageTiles = 64;   // (step, token tile) B fragments of x staged per chunk (16 KiB)
 constexpr int kDepth = 8;         // steps of weights in flight per warp (cp.async ring, 32 KiB per block)
 constexpr int kLaneWords = 4;     // 16 bytes of int4 per lane per step
-constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32
+constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32 (a uint2 per lane)
 constexpr int kRingWords = kWarps * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
 constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 48 KiB: x stage, then the ring
 
@@ -236,8 +237,9 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
   return {g0 * steps_per_group, (g1 - g0) * steps_per_group};
 }
 
-// Chunk c of x for every warp slice of the block, as B fragments: stage[((wk * kChunk + cs) * NT + nt) *
-// 64 + lane * 2 + reg] holds inputs 2t, 2t + 1 (reg 1: + 8) of step cs of token 8 nt + g (lane 4g + t);
+// Chunk c of x for every warp slice of the block, as B fragments, two steps per uint4: stage4[((wk * kChunk
+// + cs) / 2 * NT + nt) * 32 + lane] holds, for steps cs and cs + 1 (cs even) of token 8 nt + g (lane 4g +
+// t), inputs 8t .. 8t + 7 of that pair of steps (MMA inputs 2t, 2t + 1, 2t + 8, 2t + 9 of each step);
 // tokens past m and steps past the slice are zeros. Warp (wn, wk) stages 8 steps of one token tile of
 // its own slice (WN * 8 = kChunk * NT), and on the fold path sums them per group by MMAs against ones
 // (fp32), once per block instead of once per strip: sums[((wk * kChunk / SPG + group of the chunk) *
@@ -249,29 +251,34 @@ __device__ void stage_x(uint32_t* stage, float* sums, const AwqTilesGemm& p, int
   const int lane = threadIdx.x & 31, t = lane & 3;
   const int nt = wn % NT, cs0 = wn / NT * 8, local = chunk * S::kChunk + cs0;  // + j: the step in the slice
   const int row = (blockIdx.x * NT + nt) * 8 + (lane >> 2);
-  const uint32_t* x = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.x) + row * p.x_stride +
-                                                        (mine.begin + local) * kAwqTileStep) + t;  // + j * 8 (+ 4)
-  uint2* const dst = reinterpret_cast<uint2*>(stage) + ((wk * S::kChunk + cs0) * NT + nt) * 32 + lane;
+  const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.x_stride +
+                                                  (mine.begin + local) * kAwqTileStep) + t;  // + pair * 4
+  uint4* const dst = reinterpret_cast<uint4*>(stage) + ((wk * S::kChunk + cs0) / 2 * NT + nt) * 32 + lane;
   const uint32_t one2 = Pair<T>::kOne * 0x00010001u;
   const uint4 ones = make_uint4(one2, one2, one2, one2);
   float sum[4] = {0.f, 0.f, 0.f, 0.f};
-  // x formed here, once: used only under each step's condition, the compiler formed the address anew
-  // under every condition (12 instructions a step)
+  // x formed here, once: used only under each pair's condition, the compiler formed the address anew
+  // under every condition
   asm volatile("" ::"l"(x));
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    uint2 b = make_uint2(0u, 0u);
-    if (row < p.m && local + j < mine.len) b = make_uint2(__ldg(x + j * 8), __ldg(x + j * 8 + 4));
-    dst[j * NT * 32] = b;
-    if (!S::kFold) continue;
-    mma(sum, ones, b, T{});  // c[e]: token 2t + e (every row of the ones alike)
-    if (j % SPG != SPG - 1) continue;
-    if (lane < 4) {
-      float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
-      *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
-    }
+  for (int pair = 0; pair < 4; ++pair) {
+    uint4 b = make_uint4(0u, 0u, 0u, 0u);
+    if (row < p.m && local + 2 * pair < mine.len) b = __ldg(x + pair * 4);  // slices are whole pairs
+    dst[pair * NT * 32] = b;
+    if constexpr (S::kFold) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] = 0.f;
+      for (int s = 0; s < 2; ++s) {
+        const int j = 2 * pair + s;
+        mma(sum, ones, s ? make_uint2(b.z, b.w) : make_uint2(b.x, b.y), T{});  // c[e]: token 2t + e (rows alike)
+        if (j % SPG != SPG - 1) continue;
+        if (lane < 4) {
+          float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
+          *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[i] = 0.f;
+      }
+    }
   }
 }
 
@@ -347,7 +354,12 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   // two variants, where ptxas cannot overlap the fold with MMAs: overlapped, the two-tile kernels
   // needed more than 128 registers), else whole ring turns.
   constexpr int U = S::kFold ? SPG : D > SPG ? D : SPG;
-  static_assert((U % D == 0 || D % U == 0) && U % SPG == 0 && CH % U == 0, "blocks align with the ring and chunks");
+  // Steps per refill batch (one cp.async group): batched, the waits, commits and the hazard guards
+  // ptxas puts before a copy that follows a shared load (three predicated-off LDS) come once per batch.
+  constexpr int R = U < 4 ? U : 4;
+  static_assert(D % R == 0 && U % R == 0, "batches align with the ring and blocks");
+  static_assert((U % D == 0 || D % U == 0) && U % SPG == 0 && CH % U == 0 && U % 2 == 0,
+                "blocks align with the ring, the chunks and the pairs of steps");
   extern __shared__ __align__(16) uint32_t smem[];  // SharedLayout<NT, SPG>::kBytes
   uint32_t* const stage = smem;
   float* const sums = reinterpret_cast<float*>(smem + kSharedWords);
@@ -382,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
 #pragma unroll
   for (int j = 0; j < D; ++j) {
     copy_async(ring + j * 32, wptr + static_cast<int64_t>(min(j, last)) * 32);
-    commit_copies();
+    if (j % R == R - 1) commit_copies();
   }
   uint4 next_scales = S::kFold ? uint4{} : __ldg(scales + group0), group_scales;  // the group's scales and zeros
   uint32_t next_zeros = S::kFold ? 0u : __ldg(p.zeros + group0), group_zeros;
@@ -406,14 +418,20 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
     const int i0 = c * CH + r;  // this warp's step, relative to its slice: i0 + j, in ring slot i0 % D + j
     uint4* const slots = ring + (U % D == 0 ? 0 : i0 % D) * 32;
     const uint4* const refill = wptr + static_cast<int64_t>(i0 + D) * 32;  // + j * 32
-    const uint2* const frags = reinterpret_cast<const uint2*>(stage) + (wk * CH + r) * NT * 32 + lane;
+    // B fragments of steps j, j + 1 (j even): the uint4 of lane, pair j / 2 and token tile nt, read per step
+    // as uint2 (the uint4 held across two steps made the two-tile kernel spill on sm_80)
+    const uint2* const frags = reinterpret_cast<const uint2*>(stage) + ((wk * CH + r) / 2 * NT * 32 + lane) * 2;
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int i = i0 + j;
-      wait_copies<D - 1>();  // step i has landed in its slot
+      if (j % R == 0) wait_copies<D / R - 1>();  // steps i .. i + R - 1 have landed in their slots
       const uint4 words = slots[(j % D) * 32];
-      copy_async(slots + (j % D) * 32, kTail ? wptr + static_cast<int64_t>(min(i + D, last)) * 32 : refill + j * 32);
-      commit_copies();
+      if (j % R == R - 1) {  // the batch's slots, read, refilled D steps ahead
+#pragma unroll
+        for (int b = j + 1 - R; b <= j; ++b)
+          copy_async(slots + (b % D) * 32, kTail ? wptr + static_cast<int64_t>(min(i0 + b + D, last)) * 32 : refill + b * 32);
+        commit_copies();
+      }
       if (j % SPG == 0 && S::kFold) {  // used at the group's end: loaded at its start
         const int64_t at = group_at(kTail ? min(i / SPG, last_group) : i / SPG);
         group_scales = __ldg(scales + at);
@@ -426,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
       }
       uint2 b[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) b[nt] = frags[(j * NT + nt) * 32];
+      for (int nt = 0; nt < NT; ++nt) b[nt] = frags[(j / 2 * NT + nt) * 64 + j % 2];
 #pragma unroll
       for (int w = 0; w < kLaneWords; ++w) {
         const uint32_t word = word_of(words, w);
@@ -481,7 +499,8 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   reduce_partials<T, WN>(p, blockIdx.y, splits);
 }
 
-// One warp per (strip, step): its 16 x 64 block of W through shared memory, stored row by row.
+// One warp per (strip, step): its 16 x 64 block of W through shared memory, stored row by row (MMA
+// input k of the step at its input of the pair, awq_tiles.h).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const uint32_t* __restrict__ weights,
                                                                        const void* __restrict__ scales,
@@ -517,8 +536,9 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
 #pragma unroll
   for (int it = 0; it < 4; ++it) {  // 16 rows x 128 bytes: 4 x 16 bytes per lane
     const int chunk = it * 32 + lane, row = chunk / 8, c16 = chunk % 8;
+    const int input = step / 2 * kAwqTilePair + 8 * ((row >> 1) & 3) + 4 * (step & 1) + 2 * (row >> 3) + (row & 1);
     const uint4 v = *reinterpret_cast<const uint4*>(&block[warp][row][8 * c16]);
-    *reinterpret_cast<uint4*>(w + (static_cast<int64_t>(step) * kAwqTileStep + row) * n + strip * kAwqTileStrip + 8 * c16) = v;
+    *reinterpret_cast<uint4*>(w + static_cast<int64_t>(input) * n + strip * kAwqTileStrip + 8 * c16) = v;
   }
 }
 

@@ -3,7 +3,9 @@
 //
 // Layout (repacked once at load from AutoAWQ's GEMM format): weights uint32 [n/64, k/16, 32, 4]:
 // strip (64 output columns), step (16 inputs), lane, word: the 16 bytes one lane needs for the
-// A fragments of four m16n8k16 MMAs (word w: columns 16w..16w+15). scales [k/g, n/64, 8, 8] in the
+// A fragments of four m16n8k16 MMAs (word w: columns 16w..16w+15). The inputs of each pair of steps
+// are permuted (MMA input k = 2t + h + 8r of step s is input 8t + 4s + 2r + h of the pair) so that a
+// lane's B fragments of both steps are 8 contiguous activations. scales [k/g, n/64, 8, 8] in the
 // activation dtype (group, strip, groupID, j: column 8j + groupID); zeros uint32 [k/g, n/64, 8]
 // (nibble j: that column's zero point).
 #pragma once
@@ -16,6 +18,7 @@ namespace pagoda {
 
 constexpr int kAwqTileStrip = 64;  // output columns per warp
 constexpr int kAwqTileStep = 16;   // inputs per MMA step
+constexpr int kAwqTilePair = 32;   // inputs per permuted pair of steps (groups are whole pairs)
 
 struct AwqTilesGemm {
   const void* x;            // [m, k] fp16/bf16; rows x_stride elements apart; 16-byte aligned rows

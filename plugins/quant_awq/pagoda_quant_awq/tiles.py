@@ -16,6 +16,11 @@ Word ``w`` of a lane holds tile ``w`` (columns ``16w .. 16w + 15``); nibble ``p`
 ``((word >> 4p) & 0x000F000F) | MAGIC`` is that register's two values plus a magic constant: 1024
 for fp16 (``0x6400``), 128 for bf16 (``0x4300``), whose mantissa unit is 1.
 
+Inputs come in *pairs of steps* (32 inputs) whose order is permuted: MMA input ``k`` of step ``s``
+(0 or 1) of a pair is input :func:`physical_input` ``(s, k) = 8t + 4s + 2r + h`` of the 32 (for
+``k = 2t + h + 8r``). So the B fragments of a lane for both steps (inputs ``2t, 2t+1, 2t+8, 2t+9``
+of each) are the eight contiguous activations ``8t .. 8t + 7``: one 16-byte load per token and pair.
+
 Per group of ``G`` inputs and strip, ``scales[group, strip, g, j]`` is the scale of column
 ``64 * strip + 8 * j + g`` in the model dtype (a lane's eight scales in one 16-byte load: tile
 ``j >> 1``, column ``g + 8 * (j & 1)``), and ``zeros[group, strip, g]`` packs that column's zero
@@ -32,6 +37,7 @@ from pagoda_quant_awq.packing import unpack_int4
 
 STRIP = 64  # output columns per warp (four 16-column tiles)
 STEP = 16  # K per mma step
+PAIR = 2 * STEP  # inputs per pair of steps, permuted together (physical_input)
 LANES = 32
 WORDS = 4  # int32 per lane per step (16 bytes)
 MAGIC = {torch.float16: 0x6400, torch.bfloat16: 0x4300}  # 1024.0 / 128.0: mantissa unit 1
@@ -59,6 +65,16 @@ def nibble_coords(lane: int, word: int, nibble: int) -> tuple[int, int]:
     """(k within the step, column within the strip) of nibble ``nibble`` of word ``word`` of ``lane``."""
     column, k = a_fragment_coords(lane, nibble & 3, nibble >> 2)  # A = W^T: rows are output columns
     return k, 16 * word + column
+
+
+def physical_input(step: int, k: int) -> int:
+    """Input (0..31) of a pair of steps that MMA input ``k`` of step ``step`` (0 or 1) of the pair reads."""
+    t, half, reg = (k >> 1) & 3, k & 1, k >> 3
+    return 8 * t + 4 * step + 2 * reg + half
+
+
+# INPUT_ORDER[16 * s + k]: the input of the pair behind MMA input k of step s of the pair
+INPUT_ORDER = torch.tensor([physical_input(s, k) for s in range(2) for k in range(STEP)])
 
 
 def _step_permutation() -> torch.Tensor:
@@ -102,8 +118,8 @@ def tiles_fit(k: int, n: int, group_size: int) -> str | None:
     """``None`` if an ``[k, n]`` weight can use the tiles layout, else why not."""
     if n % STRIP:
         return f"{n} output features are not a multiple of {STRIP}"
-    if k % group_size or group_size % STEP:
-        return f"{k} input features do not split into groups of {group_size}"
+    if k % group_size or group_size % PAIR:
+        return f"{k} input features do not split into groups of {group_size} (a multiple of {PAIR})"
     return None
 
 
@@ -117,6 +133,7 @@ def _pack_nibbles(values: torch.Tensor) -> torch.Tensor:
 def repack_weights(q: torch.Tensor) -> torch.Tensor:
     """Unpacked ``[K, N]`` values 0..15 -> int32 ``[N/64, K/16, 32, 4]`` (the kernel's A order)."""
     k, n = q.shape
+    q = q.reshape(k // PAIR, PAIR, n)[:, INPUT_ORDER.to(q.device)].reshape(k, n)  # rows in MMA order
     blocks = q.reshape(k // STEP, STEP, n // STRIP, STRIP).permute(2, 0, 1, 3)  # [N/64, K/16, 16, 64]
     flat = blocks.reshape(n // STRIP, k // STEP, STEP * STRIP)
     perm = PERMUTATION.to(q.device).reshape(-1)
@@ -133,7 +150,7 @@ def repack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, gr
     if reason:
         raise ValueError(f"AWQ weight [{k}, {n}] cannot use the tiles layout: {reason}")
     weights = torch.empty(n // STRIP, k // STEP, LANES, WORDS, dtype=torch.int32, device=qweight.device)
-    rows = max(STEP, (1 << 24) // n // STEP * STEP)  # bound the unpacked temporaries (~16M values)
+    rows = max(PAIR, (1 << 24) // n // PAIR * PAIR)  # bound the unpacked temporaries (~16M values)
     for k0 in range(0, k, rows):
         weights[:, k0 // STEP:(k0 + rows) // STEP] = repack_weights(unpack_int4(qweight[k0:k0 + rows]))
     z = unpack_int4(qzeros)  # [K/G, N]
@@ -150,7 +167,10 @@ def unpack_tiles(tiles: AwqTiles) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     strips, steps = weights.shape[:2]
     block = torch.empty(strips, steps, STEP * STRIP, dtype=torch.int64, device=weights.device)
     block[:, :, PERMUTATION.reshape(-1).to(weights.device)] = nibbles.reshape(strips, steps, -1)
-    q = block.reshape(strips, steps, STEP, STRIP).permute(1, 2, 0, 3).reshape(steps * STEP, strips * STRIP)
+    mma_order = block.reshape(strips, steps // 2, PAIR, STRIP)
+    q = torch.empty_like(mma_order)
+    q[:, :, INPUT_ORDER.to(weights.device)] = mma_order
+    q = q.permute(1, 2, 0, 3).reshape(steps * STEP, strips * STRIP)
     groups = tiles.zeros.shape[0]
     zw = tiles.zeros.to(torch.int64) & 0xFFFFFFFF  # [K/G, strip, g]
     z = (zw[..., None] >> torch.arange(0, 32, 4, device=zw.device)) & 0xF  # [K/G, strip, g, j]

@@ -11,11 +11,14 @@ from tile_emulator import emulate_dequantize, emulate_gemm
 
 from pagoda_quant_awq.packing import dequantize, unpack_int4
 from pagoda_quant_awq.tiles import (
+    INPUT_ORDER,
     PERMUTATION,
     AwqTiles,
     a_fragment_coords,
+    b_fragment_coords,
     dequantize_tiles,
     nibble_coords,
+    physical_input,
     repack,
     tiles_fit,
     unpack_tiles,
@@ -45,6 +48,15 @@ def test_each_lane_word_holds_its_a_fragments() -> None:
                 assert hi == (lo[0] + 1, lo[1]), "the high half is the next input of the same column"
 
 
+def test_a_lanes_b_fragments_of_a_pair_of_steps_are_eight_contiguous_inputs() -> None:
+    assert sorted(INPUT_ORDER.tolist()) == list(range(32)), "a permutation of the pair's 32 inputs"
+    for lane in range(32):
+        t = lane & 3
+        # b[0..3] of step 0, then of step 1: the order of the uint4 the kernel loads and stages
+        inputs = [physical_input(step, b_fragment_coords(lane, e >> 1, e & 1)[0]) for step in range(2) for e in range(4)]
+        assert inputs == list(range(8 * t, 8 * t + 8))
+
+
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_repack_round_trips_and_dequantizes_like_the_reference(group: int) -> None:
     qweight, qzeros, scales = _random_awq(256, 192, group, seed=group)
@@ -71,6 +83,7 @@ def test_repack_of_the_quantizer_matches_its_integers() -> None:
 def test_tiles_fit() -> None:
     assert tiles_fit(4096, 6144, 128) is None
     assert "multiple of 64" in tiles_fit(64, 72, 32)
+    assert "multiple of 32" in tiles_fit(64, 64, 16)
     with pytest.raises(ValueError, match="multiple of 64"):
         repack(*_random_awq(64, 72, 32), 32, torch.float16)
     with pytest.raises(ValueError, match="fp16/bf16"):

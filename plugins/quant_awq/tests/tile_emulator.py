@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import torch
 
-from pagoda_quant_awq.tiles import MAGIC, STEP, STRIP, AwqTiles, a_fragment_coords, b_fragment_coords, c_fragment_coords
+from pagoda_quant_awq.tiles import (
+    MAGIC,
+    PAIR,
+    STEP,
+    STRIP,
+    AwqTiles,
+    a_fragment_coords,
+    b_fragment_coords,
+    c_fragment_coords,
+    physical_input,
+)
 
 THREADS = 256
 STAGE_TILES = 64
@@ -146,10 +156,11 @@ def mma(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype)
 
 def stage_x(stage: torch.Tensor, sums: torch.Tensor, x_bits: torch.Tensor, m: int, nt_count: int, spg: int,
             chunk: int, split: int, slices: int, groups: int, m_block: int, dtype: torch.dtype) -> None:
-    """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32) and, on the fold path, ``sums`` (flat
-    fp32, per warp slice, group of the chunk, token tile and token) as the kernel's stage_x: warp (wn,
-    wk) stages 8 steps of token tile wn % NT of its slice as B fragments, summing each group by MMAs
-    against ones."""
+    """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32, a uint4 per lane and pair of steps)
+    and, on the fold path, ``sums`` (flat fp32, per warp slice, group of the chunk, token tile and
+    token) as the kernel's stage_x: warp (wn, wk) stages 8 steps of token tile wn % NT of its slice,
+    a lane's B fragments of two steps at once (inputs 8t .. 8t + 7 of the pair), summing each group by
+    MMAs against ones."""
     wn_count, wk_count, ch = tile_shape(nt_count)
     ones = torch.full((32, 4), ONE[dtype] * 0x00010001, dtype=torch.int64)
     for warp in range(THREADS // 32):
@@ -158,23 +169,25 @@ def stage_x(stage: torch.Tensor, sums: torch.Tensor, x_bits: torch.Tensor, m: in
         begin, length = slice_of(split * wk_count + wk, slices, groups, spg)
         rows = (m_block * nt_count + nt) * 8 + G  # per lane
         total = torch.zeros(32, 4, dtype=torch.float32)
-        for j in range(8):
-            local = chunk * ch + cs0 + j
-            b = torch.zeros(32, 2, dtype=torch.int64)
-            if local < length:
+        for pair in range(4):
+            local = chunk * ch + cs0 + 2 * pair
+            b = torch.zeros(32, 4, dtype=torch.int64)
+            if local < length:  # slices are whole pairs of steps
                 ok = rows < m
-                at = (begin + local) * STEP // 2 + T  # the pair of inputs 2t, 2t + 1 (+ 8: 4 pairs on)
-                for reg in range(2):
-                    b[ok, reg] = x_bits[rows[ok], at[ok] + 4 * reg]
-            dst = ((wk * ch + cs0 + j) * nt_count + nt) * FRAG_WORDS
-            stage[dst:dst + FRAG_WORDS] = b.reshape(-1)
+                at = (begin + local) * STEP // 2 + 4 * T  # pairs of inputs 8t .. 8t + 7 of the steps' pair
+                for word in range(4):
+                    b[ok, word] = x_bits[rows[ok], at[ok] + word]
+            dst = ((wk * ch + cs0 + 2 * pair) // 2 * nt_count + nt) * 32 * 4
+            stage[dst:dst + 32 * 4] = b.reshape(-1)
             if nt_count > 2:
                 continue
-            mma(total, ones, b, dtype)  # column 2t + e of lane (g, t): token 2t + e
-            if j % spg == spg - 1:
-                at = ((wk * ch + cs0 + j) // spg * nt_count + nt) * 8
-                sums[at:at + 8] = total[:4, :2].reshape(-1)  # lanes 0..3: tokens 2t, 2t + 1
-                total.zero_()
+            for half in range(2):
+                j = 2 * pair + half
+                mma(total, ones, b[:, 2 * half:2 * half + 2], dtype)  # column 2t + e of lane (g, t): token 2t + e
+                if j % spg == spg - 1:
+                    at = ((wk * ch + cs0 + j) // spg * nt_count + nt) * 8
+                    sums[at:at + 8] = total[:4, :2].reshape(-1)  # lanes 0..3: tokens 2t, 2t + 1
+                    total.zero_()
 
 
 def warp_blocks(length: int, chunks: int, ch: int, u: int) -> list[tuple[int, int, bool]]:
@@ -272,12 +285,13 @@ def emulate_gemm(x: torch.Tensor, tiles: AwqTiles, token_tiles: int, split: int)
                     sbase = ((begin // spg) * n_strips + strip) * 8 + G
                     last = max(length - 1, 0)
                     for c, r, _ in blocks:
-                        frags = stages[c].reshape(-1, 2)  # uint2 view
+                        frags = stages[c].reshape(-1, 2, 2)  # a uint4 (two steps' uint2) per lane and pair
                         for j in range(u):
                             i = c * ch + r + j  # past the slice (a dequantizing tail block): x is zeros
                             g_index = sbase + min(i // spg, last // spg) * n_strips * 8
                             consts = group_constants(scales[g_index], zeros[g_index], dtype)
-                            b = [frags[((wk * ch + r + j) * nt_count + nt) * 32 + LANE] for nt in range(nt_count)]
+                            b = [frags[((wk * ch + r + j) // 2 * nt_count + nt) * 32 + LANE, j % 2]
+                                 for nt in range(nt_count)]
                             warp_steps(a_acc, warp_out, weights[wbase + min(i, last) * 32], b, consts, dtype, fold)
                         if fold:  # a block is one group
                             at = (wk * ch + r) // spg * nt_count * 8 + 2 * T
@@ -350,5 +364,6 @@ def emulate_dequantize(tiles: AwqTiles) -> torch.Tensor:
                 row, col = 2 * T + 8 * (pair >> 1), 16 * tile + G + 8 * (pair & 1)
                 block[row, col] = lo
                 block[row + 1, col] = hi
-        w_out[step * STEP:(step + 1) * STEP, strip * STRIP:(strip + 1) * STRIP] = block
+        rows = [step // 2 * PAIR + physical_input(step % 2, k) for k in range(STEP)]
+        w_out[rows, strip * STRIP:(strip + 1) * STRIP] = block
     return w_out
