@@ -17,7 +17,7 @@
 // so A = q), the group's fp32 sums acc_g = sum x * A are formed by the MMAs, and at the group's end
 // out += s * (acc_g - (z + magic) * sum_x). sum_x, a group's sum of x per token, is the same for every
 // strip: the block forms it once, by MMAs against ones while staging x, and keeps it in shared memory
-// (past 48 KiB: dynamic). Past 16 tokens the MMAs dominate: A is dequantized in registers,
+// (dynamic shared memory, past 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers,
 // (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
 // already in B-fragment order: with the inputs of each pair of steps permuted (awq_tiles.h), a lane's
 // fragments of two steps are one 16-byte load, staged and read back as one. The WK slices of a block are summed in shared memory; with a K split,
@@ -37,12 +37,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStageTiles = 64;   // (step, token tile) B fragments of x staged per chunk (16 KiB)
+constexpr int kStageTiles = 128;  // (step, token tile) B fragments of x staged per chunk (32 KiB)
 constexpr int kDepth = 8;         // steps of weights in flight per warp (cp.async ring, 32 KiB per block)
 constexpr int kLaneWords = 4;     // 16 bytes of int4 per lane per step
 constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32 (a uint2 per lane)
 constexpr int kRingWords = kWarps * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
-constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 48 KiB: x stage, then the ring
+constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 64 KiB: x stage, then the ring
 
 // NT token tiles (8 tokens each) per block: 1 (<= 8 tokens), 2 (<= 16) or 4.
 template <int NT>
@@ -50,12 +50,14 @@ struct TileShape {
   static constexpr int kWN = NT <= 2 ? 2 : 4;
   static constexpr int kWK = kThreads / 32 / kWN;
   static constexpr int kChunk = kStageTiles / (kWK * NT);  // steps per warp per staged chunk
+  static constexpr int kStageSteps = kChunk * NT / kWN;  // steps of one token tile each warp stages per chunk
   static constexpr int kMinBlocks = NT <= 2 ? 2 : 1;
   static constexpr bool kFold = NT <= 2;  // zero point and scale applied to the group sums
 };
 
 // Dynamic shared memory: the x stage, the rings, then on the fold path the chunk's sums of x, 8
-// tokens per (warp slice, group, token tile): 256 to 1024 bytes past the 48 KiB.
+// tokens per (warp slice, group, token tile): 512 to 2048 bytes past the 64 KiB. Two blocks fit an SM
+// of sm_80/sm_90 (164/228 KiB), one an SM of sm_86/sm_89 (100 KiB).
 template <int NT, int SPG>
 struct SharedLayout {
   static constexpr int kSumWords = TileShape<NT>::kFold ? kStageTiles / SPG * 8 : 0;
@@ -240,16 +242,17 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
 // Chunk c of x for every warp slice of the block, as B fragments, two steps per uint4: stage4[((wk * kChunk
 // + cs) / 2 * NT + nt) * 32 + lane] holds, for steps cs and cs + 1 (cs even) of token 8 nt + g (lane 4g +
 // t), inputs 8t .. 8t + 7 of that pair of steps (MMA inputs 2t, 2t + 1, 2t + 8, 2t + 9 of each step);
-// tokens past m and steps past the slice are zeros. Warp (wn, wk) stages 8 steps of one token tile of
-// its own slice (WN * 8 = kChunk * NT), and on the fold path sums them per group by MMAs against ones
+// tokens past m and steps past the slice are zeros. Warp (wn, wk) stages kStageSteps steps of one token
+// tile of its own slice, and on the fold path sums them per group by MMAs against ones
 // (fp32), once per block instead of once per strip: sums[((wk * kChunk / SPG + group of the chunk) *
 // NT + nt) * 8 + token].
 template <typename T, int NT, int SPG>
 __device__ void stage_x(uint32_t* stage, float* sums, const AwqTilesGemm& p, int chunk, Slice mine, int wn, int wk) {
   using S = TileShape<NT>;
-  static_assert(S::kWN * 8 == S::kChunk * NT && S::kWN % NT == 0 && 8 % SPG == 0, "8 steps of a token tile per warp");
+  constexpr int kSteps = S::kStageSteps;
+  static_assert(S::kWN % NT == 0 && kSteps % SPG == 0 && kSteps % 2 == 0, "whole groups and pairs of one tile per warp");
   const int lane = threadIdx.x & 31, t = lane & 3;
-  const int nt = wn % NT, cs0 = wn / NT * 8, local = chunk * S::kChunk + cs0;  // + j: the step in the slice
+  const int nt = wn % NT, cs0 = wn / NT * kSteps, local = chunk * S::kChunk + cs0;  // + j: the step in the slice
   const int row = (blockIdx.x * NT + nt) * 8 + (lane >> 2);
   const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.x_stride +
                                                   (mine.begin + local) * kAwqTileStep) + t;  // + pair * 4
@@ -260,23 +263,34 @@ __device__ void stage_x(uint32_t* stage, float* sums, const AwqTilesGemm& p, int
   // x formed here, once: used only under each pair's condition, the compiler formed the address anew
   // under every condition
   asm volatile("" ::"l"(x));
+  // batches of 4 pairs (8 steps), all loaded before the first is stored; the batches unrolled too except
+  // at group 32, where the two-tile kernels then spilled
+  constexpr int kBatch = 4;
+  static_assert(kSteps % (2 * kBatch) == 0, "whole batches");
+#pragma unroll(SPG > 2 ? kSteps / 2 / kBatch : 1)
+  for (int b0 = 0; b0 < kSteps / 2; b0 += kBatch) {
+    uint4 b[kBatch];
 #pragma unroll
-  for (int pair = 0; pair < 4; ++pair) {
-    uint4 b = make_uint4(0u, 0u, 0u, 0u);
-    if (row < p.m && local + 2 * pair < mine.len) b = __ldg(x + pair * 4);  // slices are whole pairs
-    dst[pair * NT * 32] = b;
-    if constexpr (S::kFold) {
+    for (int i = 0; i < kBatch; ++i) {
+      b[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (row < p.m && local + 2 * (b0 + i) < mine.len) b[i] = __ldg(x + (b0 + i) * 4);  // slices are whole pairs
+    }
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const int j = 2 * pair + s;
-        mma(sum, ones, s ? make_uint2(b.z, b.w) : make_uint2(b.x, b.y), T{});  // c[e]: token 2t + e (rows alike)
-        if (j % SPG != SPG - 1) continue;
-        if (lane < 4) {
-          float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
-          *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
+    for (int i = 0; i < kBatch; ++i) {
+      dst[(b0 + i) * NT * 32] = b[i];
+      if constexpr (S::kFold) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const int j = 2 * (b0 + i) + s;  // j % SPG: known, as 8 % SPG == 0
+          mma(sum, ones, s ? make_uint2(b[i].z, b[i].w) : make_uint2(b[i].x, b[i].y), T{});  // c[e]: token 2t + e
+          if (j % SPG != SPG - 1) continue;
+          if (lane < 4) {
+            float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
+            *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sum[e] = 0.f;
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sum[i] = 0.f;
       }
     }
   }
@@ -542,7 +556,7 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
   }
 }
 
-// The fold kernels' sums of x take them past 48 KiB of shared memory, which needs an opt-in per
+// Past 48 KiB of shared memory (every variant: the x stage and the ring take 64 KiB) a kernel needs an opt-in per
 // kernel and device: done at the first launch (an eager one: the engine and the tests warm up before
 // capturing graphs), as flash_common.cuh's allow_shared_memory does.
 template <typename T, int NT, int SPG>

@@ -30,7 +30,7 @@ from pagoda_quant_awq.tiles import (
 )
 
 THREADS = 256
-STAGE_TILES = 64
+STAGE_TILES = 128
 FRAG_WORDS = 32 * 2
 DEPTH = 8
 LANE = torch.arange(32)
@@ -158,18 +158,19 @@ def stage_x(stage: torch.Tensor, sums: torch.Tensor, x_bits: torch.Tensor, m: in
             chunk: int, split: int, slices: int, groups: int, m_block: int, dtype: torch.dtype) -> None:
     """x_bits [m, K/2] uint32 pairs; fills ``stage`` (flat uint32, a uint4 per lane and pair of steps)
     and, on the fold path, ``sums`` (flat fp32, per warp slice, group of the chunk, token tile and
-    token) as the kernel's stage_x: warp (wn, wk) stages 8 steps of token tile wn % NT of its slice,
+    token) as the kernel's stage_x: warp (wn, wk) stages CH * NT / WN steps of token tile wn % NT of its slice,
     a lane's B fragments of two steps at once (inputs 8t .. 8t + 7 of the pair), summing each group by
     MMAs against ones."""
     wn_count, wk_count, ch = tile_shape(nt_count)
+    stage_steps = ch * nt_count // wn_count
     ones = torch.full((32, 4), ONE[dtype] * 0x00010001, dtype=torch.int64)
     for warp in range(THREADS // 32):
         wn, wk = warp % wn_count, warp // wn_count
-        nt, cs0 = wn % nt_count, wn // nt_count * 8
+        nt, cs0 = wn % nt_count, wn // nt_count * stage_steps
         begin, length = slice_of(split * wk_count + wk, slices, groups, spg)
         rows = (m_block * nt_count + nt) * 8 + G  # per lane
         total = torch.zeros(32, 4, dtype=torch.float32)
-        for pair in range(4):
+        for pair in range(stage_steps // 2):
             local = chunk * ch + cs0 + 2 * pair
             b = torch.zeros(32, 4, dtype=torch.int64)
             if local < length:  # slices are whole pairs of steps
