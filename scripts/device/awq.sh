@@ -4,8 +4,9 @@
 # (installs it itself when pagoda_quant_awq is missing): AWQ kernel tests (gpu + CPU-side, the nvcc
 # compile check included), the int4 vs bf16 linear benchmark (tiles tensor-core kernel, CUDA GEMV,
 # Triton, dense paths; a split-K sweep of the tiles kernel), and batch-1 decode latency of dummy
-# Llama-3.1-8B, AWQ vs bf16. Results and logs under $OUT; a summary table at the end. Every step
-# runs under `timeout`; the timeouts add up to 9 minutes (typically about 6).
+# Llama-3.1-8B, AWQ vs bf16; compute-sanitizer memcheck and racecheck of a small tiles case
+# (scripts/device/awq_case.py). Results and logs under $OUT; a summary table at the end. Every step
+# runs under `timeout` (typically about 7 minutes in all).
 #   bash scripts/device/awq.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/awq_out}"; mkdir -p "$OUT"
@@ -23,6 +24,16 @@ fi
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
 echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+
+# SANITIZE=0 skips: compute-sanitizer memcheck and racecheck of the tiles GEMM on a small case
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [[ "${SANITIZE:-1}" == 1 && -n "$SAN" ]]; then
+  for tool in memcheck racecheck; do
+    timeout 90 "$SAN" --tool "$tool" --kernel-name kns=awq_tiles --error-exitcode 3 python3 scripts/device/awq_case.py \
+      > "$OUT/$tool.log" 2>&1
+    echo "$tool: exit $? $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|worst" "$OUT/$tool.log" | tr '\n' ' ')"
+  done
+fi
 
 timeout 100 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
@@ -65,3 +76,5 @@ if all(lat.values()):
           f"(floor {b['floor_ms']:.2f}); speedup x{b['step_ms'] / a['step_ms']:.2f}; weights "
           f"{lat['awq']['weight_bytes'] / 1e9:.2f} GB vs {lat['bf16']['weight_bytes'] / 1e9:.2f} GB")
 PY
+# the run tool brings back 8 files: the smaller logs travel in one archive
+(cd "$OUT" && tar czf logs.tgz -- *.log && rm -f install.log latency.log memcheck.log racecheck.log)
