@@ -37,7 +37,7 @@ from pagoda_quant_awq.tiles import AwqTiles  # noqa: E402
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
 TOKENS = (1, 2, 4, 8, 16, 64, 256)
-SWEEP_TOKENS, SWEEP_SPLITS = (1, 16), (1, 2, 4, 8, 16)
+SWEEP_TOKENS, SWEEP_SPLITS = (1, 16), (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 GROUP = 128
 STREAM_BYTES = 512 << 20  # weights touched per timed call: well past the 50 MB L2
 

@@ -37,13 +37,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStageTiles = 64;   // (step, token tile) B fragments of x per chunk (16 KiB; two buffers)
+constexpr int kStageTiles = 128;  // (step, token tile) B fragments of x staged per chunk (32 KiB)
 constexpr int kDepth = 8;         // steps of weights in flight per warp (cp.async ring, 32 KiB per block)
 constexpr int kLaneWords = 4;     // 16 bytes of int4 per lane per step
 constexpr int kFragWords = 32 * 2;  // one step's B fragments of one token tile, in uint32 (a uint2 per lane)
 constexpr int kRingWords = kWarps * kDepth * 32 * 4;  // per warp: kDepth steps x 32 lanes x 16 bytes
-constexpr int kStageWords = kStageTiles * kFragWords;
-constexpr int kSharedWords = 2 * kStageWords + kRingWords;  // 64 KiB: two x stages, then the ring
+constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 64 KiB: x stage, then the ring
 
 // NT token tiles (8 tokens each) per block: 1 (<= 8 tokens), 2 (<= 16) or 4.
 template <int NT>
@@ -56,13 +55,13 @@ struct TileShape {
   static constexpr bool kFold = NT <= 2;  // zero point and scale applied to the group sums
 };
 
-// Dynamic shared memory: the two x stages, the rings, then on the fold path two chunks' sums of x, 8
+// Dynamic shared memory: the x stage, the rings, then on the fold path the chunk's sums of x, 8
 // tokens per (warp slice, group, token tile): 512 to 2048 bytes past the 64 KiB. Two blocks fit an SM
 // of sm_80/sm_90 (164/228 KiB), one an SM of sm_86/sm_89 (100 KiB).
 template <int NT, int SPG>
 struct SharedLayout {
-  static constexpr int kSumWords = TileShape<NT>::kFold ? kStageTiles / SPG * 8 : 0;  // per chunk
-  static constexpr int kBytes = (kSharedWords + 2 * kSumWords) * 4;
+  static constexpr int kSumWords = TileShape<NT>::kFold ? kStageTiles / SPG * 8 : 0;
+  static constexpr int kBytes = (kSharedWords + kSumWords) * 4;
 };
 
 template <typename T>
@@ -122,7 +121,6 @@ PAGODA_INLINE void mma(float (&d)[4], const uint4& a, const uint2& b, bf16_t) { 
 // block: one memory latency per 8 steps).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 PAGODA_INLINE void copy_async(void*, const void*) { __trap(); }
-PAGODA_INLINE void copy_async_or_zeros(void*, const void*, bool) { __trap(); }
 PAGODA_INLINE void commit_copies() {}
 template <int N>
 PAGODA_INLINE void wait_copies() {}
@@ -130,11 +128,6 @@ PAGODA_INLINE void wait_copies() {}
 PAGODA_INLINE void copy_async(void* smem, const void* gmem) {
   const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-}
-// 16 bytes from gmem, or 16 zero bytes when !valid (nothing read)
-PAGODA_INLINE void copy_async_or_zeros(void* smem, const void* gmem, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
 }
 PAGODA_INLINE void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -249,63 +242,56 @@ PAGODA_INLINE Slice slice_of(int q, int slices, int groups, int steps_per_group)
 // Chunk c of x for every warp slice of the block, as B fragments, two steps per uint4: stage4[((wk * kChunk
 // + cs) / 2 * NT + nt) * 32 + lane] holds, for steps cs and cs + 1 (cs even) of token 8 nt + g (lane 4g +
 // t), inputs 8t .. 8t + 7 of that pair of steps (MMA inputs 2t, 2t + 1, 2t + 8, 2t + 9 of each step);
-// tokens past m and steps past the slice are zeros. Warp (wn, wk) copies kStageSteps steps of one token
-// tile of its own slice (by cp.async, one chunk ahead), and on the fold path sums them per group once
-// they have landed (sum_x).
-template <int NT>
-struct StagedPart {  // this warp's part of a chunk's stage: its first uint4, then + pair * NT * 32
-  int nt, cs0;
-  PAGODA_INLINE StagedPart(int wn) : nt(wn % NT), cs0(wn / NT * TileShape<NT>::kStageSteps) {}
-  PAGODA_INLINE int at(int wk, int lane) const { return ((wk * TileShape<NT>::kChunk + cs0) / 2 * NT + nt) * 32 + lane; }
-};
-
-template <typename T, int NT>
-__device__ void copy_x(uint32_t* stage, const AwqTilesGemm& p, int chunk, Slice mine, int wn, int wk) {
-  using S = TileShape<NT>;
-  static_assert(S::kWN % NT == 0 && S::kStageSteps % 2 == 0, "pairs of one token tile per warp");
-  const int lane = threadIdx.x & 31;
-  const StagedPart<NT> part(wn);
-  const int local = chunk * S::kChunk + part.cs0;  // + 2 * pair: the step in the slice
-  const int row = (blockIdx.x * NT + part.nt) * 8 + (lane >> 2);
-  // every copy names a valid address: the row clamped, a step past the slice at its last pair
-  const int last_pair = min(mine.begin + max(mine.len - 2, 0), p.k / kAwqTileStep - 2);
-  const T* const x = static_cast<const T*>(p.x) + min(row, p.m - 1) * p.x_stride + 8 * (lane & 3);
-  uint4* const dst = reinterpret_cast<uint4*>(stage) + part.at(wk, lane);
-#pragma unroll
-  for (int pair = 0; pair < S::kStageSteps / 2; ++pair) {
-    const int step = local + 2 * pair;
-    const bool valid = row < p.m && step < mine.len;  // slices are whole pairs
-    copy_async_or_zeros(dst + pair * NT * 32, x + min(mine.begin + step, last_pair) * kAwqTileStep, valid);
-  }
-}
-
-// The fold path's sums of this warp's part of a chunk (landed), per group by MMAs against ones (fp32),
-// once per block instead of once per strip: sums[((wk * kChunk / SPG + group of the chunk) * NT + nt) * 8 +
-// token].
+// tokens past m and steps past the slice are zeros. Warp (wn, wk) stages kStageSteps steps of one token
+// tile of its own slice, and on the fold path sums them per group by MMAs against ones
+// (fp32), once per block instead of once per strip: sums[((wk * kChunk / SPG + group of the chunk) *
+// NT + nt) * 8 + token].
 template <typename T, int NT, int SPG>
-__device__ void sum_x(const uint32_t* stage, float* sums, int wn, int wk) {
+__device__ void stage_x(uint32_t* stage, float* sums, const AwqTilesGemm& p, int chunk, Slice mine, int wn, int wk) {
   using S = TileShape<NT>;
-  static_assert(S::kStageSteps % SPG == 0, "whole groups per warp");
+  constexpr int kSteps = S::kStageSteps;
+  static_assert(S::kWN % NT == 0 && kSteps % SPG == 0 && kSteps % 2 == 0, "whole groups and pairs of one tile per warp");
   const int lane = threadIdx.x & 31, t = lane & 3;
-  const StagedPart<NT> part(wn);
-  const uint4* const src = reinterpret_cast<const uint4*>(stage) + part.at(wk, lane);
+  const int nt = wn % NT, cs0 = wn / NT * kSteps, local = chunk * S::kChunk + cs0;  // + j: the step in the slice
+  const int row = (blockIdx.x * NT + nt) * 8 + (lane >> 2);
+  const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.x_stride +
+                                                  (mine.begin + local) * kAwqTileStep) + t;  // + pair * 4
+  uint4* const dst = reinterpret_cast<uint4*>(stage) + ((wk * S::kChunk + cs0) / 2 * NT + nt) * 32 + lane;
   const uint32_t one2 = Pair<T>::kOne * 0x00010001u;
   const uint4 ones = make_uint4(one2, one2, one2, one2);
   float sum[4] = {0.f, 0.f, 0.f, 0.f};
+  // x formed here, once: used only under each pair's condition, the compiler formed the address anew
+  // under every condition
+  asm volatile("" ::"l"(x));
+  // batches of 4 pairs (8 steps), all loaded before the first is stored; the batches unrolled too except
+  // at group 32, where the two-tile kernels then spilled
+  constexpr int kBatch = 4;
+  static_assert(kSteps % (2 * kBatch) == 0, "whole batches");
+#pragma unroll(SPG > 2 ? kSteps / 2 / kBatch : 1)
+  for (int b0 = 0; b0 < kSteps / 2; b0 += kBatch) {
+    uint4 b[kBatch];
 #pragma unroll
-  for (int pair = 0; pair < S::kStageSteps / 2; ++pair) {
-    const uint4 b = src[pair * NT * 32];
+    for (int i = 0; i < kBatch; ++i) {
+      b[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (row < p.m && local + 2 * (b0 + i) < mine.len) b[i] = __ldg(x + (b0 + i) * 4);  // slices are whole pairs
+    }
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int j = 2 * pair + s;
-      mma(sum, ones, s ? make_uint2(b.z, b.w) : make_uint2(b.x, b.y), T{});  // c[e]: token 2t + e (rows alike)
-      if (j % SPG != SPG - 1) continue;
-      if (lane < 4) {
-        float* const at = sums + ((wk * S::kChunk + part.cs0 + j) / SPG * NT + part.nt) * 8 + 2 * t;
-        *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
+    for (int i = 0; i < kBatch; ++i) {
+      dst[(b0 + i) * NT * 32] = b[i];
+      if constexpr (S::kFold) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const int j = 2 * (b0 + i) + s;  // j % SPG: known, as 8 % SPG == 0
+          mma(sum, ones, s ? make_uint2(b[i].z, b[i].w) : make_uint2(b[i].x, b[i].y), T{});  // c[e]: token 2t + e
+          if (j % SPG != SPG - 1) continue;
+          if (lane < 4) {
+            float* const at = sums + ((wk * S::kChunk + cs0 + j) / SPG * NT + nt) * 8 + 2 * t;
+            *reinterpret_cast<float2*>(at) = make_float2(sum[0], sum[1]);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sum[e] = 0.f;
+        }
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sum[e] = 0.f;
     }
   }
 }
@@ -389,9 +375,8 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   static_assert((U % D == 0 || D % U == 0) && U % SPG == 0 && CH % U == 0 && U % 2 == 0,
                 "blocks align with the ring, the chunks and the pairs of steps");
   extern __shared__ __align__(16) uint32_t smem[];  // SharedLayout<NT, SPG>::kBytes
-  // chunk c's x stage and sums (fold path): buffer c % 2, the next chunk's copies land in the other
-  auto stage = [&](int c) { return smem + (c & 1) * kStageWords; };
-  auto sums = [&](int c) { return reinterpret_cast<float*>(smem + kSharedWords) + (c & 1) * SharedLayout<NT, SPG>::kSumWords; };
+  uint32_t* const stage = smem;
+  float* const sums = reinterpret_cast<float*>(smem + kSharedWords);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wn = warp % WN, wk = warp / WN;
@@ -419,9 +404,7 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   // so that every path issues the same loads in the same order: ptxas then waits for the oldest load
   // only (a counted scoreboard wait) instead of for all of them, which cost one memory latency per step.
   const int last = max(mine.len - 1, 0), last_group = last / SPG;
-  uint4* const ring = reinterpret_cast<uint4*>(smem + 2 * kStageWords) + warp * D * 32 + lane;  // + slot * 32
-  copy_x<T, NT>(stage(0), p, 0, mine, wn, wk);
-  commit_copies();
+  uint4* const ring = reinterpret_cast<uint4*>(smem + kStageTiles * kFragWords) + warp * D * 32 + lane;  // + slot * 32
 #pragma unroll
   for (int j = 0; j < D; ++j) {
     copy_async(ring + j * 32, wptr + static_cast<int64_t>(min(j, last)) * 32);
@@ -451,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
     const uint4* const refill = wptr + static_cast<int64_t>(i0 + D) * 32;  // + j * 32
     // B fragments of steps j, j + 1 (j even): the uint4 of lane, pair j / 2 and token tile nt, read per step
     // as uint2 (the uint4 held across two steps made the two-tile kernel spill on sm_80)
-    const uint2* const frags = reinterpret_cast<const uint2*>(stage(c)) + ((wk * CH + r) / 2 * NT * 32 + lane) * 2;
+    const uint2* const frags = reinterpret_cast<const uint2*>(stage) + ((wk * CH + r) / 2 * NT * 32 + lane) * 2;
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       const int i = i0 + j;
@@ -495,26 +478,12 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
     }
   };
 
-  // x arrives one chunk ahead: chunk c + 1's copies, issued after the barrier that ends every read of
-  // its buffer (chunk c - 1's), ride in the commit group of chunk c's first refill batch (a group of
-  // their own would make the ring's counted waits wait for the wrong batches), or commit alone where
-  // this warp runs no block of chunk c. So where the warp ran all of chunk c - 1 (CH / R groups after
-  // the one holding chunk c, CH >= D), the ring's own wait lands chunk c; elsewhere it waits for all.
-  static_assert(CH >= D, "the x copies for chunk c land by the ring's wait at its start");
   const int chunks = (longest + CH - 1) / CH;
   const int len = strip_ok ? mine.len : 0;  // a strip past N computes nothing
   for (int c = 0; c < chunks; ++c) {
-    if (c == 0 || c * CH <= len) {
-      wait_copies<D / R - 1>();
-    } else {
-      wait_copies<0>();
-    }
-    if (S::kFold) sum_x<T, NT, SPG>(stage(c), sums(c), wn, wk);  // this warp's own copies: landed
-    __syncthreads();  // chunk c's stage and sums are complete; chunk c - 1's buffers are read
-    if (c + 1 < chunks) {
-      copy_x<T, NT>(stage(c + 1), p, c + 1, mine, wn, wk);
-      if (c * CH >= len) commit_copies();  // no block of chunk c commits them
-    }
+    __syncthreads();  // the previous chunk's fragments and sums are read
+    stage_x<T, NT, SPG>(stage, sums, p, c, mine, wn, wk);
+    __syncthreads();
     // a warp-uniform test per block: blocks start inside the slice; tail blocks clamp their reads
 #pragma unroll 1
     for (int r = 0; r < CH && c * CH + r < len; r += U) {
@@ -523,11 +492,11 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
       } else {
         block(c, r, std::true_type{});
       }
-      if (S::kFold) fold_group<T, NT>(out, acc, sums(c) + (wk * CH + r) / SPG * NT * 8 + 2 * t, group_scales, group_zeros);
+      if (S::kFold) fold_group<T, NT>(out, acc, sums + (wk * CH + r) / SPG * NT * 8 + 2 * t, group_scales, group_zeros);
     }
   }
 
-  store_block<T, NT>(p, out, smem, wn, wk, strip, strip_ok);
+  store_block<T, NT>(p, out, stage, wn, wk, strip, strip_ok);
   if (splits == 1) return;
   __threadfence();  // this block's partials are visible device-wide before it counts itself in
   __syncthreads();

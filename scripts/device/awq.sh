@@ -5,8 +5,9 @@
 # compile check included), the int4 vs bf16 linear benchmark (tiles tensor-core kernel, CUDA GEMV,
 # Triton, dense paths; a split-K sweep of the tiles kernel), and batch-1 decode latency of dummy
 # Llama-3.1-8B, AWQ vs bf16; compute-sanitizer memcheck and racecheck of a small tiles case
-# (scripts/device/awq_case.py). Results and logs under $OUT; a summary table at the end. Every step
-# runs under `timeout` (typically about 7 minutes in all).
+# (scripts/device/awq_case.py); `pagoda serve` of the dummy AWQ model with `pagoda bench serve`.
+# Results and logs under $OUT; a summary table at the end. Every step runs under `timeout` (typically
+# about 8 minutes in all).
 #   bash scripts/device/awq.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/awq_out}"; mkdir -p "$OUT"
@@ -35,7 +36,7 @@ if [[ "${SANITIZE:-1}" == 1 && -n "$SAN" ]]; then
   done
 fi
 
-timeout 100 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
+timeout 150 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
 
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 1024 --max-num-seqs 8 --batch-sizes 1
@@ -45,6 +46,12 @@ timeout 60 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]
 echo "latency awq: exit $?"
 timeout 60 pagoda bench latency benchmarks/configs/llama-3.1-8b "${COMMON[@]}" --result-file "$OUT/latency_bf16.json" > /dev/null 2>> "$OUT/latency.log"
 echo "latency bf16: exit $?"
+
+# SERVE=0 skips: `pagoda serve` of the dummy AWQ model + `pagoda bench serve` (serve_awq.json)
+if [[ "${SERVE:-1}" == 1 ]]; then
+  source scripts/device/serve_bench.sh
+  serve_bench triton serve_awq benchmarks/configs/llama-3.1-8b-awq
+fi
 
 python3 - "$OUT" <<'PY'
 import json, sys
@@ -77,4 +84,4 @@ if all(lat.values()):
           f"{lat['awq']['weight_bytes'] / 1e9:.2f} GB vs {lat['bf16']['weight_bytes'] / 1e9:.2f} GB")
 PY
 # the run tool brings back 8 files: the smaller logs travel in one archive
-(cd "$OUT" && tar czf logs.tgz -- *.log && rm -f install.log latency.log memcheck.log racecheck.log)
+(cd "$OUT" && tar czf logs.tgz -- *.log && rm -f install.log latency.log memcheck.log racecheck.log server.log serve_awq.log)

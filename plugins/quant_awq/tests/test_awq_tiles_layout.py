@@ -122,7 +122,7 @@ def _check_gemm(m: int, k: int, n: int, group: int, dtype: torch.dtype, token_ti
     (40, 128, 256, 64, 4, 2),  # two token blocks sharing the split counters
     (12, 256, 128, 128, 2, 2),  # fold path with a split and a half-empty second token tile
     (16, 1024, 64, 64, 2, 1),  # 16 steps per warp slice: unclamped blocks, then clamped ones (fold path)
-    (24, 1024, 128, 128, 4, 1),  # the same past 16 tokens, over four chunks of x
+    (24, 1024, 128, 128, 4, 1),  # the same past 16 tokens, over two chunks of x
 ])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_emulated_gemm_vs_float64(m, k, n, group, token_tiles, split, dtype) -> None:
@@ -130,9 +130,8 @@ def test_emulated_gemm_vs_float64(m, k, n, group, token_tiles, split, dtype) -> 
 
 
 def test_emulated_gemm_long_slices_cross_chunks() -> None:
-    # K = 1024 in one slice per warp (64 steps / 4 warps = 16 steps: one chunk of 16) with group 32;
-    # then 4096 (64 steps per warp: four chunks, both stage buffers twice), and two token tiles over
-    # 2048 (32 steps: four chunks of 8)
+    # K = 1024 in one slice per warp (64 steps / 4 warps = 16 steps, half a chunk of 32) with group 32;
+    # then 4096 (64 steps per warp: two chunks), and two token tiles over 2048 (32 steps: two chunks of 16)
     _check_gemm(2, 1024, 128, 32, torch.float16, 1, 1)
     _check_gemm(2, 4096, 64, 128, torch.bfloat16, 1, 1)
     _check_gemm(12, 2048, 64, 64, torch.bfloat16, 2, 1)

@@ -30,7 +30,7 @@ from pagoda_quant_awq.tiles import (
 )
 
 THREADS = 256
-STAGE_TILES = 64  # per buffer (the kernel double-buffers the stage: copies of chunk c + 1 land while c runs)
+STAGE_TILES = 128
 FRAG_WORDS = 32 * 2
 DEPTH = 8
 LANE = torch.arange(32)
