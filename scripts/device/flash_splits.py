@@ -32,6 +32,13 @@ CASES = {  # (batch, context): split counts to try
     (64, 8192): (1, 3),
     (32, 8192): (1, 2, 3),
 }
+SHORT_CASES = {  # --short: the pure-decode steps of a serving run (contexts of a few hundred tokens)
+    (32, 256): (1,),
+    (128, 256): (1,),
+    (256, 256): (1,),
+    (128, 512): (1,),
+    (64, 1024): (1,),
+}
 
 
 def launch_once(ext, batch: int, ctx: int, splits: int) -> None:
@@ -47,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--batches", type=int, nargs="+", help="only the cases of these batch sizes")
+    parser.add_argument("--short", action="store_true", help="short contexts (256-1024) at batch 32-256 instead")
     parser.add_argument("--once", type=int, nargs=3, metavar=("BATCH", "CTX", "SPLITS"),
                         help="only launch flash 3 times at one shape (for ncu)")
     args = parser.parse_args()
@@ -59,7 +67,7 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()} | copy {copy_gbs:.0f} GB/s", flush=True)
     rows = []
-    for (batch, ctx), splits in CASES.items():
+    for (batch, ctx), splits in (SHORT_CASES if args.short else CASES).items():
         if args.batches and batch not in args.batches:
             continue
         cache, table, seq_lens, qsl, q = decode_inputs(batch, ctx)
@@ -70,7 +78,7 @@ def main() -> None:
         torch.cuda.synchronize()
         ms = bench(lambda: decode_attention(q, out, cache, table, seq_lens, batch, SCALE, None, n_triton, s_triton),
                    graphed=True)
-        rows.append(dict(batch=batch, ctx=ctx, backend="triton", splits=n_triton, gbs=kv_bytes / ms / 1e6))
+        rows.append(dict(batch=batch, ctx=ctx, backend="triton", splits=n_triton, gbs=kv_bytes / ms / 1e6, us=ms * 1e3))
         for n in splits:
             scratch = decode_scratch(batch, HEADS, HEAD, n, q.device)
             torch.cuda.synchronize()
@@ -83,7 +91,7 @@ def main() -> None:
             row["of_copy"] = row["gbs"] / copy_gbs
             row["planned"] = row["backend"] == "flash" and row["splits"] == plan
             print(f"b {batch:3d} ctx {ctx:5d} {row['backend']:6s} splits {row['splits']:3d}: {row['gbs']:6.0f} GB/s "
-                  f"({row['of_copy']:.1%} of copy)", flush=True)
+                  f"({row['of_copy']:.1%} of copy, {row['us']:.1f} us)", flush=True)
         del cache
         torch.cuda.empty_cache()
     args.out.write_text(json.dumps(dict(device=torch.cuda.get_device_name(), copy_gbs=copy_gbs, rows=rows), indent=1))
