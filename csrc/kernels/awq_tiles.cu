@@ -4,8 +4,7 @@
 //
 // Operands: the weights are A (16 output columns x 16 inputs per MMA), the activations B (16 inputs
 // x 8 tokens), so one MMA serves up to 8 tokens and a 64-column strip takes 4 MMAs per step.
-// Block: WN x WK warps (256 threads; 2 x 4 for one token tile, 4 x 2 for two or four). Warp (wn, wk)
-// owns strip n_block * WN + wn and K slice
+// Block: WN x WK warps (256 threads). Warp (wn, wk) owns strip n_block * WN + wn and K slice
 // split * WK + wk (whole groups); blockIdx.x picks 8 * NT tokens. Per step (16 inputs) a lane copies
 // ONE 16 bytes (the warp: 512 contiguous bytes) holding its A fragments of the strip's four 16-column
 // tiles, kDepth steps ahead, through a cp.async ring; a group's scales and zeros are loaded at its
@@ -48,7 +47,7 @@ constexpr int kSharedWords = kStageTiles * kFragWords + kRingWords;  // 64 KiB: 
 // NT token tiles (8 tokens each) per block: 1 (<= 8 tokens), 2 (<= 16) or 4.
 template <int NT>
 struct TileShape {
-  static constexpr int kWN = NT == 1 ? 2 : 4;  // two token tiles: 4 strips share the staged x
+  static constexpr int kWN = NT <= 2 ? 2 : 4;
   static constexpr int kWK = kThreads / 32 / kWN;
   static constexpr int kChunk = kStageTiles / (kWK * NT);  // steps per warp per staged chunk
   static constexpr int kStageSteps = kChunk * NT / kWN;  // steps of one token tile each warp stages per chunk
@@ -593,9 +592,7 @@ void launch_gemm(const AwqTilesGemm& p, AwqTilesPlan plan, dim3 grid, cudaStream
   }
 }
 
-int warps_along_n(int token_tiles) {
-  return token_tiles == 1 ? TileShape<1>::kWN : token_tiles == 2 ? TileShape<2>::kWN : TileShape<4>::kWN;
-}
+int warps_along_n(int token_tiles) { return token_tiles <= 2 ? TileShape<1>::kWN : TileShape<4>::kWN; }
 
 }  // namespace
 

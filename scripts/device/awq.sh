@@ -22,9 +22,11 @@ fi
   timeout 30 python3 -c "from pagoda_quant_awq.dispatch import cuda_extension as c, tiles_extension as t; print('awq_gemv kernel:', c() is not None, '| awq_tiles kernels:', t() is not None)"
 } 2>&1 | tee "$OUT/device.txt"
 
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
-echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
-grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+if [[ "${TESTS:-1}" == 1 ]]; then  # TESTS=0 skips
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rs --durations=15 plugins/quant_awq/tests > "$OUT/tests.log" 2>&1
+  echo "tests: exit $? ($(tail -1 "$OUT/tests.log"))"
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+fi
 
 # SANITIZE=0 skips: compute-sanitizer memcheck and racecheck of the tiles GEMM on a small case
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -39,8 +41,11 @@ fi
 timeout 150 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
 
+# 128 new tokens, best of 4: the step is (time for 128 tokens - time for 1) / 127, so a prefill that
+# runs slower in one of the two timings moves it less (32 tokens, best of 2 gave 2.07-2.94 ms for the
+# same one-token kernels)
 COMMON=(--load-format dummy --attention-backend triton --max-model-len 1024 --max-num-seqs 8 --batch-sizes 1
-        --input-len 128 --output-len 32 --repeats 2 --log-level warning)
+        --input-len 128 --output-len 128 --repeats 4 --log-level warning)
 # the -awq config is the same model with an AWQ quantization_config (group 128): detected, no flag
 timeout 60 pagoda bench latency benchmarks/configs/llama-3.1-8b-awq "${COMMON[@]}" --result-file "$OUT/latency_awq.json" > /dev/null 2> "$OUT/latency.log"
 echo "latency awq: exit $?"

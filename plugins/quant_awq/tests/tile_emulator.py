@@ -41,7 +41,7 @@ MAGIC_IN_SUMS = {torch.float16: 0.0, torch.bfloat16: 128.0}
 
 def tile_shape(nt: int) -> tuple[int, int, int]:
     """(WN, WK, chunk steps) of TileShape<NT>."""
-    wn = 2 if nt == 1 else 4
+    wn = 2 if nt <= 2 else 4
     wk = THREADS // 32 // wn
     return wn, wk, STAGE_TILES // (wk * nt)
 
