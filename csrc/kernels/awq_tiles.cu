@@ -20,9 +20,9 @@
 // (dynamic shared memory, past 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers,
 // (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
 // already in B-fragment order: with the inputs of each pair of steps permuted (awq_tiles.h), a lane's
-// fragments of two steps are one 16-byte load, staged and read back as one. The WK slices of a block are summed in shared memory; with a K split,
-// blocks write fp32 partials and the last to arrive at a column block (an atomic counter) sums them in
-// split order (deterministic) and writes the output.
+// fragments of two steps are one 16-byte load and one 16-byte store. The WK slices of a block are
+// summed in shared memory; with a K split, blocks write fp32 partials and the last to arrive at a
+// column block (an atomic counter) sums them in split order (deterministic) and writes the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
