@@ -297,27 +297,23 @@ PAGODA_INLINE void wait_for_prior_grids() {
 }
 
 // ---- host side ------------------------------------------------------------------------------------
+// An on-by-default switch: off only when the environment variable is "0".
+inline bool env_switch_on(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 // PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
 // ways in one build (scripts/device/flash_variants.py); read once per process.
 inline bool skip_rescale_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("PAGODA_FLASH_SKIP_RESCALE");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool enabled = env_switch_on("PAGODA_FLASH_SKIP_RESCALE");
   return enabled;
 }
 
-// Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
-// (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
-// The kernel is a template argument so that each instantiation keeps its own flags (every
-// instantiation has the same function-pointer type: keyed by type, the first opt-in hid the rest).
 // Launch `kernel` as a programmatic dependent of the stream's previous kernel on sm_90+ devices (unless
 // PAGODA_PDL=0), plainly otherwise or if the driver refuses. Checked once per process and device.
 inline bool dependent_launch_enabled() {
-  static const bool allowed = [] {
-    const char* value = std::getenv("PAGODA_PDL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
+  static const bool allowed = env_switch_on("PAGODA_PDL");
   static int known[64] = {};  // 0 unknown, 1 no, 2 yes
   int device = 0, major = 0;
   if (!allowed || cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
@@ -347,6 +343,10 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStre
   kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
 }
 
+// Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
+// (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
+// The kernel is a template argument so that each instantiation keeps its own flags (every
+// instantiation has the same function-pointer type: keyed by type, the first opt-in hid the rest).
 template <auto Kernel>
 void allow_shared_memory(int bytes) {
   if (bytes <= 48 * 1024) return;
