@@ -62,27 +62,29 @@ def awq_weights(k: int, n: int, count: int):
     return out
 
 
-def tiles_weights(k: int, n: int, count: int) -> list[AwqTiles]:
+def tiles_weights(k: int, n: int, count: int, dtype: torch.dtype = torch.bfloat16) -> list[AwqTiles]:
     """Random weights already in the tiles layout (random bits are as good as repacked ones to time)."""
     out = []
     for _ in range(count):
         weights = torch.randint(-(2**31), 2**31 - 1, (n // 64, k // 16, 32, 4), dtype=torch.int32, device="cuda")
         zeros = torch.randint(-(2**31), 2**31 - 1, (k // GROUP, n // 64, 8), dtype=torch.int32, device="cuda")
-        scales = (torch.rand(k // GROUP, n // 64, 8, 8, device="cuda") * 0.02).to(torch.bfloat16)
+        scales = (torch.rand(k // GROUP, n // 64, 8, 8, device="cuda") * 0.02).to(dtype)
         out.append(AwqTiles(weights, scales, zeros, torch.zeros(n // 64, dtype=torch.int32, device="cuda"), GROUP))
     return out
 
 
-def bench_shape(name: str, k: int, n: int, only: set[str] | None = None, tokens: tuple[int, ...] = TOKENS) -> list[dict]:
-    dense = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies_for(n * k * 2))]
+def bench_shape(name: str, k: int, n: int, only: set[str] | None = None, tokens: tuple[int, ...] = TOKENS,
+                dtype: torch.dtype = torch.bfloat16) -> list[dict]:
+    """Rows per M; ``bf16_us`` is the dense matmul in ``dtype`` (the peer; bf16 unless --dtype float16)."""
+    dense = [torch.randn(n, k, device="cuda", dtype=dtype) * 0.02 for _ in range(copies_for(n * k * 2))]
     quant = awq_weights(k, n, copies_for(n * k // 2)) if only is None or only - {"tiles", "tiles_dense"} else []
-    tiles = tiles_weights(k, n, copies_for(n * k // 2)) if tiles_extension() is not None else []
+    tiles = tiles_weights(k, n, copies_for(n * k // 2), dtype) if tiles_extension() is not None else []
     kernels = (["tiles", "tiles_dense"] if tiles else []) + ["triton", "dense"] + (["cuda"] if cuda_extension() is not None else [])
     kernels = [kn for kn in kernels if only is None or kn in only]
     awq_bytes = n * k // 2 + (k // GROUP) * n * 2 + (k // GROUP) * n // 2  # int4 + scales + zeros
     rows = []
     for m in tokens:
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
         row = {"layer": name, "k": k, "n": n, "m": m, "bf16_us": 1e3 * graphed_ms([lambda w=w: F.linear(x, w) for w in dense])}
         for kernel in kernels:
             if kernel == "cuda" and m > CUDA_MAX_TOKENS:
@@ -130,15 +132,19 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--kernels", help="comma-separated AWQ kernels to time (default: all)")
     parser.add_argument("--tokens", help="comma-separated token counts M (default: %s)" % ",".join(map(str, TOKENS)))
+    parser.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16",
+                        help="activation dtype of the AWQ kernels and of the dense peer (AutoAWQ checkpoints are fp16)")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     only = set(args.kernels.split(",")) if args.kernels else None
     tokens = tuple(int(m) for m in args.tokens.split(",")) if args.tokens else TOKENS
     rows: list[dict] = []
     for name, (k, n) in SHAPES.items():
-        rows += bench_shape(name, k, n, only, tokens)
-        write(args.out, {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows})  # partial
+        rows += bench_shape(name, k, n, only, tokens, dtype)
+        write(args.out, {"device": torch.cuda.get_device_name(), "group_size": GROUP, "dtype": args.dtype, "shapes": rows})  # partial
     layer = per_token_count(rows)
-    result = {"device": torch.cuda.get_device_name(), "group_size": GROUP, "shapes": rows, "decoder_layer": layer}
+    result = {"device": torch.cuda.get_device_name(), "group_size": GROUP, "dtype": args.dtype, "shapes": rows,
+              "decoder_layer": layer}
     print("\nM     bf16 layer us   best kernel   speedup")
     for r in layer:
         print(f"{r['m']:<5d} {r['bf16_us']:13.1f}   {r['best']:11s}   x{r['speedup_best']:.2f}")

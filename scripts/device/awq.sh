@@ -38,7 +38,8 @@ if [[ "${SANITIZE:-1}" == 1 && -n "$SAN" ]]; then
   done
 fi
 
-timeout 150 python3 benchmarks/quant_awq.py --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
+# AWQ_DTYPE=float16 times the kernels (and the dense peer) in fp16, AutoAWQ checkpoints' dtype
+timeout 150 python3 benchmarks/quant_awq.py --dtype "${AWQ_DTYPE:-bfloat16}" --out "$OUT/quant_awq.json" > "$OUT/bench.log" 2>&1
 echo "linear benchmark: exit $?"
 
 # 128 new tokens, best of 4: the step is (time for 128 tokens - time for 1) / 127, so a prefill that
