@@ -25,7 +25,7 @@ from pagoda_attention_flash.kernels import decode_programs_per_sm, extension  # 
 
 CASES = {  # (batch, context): split counts to try
     (1, 32768): (16, 24, 32, 48, 64),
-    (1, 16384): (16, 32, 48),
+    (1, 16384): (8, 16, 32, 48),
     (4, 32768): (8, 16, 24),
     (64, 1024): (1, 2, 3),
     (64, 4096): (1, 2, 3),
