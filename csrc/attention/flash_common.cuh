@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "../compat.h"
+#include "../kernels/common.h"  // allow_shared_memory
 
 // The instructions below exist from sm_80 on; for older targets the kernels compile to a trap so
 // that one extension still builds for every architecture of TORCH_CUDA_ARCH_LIST.
@@ -343,21 +344,6 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStre
   kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
 }
 
-// Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
-// (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
-// The kernel is a template argument so that each instantiation keeps its own flags (every
-// instantiation has the same function-pointer type: keyed by type, the first opt-in hid the rest).
-template <auto Kernel>
-void allow_shared_memory(int bytes) {
-  if (bytes <= 48 * 1024) return;
-  static bool done[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device < 64 && !done[device]) {
-    cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    done[device] = true;
-  }
-}
 
 }  // namespace flash
 }  // namespace pagoda

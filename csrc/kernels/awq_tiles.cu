@@ -556,21 +556,12 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
   }
 }
 
-// Past 48 KiB of shared memory (every variant: the x stage and the ring take 64 KiB) a kernel needs an opt-in per
-// kernel and device: done at the first launch (an eager one: the engine and the tests warm up before
-// capturing graphs), as flash_common.cuh's allow_shared_memory does.
+// Past 48 KiB of shared memory (every variant: the x stage and the ring take 64 KiB): opted in per kernel
+// and device at the first launch (allow_shared_memory, common.h).
 template <typename T, int NT, int SPG>
 void launch_gemm_kernel(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = SharedLayout<NT, SPG>::kBytes;
-  if (bytes > 48 * 1024) {
-    static bool done[64] = {};
-    int device = 0;
-    cudaGetDevice(&device);
-    if (device < 64 && !done[device]) {
-      cudaFuncSetAttribute(awq_tiles_gemm_kernel<T, NT, SPG>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      done[device] = true;
-    }
-  }
+  allow_shared_memory<awq_tiles_gemm_kernel<T, NT, SPG>>(bytes);
   awq_tiles_gemm_kernel<T, NT, SPG><<<grid, kThreads, bytes, stream>>>(p);
 }
 

@@ -1,5 +1,5 @@
 // Host-side helpers of the kernel layer (torch-free): the dtype tag the torch layer passes in,
-// dispatch on it, alignment and launch-shape helpers.
+// dispatch on it, alignment and launch-shape helpers, the dynamic shared-memory opt-in.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,22 @@ inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>
 inline int warp_threads(int n, int cap) {
   const int rounded = (n + PAGODA_WARP_SIZE - 1) / PAGODA_WARP_SIZE * PAGODA_WARP_SIZE;
   return rounded < cap ? rounded : cap;
+}
+
+// Dynamic shared memory above 48 KiB needs an opt-in per kernel and device: done at the first launch
+// (an eager one: the engine and the tests warm up before capturing graphs), not on every launch.
+// The kernel is a template argument so that each instantiation keeps its own flags (every
+// instantiation has the same function-pointer type: keyed by type, the first opt-in hid the rest).
+template <auto Kernel>
+void allow_shared_memory(int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static bool done[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;  // the launch then reports the error
+  if (device < 64 && !done[device]) {
+    (void)cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    done[device] = true;
+  }
 }
 
 }  // namespace pagoda
