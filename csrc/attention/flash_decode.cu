@@ -13,8 +13,10 @@
 // The slice bounds come from seq_lens on the device, so any num_splits is correct; the launch
 // shape depends on (num_decodes, num_splits) only: CUDA-graph safe, no host synchronisation.
 #include <algorithm>
+#include <type_traits>
 
 #include "flash_attention.h"
+
 #include "flash_common.cuh"
 
 namespace pagoda {
@@ -329,22 +331,25 @@ __global__ void __launch_bounds__(kReduceThreads)
 
 // Ring stages per warp: 3 at head 64; at head 128, 3 where two such programs (100 KiB each) fit an SM
 // (sm_90: 228 KiB), else 2 (A100's 164 KiB would hold one, sm_86/sm_89's 100 KiB one); 2 at head 256.
-// Checked once per device.
-template <int D>
-bool deep_ring() {
-  if constexpr (D != 128) {
-    return D <= 64;
-  } else {
+// Checked once per device. Calls fn(std::integral_constant<int, stages>{}).
+template <int D, typename Fn>
+auto with_decode_stages(Fn&& fn) {
+  using Three = std::integral_constant<int, 3>;
+  using Two = std::integral_constant<int, 2>;
+  if constexpr (D <= 64) {
+    return fn(Three{});
+  } else if constexpr (D == 128) {
     static int known[64] = {};  // 0 unknown, 1 no, 2 yes
     int device = 0, per_sm = 0;
     cudaGetDevice(&device);
-    if (device >= 64) return false;
-    if (known[device] == 0) {
+    if (device < 64 && known[device] == 0) {
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
       constexpr int kReservedPerBlock = 1024;  // the runtime's share of each block's shared memory
       known[device] = per_sm >= 2 * (DecodeTile<D, 3>::kSmemBytes + kReservedPerBlock) ? 2 : 1;
     }
-    return known[device] == 2;
+    return device < 64 && known[device] == 2 ? fn(Three{}) : fn(Two{});
+  } else {
+    return fn(Two{});
   }
 }
 
@@ -368,10 +373,9 @@ void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int n
 template <typename T, int D>
 void launch_decode(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
                    float* part_lse, cudaStream_t stream) {
-  if constexpr (D <= 128) {
-    if (deep_ring<D>()) return launch_decode_stages<T, D, 3>(args, num_decodes, num_splits, part_out, part_lse, stream);
-  }
-  if constexpr (D > 64) launch_decode_stages<T, D, 2>(args, num_decodes, num_splits, part_out, part_lse, stream);
+  with_decode_stages<D>([&](auto stages) {
+    launch_decode_stages<T, D, decltype(stages)::value>(args, num_decodes, num_splits, part_out, part_lse, stream);
+  });
 }
 
 template <typename T>
@@ -401,13 +405,7 @@ int programs_per_sm_stages() {
 
 template <typename T, int D>
 int programs_per_sm() {
-  if constexpr (D <= 64) {
-    return programs_per_sm_stages<T, D, 3>();
-  } else if constexpr (D == 128) {
-    return deep_ring<D>() ? programs_per_sm_stages<T, D, 3>() : programs_per_sm_stages<T, D, 2>();
-  } else {
-    return programs_per_sm_stages<T, D, 2>();
-  }
+  return with_decode_stages<D>([](auto stages) { return programs_per_sm_stages<T, D, decltype(stages)::value>(); });
 }
 
 template <typename T>
