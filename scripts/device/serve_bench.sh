@@ -1,6 +1,7 @@
 # Sourced by device scripts: serve_bench BACKEND NAME [CONFIG] starts `pagoda serve` on dummy Llama-3.1-8B
-# (or the model config folder CONFIG, e.g. benchmarks/configs/llama-3.1-8b-awq) with attention BACKEND (Llama 3's tokenizer from .whl/extra), warms it up, runs `pagoda bench serve`
-# (500 x 256/256, all at once) into $OUT/NAME.json, prints the summary and the /metrics counters, and
+# (or the model config folder CONFIG, e.g. benchmarks/configs/llama-3.1-8b-awq) with attention BACKEND
+# (Llama 3's tokenizer from .whl/extra), warms it up, runs `pagoda bench serve` (500 x 256/256, all at
+# once) into $OUT/NAME.json, prints the summary and the /metrics counters, and
 # stops the server. The server's log: $OUT/server.log.
 source scripts/device/wait_for_server.sh
 serve_bench() {
