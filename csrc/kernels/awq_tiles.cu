@@ -13,11 +13,10 @@
 // one per step; only the last blocks of a slice, whose refills would pass its end, clamp addresses.
 //
 // Up to 16 tokens (NT <= 2, "fold"), the zero point and scale leave the inner loop: A is the raw
-// (word >> 4p) & 0x000F000F | MAGIC (q + 128 for bf16; for fp16 MAGIC is subtracted again, exactly,
-// so A = q), the group's fp32 sums acc_g = sum x * A are formed by the MMAs, and at the group's end
-// out += s * (acc_g - (z + magic) * sum_x). sum_x, a group's sum of x per token, is the same for every
-// strip: the block forms it once, by MMAs against ones while staging x, and keeps it in shared memory
-// (dynamic shared memory, past 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers,
+// (word >> 4p) & 0x000F000F | MAGIC (q + 128 for bf16, q + 1024 for fp16), the group's fp32 sums
+// acc_g = sum x * A are formed by the MMAs, and at the group's end out += s * (acc_g - (z + magic) *
+// sum_x). sum_x, a group's sum of x per token, is the same for every strip: the block forms it once,
+// by MMAs against ones while staging x, and keeps it in shared memory (dynamic shared memory, past 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers,
 // (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
 // already in B-fragment order: with the inputs of each pair of steps permuted (awq_tiles.h), a lane's
 // fragments of two steps are one 16-byte load and one 16-byte store. The WK slices of a block are
@@ -71,7 +70,10 @@ struct Pair<half_t> {
   using type = __half2;
   static constexpr uint32_t kMagic = 0x6400u;  // 1024.0: its mantissa unit is 1
   static constexpr uint32_t kOne = 0x3C00u;
-  static constexpr bool kMagicInSums = false;  // fp16 subtracts MAGIC from A (x * 1024 would cost bits)
+  // A = q + 1024 on the fold path too: the fp32 sums then carry 1024 * sum x, 7 of their 24 bits above
+  // the result's scale (bf16: 4), still 6 more than an fp16 output holds; removed with the zero
+  static constexpr uint32_t kMagicF32 = 0x44800000u;  // 1024.0f: nibble at bit 13 (2^-13) adds 1
+  static constexpr int kSumsUnitBit = 13;
   static PAGODA_INLINE float half_float(uint32_t word, int high) {
     return __half2float(__ushort_as_half(static_cast<uint16_t>(high ? word >> 16 : word)));
   }
@@ -81,7 +83,9 @@ struct Pair<bf16_t> {
   using type = __nv_bfloat162;
   static constexpr uint32_t kMagic = 0x4300u;  // 128.0
   static constexpr uint32_t kOne = 0x3F80u;
-  static constexpr bool kMagicInSums = true;  // A = q + 128: products exact, removed with the zero
+  // A = q + 128: products exact, removed with the zero
+  static constexpr uint32_t kMagicF32 = 0x43000000u;  // 128.0f: nibble at bit 16 (2^-16) adds 1
+  static constexpr int kSumsUnitBit = 16;
   static PAGODA_INLINE float half_float(uint32_t word, int high) {
     return __uint_as_float(high ? word & 0xFFFF0000u : word << 16);
   }
@@ -155,22 +159,18 @@ PAGODA_INLINE uint32_t mask_or(uint32_t a, uint32_t c) {
   return r;
 }
 
-// Zero point j of a lane's zeros plus the magic left in the fold's sums, in fp32. bf16: nibble j
-// placed at the mantissa unit of 128.0f (2^-16) is exactly 128 + z (a shift and one LOP3).
+// Zero point j of a lane's zeros plus the magic left in the fold's sums, in fp32: nibble j placed at
+// the mantissa unit of the magic (128.0f, 1024.0f) is exactly magic + z (a shift and one LOP3).
 template <typename T>
 PAGODA_INLINE float zero_in_sums(uint32_t zeros, int j) {
-  if (!Pair<T>::kMagicInSums) return static_cast<float>((zeros >> (4 * j)) & 0xFu);
-  const uint32_t at16 = j < 4 ? zeros << (16 - 4 * j) : zeros >> (4 * j - 16);
-  return __uint_as_float(mask_or<0x000F0000u>(at16, Pair<T>::kMagic << 16));
+  constexpr int kBit = Pair<T>::kSumsUnitBit;
+  const uint32_t at = 4 * j <= kBit ? zeros << (kBit - 4 * j) : zeros >> (4 * j - kBit);
+  return __uint_as_float(mask_or<0xFu << kBit>(at, Pair<T>::kMagicF32));
 }
 
 // A register p of a word (nibbles p and p + 4): column g + 8 * (p & 1), inputs 2t (+1) + 8 * (p >> 1).
-template <typename T>
 PAGODA_INLINE uint32_t raw_pair(uint32_t word, int p, uint32_t magic2) {
-  const uint32_t v = mask_or<0x000F000Fu>(word >> (4 * p), magic2);
-  if (Pair<T>::kMagicInSums) return v;  // q + MAGIC, exact
-  using P = typename Pair<T>::type;
-  return as_bits(__hsub2(as_pair<P>(v), as_pair<P>(magic2)));  // q, exact
+  return mask_or<0x000F000Fu>(word >> (4 * p), magic2);  // q + MAGIC, exact
 }
 
 // One group's constants for a lane, per column j = 2 * tile + half (column 16 tile + g + 8 half):
@@ -464,8 +464,8 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
         const uint32_t word = word_of(words, w);
         uint4 a;
         if (S::kFold) {
-          a = make_uint4(raw_pair<T>(word, 0, magic2), raw_pair<T>(word, 1, magic2), raw_pair<T>(word, 2, magic2),
-                         raw_pair<T>(word, 3, magic2));
+          a = make_uint4(raw_pair(word, 0, magic2), raw_pair(word, 1, magic2), raw_pair(word, 2, magic2),
+                         raw_pair(word, 3, magic2));
         } else {
           a = make_uint4(dequant_pair<T>(word, 0, zero2[2 * w], scale2[2 * w], magic2),
                          dequant_pair<T>(word, 1, zero2[2 * w + 1], scale2[2 * w + 1], magic2),

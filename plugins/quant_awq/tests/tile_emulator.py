@@ -36,7 +36,7 @@ DEPTH = 8
 LANE = torch.arange(32)
 G, T = LANE >> 2, LANE & 3
 ONE = {torch.float16: 0x3C00, torch.bfloat16: 0x3F80}
-MAGIC_IN_SUMS = {torch.float16: 0.0, torch.bfloat16: 128.0}
+MAGIC_IN_SUMS = {torch.float16: 1024.0, torch.bfloat16: 128.0}
 
 
 def tile_shape(nt: int) -> tuple[int, int, int]:
@@ -96,12 +96,8 @@ def dequant_pair(word: torch.Tensor, p: int, zero2: torch.Tensor, scale2: torch.
 
 
 def raw_pair(word: torch.Tensor, p: int, dtype: torch.dtype) -> torch.Tensor:
-    """The fold path's A register: q + MAGIC (bf16), or q (fp16: MAGIC subtracted again, exactly)."""
-    v = ((word >> (4 * p)) & 0x000F000F) | (MAGIC[dtype] * 0x00010001)
-    if MAGIC_IN_SUMS[dtype]:
-        return v
-    magic = halves(torch.tensor([MAGIC[dtype]]), dtype)[0]
-    return pair_bits(*(h - magic for h in halves(v, dtype)))
+    """The fold path's A register: q + MAGIC (exact), removed with the zero point in the fold."""
+    return ((word >> (4 * p)) & 0x000F000F) | (MAGIC[dtype] * 0x00010001)
 
 
 def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
