@@ -12,11 +12,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "../compat.h"
-#include "../kernels/common.h"  // allow_shared_memory
+#include "../kernels/common.h"            // allow_shared_memory
+#include "../kernels/dependent_launch.h"  // launch_dependent, wait_for_prior_grids
 
 // The instructions below exist from sm_80 on; for older targets the kernels compile to a trap so
 // that one extension still builds for every architecture of TORCH_CUDA_ARCH_LIST.
@@ -281,69 +280,13 @@ PAGODA_INLINE void pv_step(float (&o)[D / 8][4], const uint32_t (&p)[4], const v
   }
 }
 
-// ---- programmatic dependent launch (sm_90+; no-ops below) -----------------------------------------
-// A kernel launched with launch_dependent() may start while the kernel before it in the stream still
-// runs, once every block of that kernel has called allow_dependents_to_start() (or exited); it must call
-// wait_for_prior_grids() before reading what that kernel writes (which waits for it to finish and flush).
-PAGODA_INLINE void allow_dependents_to_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-PAGODA_INLINE void wait_for_prior_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // ---- host side ------------------------------------------------------------------------------------
-// An on-by-default switch: off only when the environment variable is "0".
-inline bool env_switch_on(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
 // PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
 // ways in one build (scripts/device/flash_variants.py); read once per process.
 inline bool skip_rescale_enabled() {
   static const bool enabled = env_switch_on("PAGODA_FLASH_SKIP_RESCALE");
   return enabled;
 }
-
-// Launch `kernel` as a programmatic dependent of the stream's previous kernel on sm_90+ devices (unless
-// PAGODA_PDL=0), plainly otherwise or if the driver refuses. Checked once per process and device.
-inline bool dependent_launch_enabled() {
-  static const bool allowed = env_switch_on("PAGODA_PDL");
-  static int known[64] = {};  // 0 unknown, 1 no, 2 yes
-  int device = 0, major = 0;
-  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
-  if (known[device] == 0) {
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    known[device] = major >= 9 ? 2 : 1;
-  }
-  return known[device] == 2;
-}
-
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  if (dependent_launch_enabled()) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...) == cudaSuccess) return;
-    (void)cudaGetLastError();  // refused (driver or device): launch plainly
-  }
-  kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
-}
-
 
 }  // namespace flash
 }  // namespace pagoda

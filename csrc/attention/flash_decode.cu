@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   uint16_t* s_q = smem;  // [16, D]
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   uint16_t* ring = smem + kDecodeRows * D + warp * STAGES * Tile::kStageElems;
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
 
   const int seq = blockIdx.x;
   const int group = p.num_heads / p.num_kv_heads;
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kDecodeKeys - 1) / kDecodeKeys : 0;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
-  allow_dependents_to_start();  // the split reduction may be scheduled now; it waits for this grid to finish
+  allow_dependents_to_start();  // the split reduction (or the next kernel) may be scheduled now; it waits for this grid
   // Q rows of this program (zeros for rows past the group), then the first tiles of each warp
   const auto* q_base = static_cast<const uint16_t*>(p.query) + seq * p.q_stride_token;
   constexpr int kChunks = D / 8;
@@ -272,6 +273,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
   wait_for_prior_grids();  // launched as a dependent of the decode kernel: its partials are complete after this
+  allow_dependents_to_start();  // the next kernel (an AWQ GEMM) may stream its weights meanwhile
   const int seq = blockIdx.x, head = blockIdx.y;
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
@@ -362,11 +364,13 @@ void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int n
   const int group = args.num_heads / args.num_kv_heads;
   const dim3 grid(num_decodes, args.num_kv_heads * ((group + kDecodeRows - 1) / kDecodeRows), num_splits);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
-  kernel<<<grid, kDecodeThreads, bytes, stream>>>(args, block_div, skip_rescale_enabled(), num_splits, part_out,
-                                                  part_lse);
+  launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, block_div, skip_rescale_enabled(),
+                   num_splits, part_out, part_lse);
   if (num_splits > 1) {
-    launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(num_decodes, args.num_heads), dim3(kReduceThreads), stream,
-                     args, num_splits, static_cast<const float*>(part_out), static_cast<const float*>(part_lse));
+    const auto* out = static_cast<const float*>(part_out);
+    const auto* lse = static_cast<const float*>(part_lse);
+    launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(num_decodes, args.num_heads), dim3(kReduceThreads), 0,
+                     stream, args, num_splits, out, lse);
   }
 }
 

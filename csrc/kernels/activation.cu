@@ -2,6 +2,7 @@
 // a row is spread over several blocks, so a decode step of a few tokens still uses many SMs.
 // Rounding follows torch: silu(gate) is rounded to the dtype, then the product is.
 #include "../vec.cuh"
+#include "dependent_launch.h"
 #include "launch.h"
 
 namespace pagoda {
@@ -17,6 +18,8 @@ template <typename T, int VEC>
 __global__ void silu_and_mul_kernel(T* __restrict__ out,          // [num_tokens, d]
                                     const T* __restrict__ input,  // [num_tokens, input_stride], gate then up
                                     int64_t input_stride, int d) {
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
+  allow_dependents_to_start();
   const T* gate = input + blockIdx.x * input_stride;
   const T* up = gate + d;
   T* y = out + blockIdx.x * static_cast<int64_t>(d);
@@ -41,7 +44,8 @@ void launch_silu_and_mul(DType dtype, void* out, const void* input, int64_t inpu
     const int chunks = (vecs + threads - 1) / threads;
     const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(chunks < 64 ? chunks : 64));
     const auto kernel = vec ? silu_and_mul_kernel<T, V> : silu_and_mul_kernel<T, 1>;
-    kernel<<<grid, threads, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(input), input_stride, d);
+    launch_dependent(kernel, grid, dim3(threads), 0, stream, static_cast<T*>(out), static_cast<const T*>(input),
+                     input_stride, d);
   });
 }
 

@@ -16,12 +16,13 @@
 // (word >> 4p) & 0x000F000F | MAGIC (q + 128 for bf16, q + 1024 for fp16), the group's fp32 sums
 // acc_g = sum x * A are formed by the MMAs, and at the group's end out += s * (acc_g - (z + magic) *
 // sum_x). sum_x, a group's sum of x per token, is the same for every strip: the block forms it once,
-// by MMAs against ones while staging x, and keeps it in shared memory (dynamic shared memory, past 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers,
-// (A - (MAGIC + z)) * s, and accumulated directly. x is staged in shared memory per chunk of steps,
-// already in B-fragment order: with the inputs of each pair of steps permuted (awq_tiles.h), a lane's
-// fragments of two steps are one 16-byte load and one 16-byte store. The WK slices of a block are
-// summed in shared memory; with a K split, blocks write fp32 partials and the last to arrive at a
-// column block (an atomic counter) sums them in split order (deterministic) and writes the output.
+// by MMAs against ones while staging x, and keeps it in shared memory (dynamic shared memory, past
+// 64 KiB). Past 16 tokens the MMAs dominate: A is dequantized in registers, (A - (MAGIC + z)) * s, and
+// accumulated directly. x is staged in shared memory per chunk of steps, already in B-fragment order:
+// with the inputs of each pair of steps permuted (awq_tiles.h), a lane's fragments of two steps are one
+// 16-byte load and one 16-byte store. The WK slices of a block are summed in shared memory; with a K
+// split, blocks write fp32 partials and the last to arrive at a column block (an atomic counter) sums
+// them in split order (deterministic) and writes the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +30,7 @@
 #include <type_traits>
 
 #include "awq_tiles.h"
+#include "dependent_launch.h"
 
 namespace pagoda {
 
@@ -412,6 +414,10 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   }
   uint4 next_scales = S::kFold ? uint4{} : __ldg(scales + group0), group_scales;  // the group's scales and zeros
   uint32_t next_zeros = S::kFold ? 0u : __ldg(p.zeros + group0), group_zeros;
+  // Launched as a programmatic dependent (dependent_launch.h): the weights above stream in while the
+  // kernel before this one finishes; x, the outputs, partials and counters only after it has.
+  wait_for_prior_grids();
+  allow_dependents_to_start();
 
   float out[NT][4][4], acc[NT][4][4];
 #pragma unroll
@@ -557,12 +563,13 @@ __global__ void __launch_bounds__(kThreads) awq_tiles_dequantize_kernel(const ui
 }
 
 // Past 48 KiB of shared memory (every variant: the x stage and the ring take 64 KiB): opted in per kernel
-// and device at the first launch (allow_shared_memory, common.h).
+// and device at the first launch (allow_shared_memory, common.h). A programmatic dependent of the
+// kernel before it on sm_90+.
 template <typename T, int NT, int SPG>
 void launch_gemm_kernel(const AwqTilesGemm& p, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = SharedLayout<NT, SPG>::kBytes;
   allow_shared_memory<awq_tiles_gemm_kernel<T, NT, SPG>>(bytes);
-  awq_tiles_gemm_kernel<T, NT, SPG><<<grid, kThreads, bytes, stream>>>(p);
+  launch_dependent(awq_tiles_gemm_kernel<T, NT, SPG>, grid, dim3(kThreads), bytes, stream, p);
 }
 
 template <typename T, int NT>

@@ -2,6 +2,7 @@
 // kv_cache is [2, num_blocks, block_size, num_kv_heads, head_size], contiguous; a slot is
 // block * block_size + offset, so a token's row starts at slot * num_kv_heads * head_size.
 #include "../vec.cuh"
+#include "dependent_launch.h"
 #include "launch.h"
 
 namespace pagoda {
@@ -11,6 +12,8 @@ __global__ void reshape_and_cache_kernel(const T* __restrict__ key,    // [num_t
                                          const T* __restrict__ value,  // [num_tokens, num_kv_heads, head_size]
                                          T* __restrict__ kv_cache, const int64_t* __restrict__ slot_mapping,
                                          KVStrides s, int64_t value_offset, int num_kv_heads, int head_size) {
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
+  allow_dependents_to_start();
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;  // padding token
@@ -36,7 +39,7 @@ void launch_reshape_and_cache(DType dtype, const void* key, const void* value, v
     const int width = vec ? V : 1;
     const int threads = warp_threads(num_kv_heads * head_size / width, 512);
     const auto kernel = vec ? reshape_and_cache_kernel<T, V> : reshape_and_cache_kernel<T, 1>;
-    kernel<<<static_cast<unsigned>(num_tokens), threads, 0, stream>>>(
+    launch_dependent(kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0, stream,
         static_cast<const T*>(key), static_cast<const T*>(value), static_cast<T*>(kv_cache), slot_mapping, s,
         value_offset, num_kv_heads, head_size);
   });

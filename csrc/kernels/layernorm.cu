@@ -2,6 +2,7 @@
 // 16-byte vector loads when the row allows them. Rounding follows layers/ops.py:
 // the normalised value is rounded to the dtype before the weight multiplies it.
 #include "../vec.cuh"
+#include "dependent_launch.h"
 #include "launch.h"
 
 namespace pagoda {
@@ -11,6 +12,8 @@ __global__ void rms_norm_kernel(T* __restrict__ out,          // [num_tokens, hi
                                 const T* __restrict__ input,  // [num_tokens, input_stride]
                                 const T* __restrict__ weight,  // [hidden]
                                 int64_t input_stride, int hidden, float eps) {
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
+  allow_dependents_to_start();
   const T* x = input + blockIdx.x * input_stride;
   T* y = out + blockIdx.x * static_cast<int64_t>(hidden);
   const int num_vecs = hidden / VEC;
@@ -43,6 +46,8 @@ template <typename T, int VEC>
 __global__ void fused_add_rms_norm_kernel(T* __restrict__ input,     // [num_tokens, hidden]
                                           T* __restrict__ residual,  // [num_tokens, hidden]
                                           const T* __restrict__ weight, int hidden, float eps) {
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
+  allow_dependents_to_start();
   const int64_t row = blockIdx.x * static_cast<int64_t>(hidden);
   T* x = input + row;
   T* res = residual + row;
@@ -82,8 +87,9 @@ void launch_rms_norm(DType dtype, void* out, const void* input, const void* weig
                      aligned16(out);
     const int width = vec ? V : 1;
     const auto kernel = vec ? rms_norm_kernel<T, V> : rms_norm_kernel<T, 1>;
-    kernel<<<static_cast<unsigned>(num_tokens), warp_threads(hidden / width, 1024), 0, stream>>>(
-        static_cast<T*>(out), static_cast<const T*>(input), static_cast<const T*>(weight), input_stride, hidden, eps);
+    const dim3 grid(static_cast<unsigned>(num_tokens)), block(warp_threads(hidden / width, 1024));
+    launch_dependent(kernel, grid, block, 0, stream, static_cast<T*>(out), static_cast<const T*>(input),
+                     static_cast<const T*>(weight), input_stride, hidden, eps);
   });
 }
 
@@ -95,8 +101,9 @@ void launch_fused_add_rms_norm(DType dtype, void* input, void* residual, const v
     const bool vec = hidden % V == 0 && aligned16(input) && aligned16(residual) && aligned16(weight);
     const int width = vec ? V : 1;
     const auto kernel = vec ? fused_add_rms_norm_kernel<T, V> : fused_add_rms_norm_kernel<T, 1>;
-    kernel<<<static_cast<unsigned>(num_tokens), warp_threads(hidden / width, 1024), 0, stream>>>(
-        static_cast<T*>(input), static_cast<T*>(residual), static_cast<const T*>(weight), hidden, eps);
+    const dim3 grid(static_cast<unsigned>(num_tokens)), block(warp_threads(hidden / width, 1024));
+    launch_dependent(kernel, grid, block, 0, stream, static_cast<T*>(input), static_cast<T*>(residual),
+                     static_cast<const T*>(weight), hidden, eps);
   });
 }
 

@@ -2,6 +2,7 @@
 // Pairs are (j, j + rot_dim/2) in neox style and (2j, 2j + 1) in gpt-j style; cos_sin_cache
 // rows are [cos(0..rot_dim/2), sin(0..rot_dim/2)], in float32 or the dtype of q/k.
 #include "../vec.cuh"
+#include "dependent_launch.h"
 #include "launch.h"
 
 namespace pagoda {
@@ -25,6 +26,8 @@ __global__ void rotary_kernel(const int64_t* __restrict__ positions,  // [num_to
                               T* __restrict__ key,                    // [num_tokens, k_stride]
                               const C* __restrict__ cos_sin_cache,    // [max_position, rot_dim]
                               RotaryShape s) {
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
+  allow_dependents_to_start();
   const int64_t token = blockIdx.x;
   const C* cos = cos_sin_cache + positions[token] * s.rot_dim;
   const int embed_dim = s.rot_dim / 2;
@@ -45,7 +48,7 @@ void launch_rotary(const int64_t* positions, void* query, void* key, const void*
   const int heads = s.num_heads > s.num_kv_heads ? s.num_heads : s.num_kv_heads;
   const int threads = heads * s.rot_dim / 2 < 512 ? heads * s.rot_dim / 2 : 512;
   const auto kernel = is_neox ? rotary_kernel<T, C, true> : rotary_kernel<T, C, false>;
-  kernel<<<static_cast<unsigned>(s.num_tokens), threads, 0, stream>>>(
+  launch_dependent(kernel, dim3(static_cast<unsigned>(s.num_tokens)), dim3(threads), 0, stream,
       positions, static_cast<T*>(query), static_cast<T*>(key), static_cast<const C*>(cache), s);
 }
 

@@ -7,10 +7,7 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/awq_stalls_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-rm -rf plugins/*/build plugins/*/*.egg-info
-timeout 200 bash -c "source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton plugins/quant_awq" \
-  > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
+source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton plugins/quant_awq
 for m in 8 16; do
   # launch 1 is gate_up's second call (awq_profile.py runs each projection twice, warm-up first)
   timeout 120 ncu --clock-control none -k regex:awq_tiles_gemm --launch-skip 1 --launch-count 1 --section SourceCounters \

@@ -1,0 +1,76 @@
+// Programmatic dependent launch (sm_90+): a kernel launched with launch_dependent() may start while the
+// kernel before it in the stream still runs, once every block of that kernel has called
+// allow_dependents_to_start() (or exited). Before it reads what that kernel writes, or writes what that
+// kernel may still read, it calls wait_for_prior_grids(), which waits for that kernel to finish and
+// flush. Reads of data no kernel writes (weights) may come first: they overlap the other kernel's tail.
+// The device calls are no-ops below sm_90 and on ROCm; PAGODA_PDL=0 launches every kernel plainly.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "../compat.h"
+
+namespace pagoda {
+
+PAGODA_INLINE void allow_dependents_to_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+PAGODA_INLINE void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// An on-by-default switch: off only when the environment variable is "0".
+inline bool env_switch_on(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// Whether launch_dependent() sets the attribute: sm_90+ devices, unless PAGODA_PDL=0. Checked once per
+// process and device.
+inline bool dependent_launch_enabled() {
+#ifdef USE_ROCM
+  return false;
+#else
+  static const bool allowed = env_switch_on("PAGODA_PDL");
+  static int known[64] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0, major = 0;
+  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
+  if (known[device] == 0) {
+    (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    known[device] = major >= 9 ? 2 : 1;
+  }
+  return known[device] == 2;
+#endif
+}
+
+// Launch `kernel` as a programmatic dependent of the stream's previous kernel where enabled, plainly
+// otherwise or if the driver refuses.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, int shared_bytes, cudaStream_t stream,
+                      Args... args) {
+#ifndef USE_ROCM
+  if (dependent_launch_enabled()) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...) == cudaSuccess) return;
+    (void)cudaGetLastError();  // refused (driver or device): launch plainly
+  }
+#endif
+  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
+}
+
+}  // namespace pagoda
