@@ -148,6 +148,34 @@ def flash_decode_chart() -> None:
     fig.savefig(IMG / "flash_decode_h200.png", dpi=110)
 
 
+def awq_chart() -> None:
+    """AWQ int4 (tiles kernel) over bf16 by token count: per projection, and the decoder layer with and
+    without programmatic dependent launch (H100, run 17)."""
+    run = "h100_2026-11-27_awq/10_awq_pdl"
+    pdl, off = load(f"{run}/pdl/quant_awq.json"), load(f"{run}/pdl_off/quant_awq.json")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for layer in ("qkv", "o", "gate_up", "down"):
+        rows = sorted((r["m"], r["bf16_us"] / r["tiles_us"]) for r in pdl["shapes"] if r["layer"] == layer)
+        left.plot([r[0] for r in rows], [r[1] for r in rows], "o-", label=layer)
+    left.set(title="per projection (PDL on)")
+    for data, label, style in ((pdl, "PDL on", "o-"), (off, "PAGODA_PDL=0", "x--")):
+        rows = sorted((r["m"], r["bf16_us"] / r["tiles_us"]) for r in data["decoder_layer"])
+        right.plot([r[0] for r in rows], [r[1] for r in rows], style, label=label)
+    right.set(title="decoder layer (4 projections)")
+    for ax in (left, right):
+        ax.axhline(3.85, color="grey", ls=":", label="bytes ratio 3.85x")
+        ax.axhline(2.5, color="green", ls=":", label="goal 2.5x (M <= 16)")
+        ax.axhline(1.0, color="black", lw=0.5)
+        ax.set(xscale="log", xlabel="tokens per call (M)")
+        ax.set_xticks([1, 2, 4, 8, 16, 64, 256], ["1", "2", "4", "8", "16", "64", "256"])
+        ax.minorticks_off()
+        ax.legend(fontsize=7)
+    left.set_ylabel("speedup over bf16 (cuBLAS)")
+    fig.suptitle("AWQ int4 (g128) tiles kernel against bf16, Llama-3.1-8B projections, H100 (2026-11-27)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "awq_h100.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
@@ -155,4 +183,5 @@ if __name__ == "__main__":
     attention_chart()
     flash_splits_chart()
     flash_decode_chart()
+    awq_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
