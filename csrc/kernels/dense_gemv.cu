@@ -91,11 +91,20 @@ __global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict_
     }
 }
 
+// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else 2 from 16384 rows on.
+inline int rows_per_warp(int n) {
+  static const int forced = [] {
+    const char* value = std::getenv("PAGODA_GEMV_ROWS");
+    return value == nullptr ? 0 : std::atoi(value);
+  }();
+  return forced == 1 || forced == 2 ? forced : n >= 16384 ? 2 : 1;
+}
+
 template <typename T, int M>
 void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kWarps = kGemvThreads / PAGODA_WARP_SIZE;
   // two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream
-  if (n >= 16384) {
+  if (rows_per_warp(n) == 2) {
     const dim3 grid((n + 2 * kWarps - 1) / (2 * kWarps));
     launch_dependent(dense_gemv_kernel<T, M, 2>, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
   } else {
