@@ -21,6 +21,22 @@ struct RowBlock {
   Vec<T, 8> chunk[R][kBlock];
 };
 
+// A 16-byte chunk of weights, each read once: past L1 on NVIDIA GPUs (x stays there), plain elsewhere.
+template <typename T>
+PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr) {
+#if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  Vec<T, 8> out;
+  memcpy(&out, &v, sizeof(out));
+  return out;
+#else
+  return *ptr;
+#endif
+}
+
 // Chunks base + u * warp size + lane of each of the warp's rows (a chunk past the row rereads its last:
 // loaded, never used).
 template <typename T, int R>
@@ -29,7 +45,7 @@ PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows
   for (int u = 0; u < kBlock; ++u) {
     const int c = min(base + u * PAGODA_WARP_SIZE + lane, chunks - 1);
 #pragma unroll
-    for (int r = 0; r < R; ++r) dst.chunk[r][u] = rows[r][c];
+    for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T>(rows[r] + c);
   }
 }
 
