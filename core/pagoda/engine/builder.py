@@ -152,6 +152,7 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
         resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = quant_cls(getattr(hf_config, "quantization_config", None))
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
+    quant.bind_ops(ctx.ops)
     model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
     kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp)
     capacity = num_blocks * config.block_size

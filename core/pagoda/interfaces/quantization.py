@@ -80,6 +80,10 @@ class QuantizationMethod(Capability, ABC):
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         """Convert loaded parameters to the layout ``apply`` uses."""
 
+    def bind_ops(self, ops: "CustomOps") -> None:
+        """Called with the platform's custom ops before the model is built (a method that computes
+        with them keeps them); by default nothing."""
+
     def input_quantizer(self, layer: nn.Module) -> InputQuantizer | None:
         """After loading: how ``layer`` wants its input quantized, if its producers may do it
         (``apply`` then also accepts a :class:`QuantizedInput`); ``None``: plain tensors only."""

@@ -24,6 +24,9 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 class CsrcOps(CustomOps):
     name = "csrc"
+    # Dense layers of at most this many tokens go to the csrc GEMV (0: all to F.linear); a platform's
+    # subclass turns it on where the kernel was measured to pay.
+    dense_gemv_tokens = 0
 
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
@@ -70,6 +73,12 @@ class CsrcOps(CustomOps):
         self.kernels.silu_and_mul(out, x)
         return out
 
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
+        if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
+            return self.kernels.dense_gemv(x, weight, bias)
+        return super().linear(x, weight, bias)
+
     def reshape_and_cache(
         self,
         key: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
@@ -92,6 +101,18 @@ class CsrcOps(CustomOps):
         from pagoda.layers.fused_moe_triton import fused_moe_triton
 
         return fused_moe_triton(x, w13, w2, topk_weights, topk_ids, self.silu_and_mul)
+
+
+def gemv_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, max_tokens: int) -> bool:
+    """Whether the csrc GEMV takes ``x @ weight^T + bias``: 1..``max_tokens`` rows, fp16/bf16 on one GPU,
+    16-byte aligned rows (``in`` and ``x``'s row stride multiples of 8, ``weight`` contiguous)."""
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    return (
+        x.dim() == 2 and 1 <= x.shape[0] <= max_tokens and x.dtype in (torch.float16, torch.bfloat16)
+        and _same_kernel_dtype(*tensors) and weight.is_contiguous() and x.stride(-1) == 1
+        and x.shape[1] % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
+        and (bias is None or bias.is_contiguous())
+    )
 
 
 def _same_kernel_dtype(*tensors: torch.Tensor) -> bool:

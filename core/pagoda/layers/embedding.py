@@ -15,6 +15,7 @@ from torch import nn
 
 from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.layers.linear import copy_checked
+from pagoda.layers.ops import CustomOps
 from pagoda.layers.sharding import narrow
 
 
@@ -65,11 +66,12 @@ class LMHead(nn.Module):
 
     def __init__(
         self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tied: VocabEmbedding | None = None,
-        tp: TensorParallel = SINGLE,
+        tp: TensorParallel = SINGLE, ops: CustomOps | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.tp = tp
+        self.ops = ops or CustomOps()  # its linear: the platform's GEMV for a few tokens
         self.rows = VocabRows(vocab_size, tp)
         if tied is not None:
             self.weight = tied.weight  # the same Parameter: loaded once, stored once
@@ -78,7 +80,7 @@ class LMHead(nn.Module):
         self.tied = tied is not None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(hidden.to(self.weight.dtype), self.weight)  # [n, vocab rows of this rank]
+        logits = self.ops.linear(hidden.to(self.weight.dtype), self.weight)  # [n, vocab rows of this rank]
         if self.tp.size > 1:
             logits = self.tp.all_gather_last(logits)[:, : self.vocab_size]  # [n, vocab]
         return logits.float()

@@ -48,6 +48,10 @@ class CustomOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer."""
+        return F.linear(x, weight, bias)
+
     def fused_moe(
         self,
         x: torch.Tensor,  # [num_tokens, hidden]

@@ -97,7 +97,8 @@ class Gemma3ForCausalLM(CausalLM):
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", True))
         self.model = Gemma3Model(hf_config, ctx)
         tied = self.model.embed_tokens if self.tied else None
-        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp)
+        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp,
+                              ops=ctx.ops)
         self.final_soft_cap = getattr(hf_config, "final_logit_softcapping", None) or None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:

@@ -166,7 +166,8 @@ class LlamaForCausalLM(CausalLM):
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp)
         tied = self.model.embed_tokens if self.tied else None
-        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp)
+        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp,
+                              ops=ctx.ops)
 
     @classmethod
     def decoder_options(cls, hf_config: Any) -> DecoderOptions:

@@ -1,4 +1,5 @@
-"""The built-in ``none`` quantization method: plain dense weights, ``F.linear``."""
+"""The built-in ``none`` quantization method: plain dense weights, ``F.linear`` (or the platform's
+``CustomOps.linear``, e.g. a GEMV kernel for decode steps of a few tokens, once bound)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.layers.ops import CustomOps
 
 
 class UnquantizedMethod(QuantizationMethod):
     description = "dense weights in the model dtype"
+    ops: CustomOps | None = None
 
     def create_weights(self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype) -> None:
         layer.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
 
+    def bind_ops(self, ops: CustomOps) -> None:
+        self.ops = ops
+
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return F.linear(x, layer.weight, bias)
+        if self.ops is None:
+            return F.linear(x, layer.weight, bias)
+        return self.ops.linear(x, layer.weight, bias)

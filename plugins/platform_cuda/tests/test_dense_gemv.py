@@ -1,0 +1,101 @@
+"""The csrc dense GEMV (``CudaOps.linear`` for 1-4 tokens) against float64, with a rounding-error bound.
+
+The kernel sums in fp32 (a lane's share of the row, then a 5-step warp reduction) and rounds once:
+|out - ref| <= (k / 32 + 8) * 2^-24 * sum|x||w| + u(T) * |ref| (u: fp16 2^-11, bf16 2^-8), plus
+slack for the fp32 bound itself. Rows and tokens at every tail, strided inputs, bias, CUDA graph
+replays, and a chain of dependent kernels (each launched as a programmatic dependent of the one
+before it, reading its output).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("pagoda_platform_cuda", reason="pagoda-platform-cuda is not installed")
+pytestmark = pytest.mark.gpu
+
+UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def assert_within_bound(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
+    ref = x.double() @ w.double().T + (0 if bias is None else bias.double())
+    magnitude = x.double().abs() @ w.double().abs().T + (0 if bias is None else bias.double().abs())
+    fp32 = (x.shape[1] / 32 + 8) * 2.0**-24 * magnitude
+    bound = fp32 + UNIT[out.dtype] * (ref.abs() + fp32) + 1e-30
+    worst = ((out.double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"error {worst:.2f}x the bound"
+
+
+@pytest.fixture(scope="module")
+def ops(cuda_ops):
+    if not cuda_ops.dense_gemv_tokens:
+        pytest.skip("the dense GEMV is turned off (PAGODA_DENSE_GEMV=0)")
+    return cuda_ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (16392, 64), (100, 8),
+                                 (17, 1032)])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_gemv_against_float64(ops, dtype, n, k, m):
+    torch.manual_seed(n + k + m)
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    w = (torch.randn(n, k, device="cuda") / k**0.5).to(dtype)
+    assert_within_bound(ops.kernels.dense_gemv(x, w, None), x, w, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_bias_and_strided_rows(ops, dtype):
+    wide = torch.randn(3, 4096 + 64, device="cuda").to(dtype)
+    x = wide[:, 8:4104]  # rows 4160 apart, starting 16 bytes in
+    w = (torch.randn(2056, 4096, device="cuda") / 64).to(dtype)
+    bias = torch.randn(2056, device="cuda").to(dtype)
+    assert_within_bound(ops.kernels.dense_gemv(x, w, bias), x, w, bias)
+    assert_within_bound(ops.linear(x, w, bias), x, w, bias)
+
+
+def test_ops_route_by_shape(ops):
+    """Up to 4 aligned tokens go to the kernel; more tokens, fp32 or a misaligned row to F.linear."""
+    from pagoda.layers.csrc_ops import gemv_fits
+
+    w = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
+    assert gemv_fits(torch.randn(4, 64, device="cuda", dtype=torch.bfloat16), w, None, ops.dense_gemv_tokens)
+    assert not gemv_fits(torch.randn(5, 64, device="cuda", dtype=torch.bfloat16), w, None, ops.dense_gemv_tokens)
+    assert not gemv_fits(torch.randn(1, 64, device="cuda"), w.float(), None, ops.dense_gemv_tokens)
+    odd = torch.randn(1, 72, device="cuda", dtype=torch.bfloat16)[:, 1:65]  # starts 2 bytes in
+    assert not gemv_fits(odd, w, None, ops.dense_gemv_tokens)
+    x = torch.randn(7, 64, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(ops.linear(x, w), F.linear(x, w))
+
+
+def test_graph_replays_a_chain_of_dependent_kernels(ops):
+    """norm -> GEMV -> SiLU-and-mul -> GEMV -> norm, captured once, replayed on fresh inputs: each
+    kernel reads what the one before it wrote (the programmatic dependents wait for it)."""
+    dtype, hidden, inter = torch.bfloat16, 4096, 14336
+    w_gate_up = (torch.randn(2 * inter, hidden, device="cuda") / 64).to(dtype)
+    w_down = (torch.randn(hidden, inter, device="cuda") / 120).to(dtype)
+    norm_w = torch.rand(hidden, device="cuda").to(dtype) + 0.5
+    x = torch.empty(2, hidden, device="cuda", dtype=dtype)
+
+    def chain() -> torch.Tensor:
+        h = ops.linear(ops.rms_norm(x, norm_w, 1e-6), w_gate_up)
+        return ops.rms_norm(ops.linear(ops.silu_and_mul(h), w_down), norm_w, 1e-6)
+
+    def reference() -> torch.Tensor:
+        h = F.linear(ops.rms_norm(x, norm_w, 1e-6), w_gate_up)
+        return ops.rms_norm(F.linear(ops.silu_and_mul(h), w_down), norm_w, 1e-6)
+
+    x.copy_(torch.randn_like(x))
+    chain()  # warm-up (lazy module loads) before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        eager = chain()
+        assert torch.equal(out, eager), "graph replay differs from eager"
+        torch.testing.assert_close(out.float(), reference().float(), rtol=0.05, atol=0.05)
