@@ -126,6 +126,11 @@ class Platform(Capability, ABC):
         """Whether decode steps can be captured as device graphs (CUDA graphs, HIP graphs)."""
         return False
 
+    def dependent_launch(self) -> bool:
+        """Whether Python-launched kernels (Triton's) may be programmatic dependents of the kernel before
+        them (CUDA sm_90+); the csrc kernels decide for themselves. False by default."""
+        return False
+
     def dist_backend(self) -> str | None:
         """The torch.distributed backend for tensor-parallel collectives (``"nccl"``, ``"gloo"``), or
         ``None`` if this platform has none (then only ``tensor_parallel_size=1`` runs on it)."""

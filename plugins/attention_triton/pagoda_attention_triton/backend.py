@@ -38,6 +38,7 @@ class TritonAttentionBackend(AttentionBackend):
         super().__init__(spec, platform)
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
+        self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -68,11 +69,11 @@ class TritonAttentionBackend(AttentionBackend):
 
         plan = metadata.extra if _is_plan(metadata.extra) else self.prepare(metadata).extra
         s, m = self.spec, metadata
-        write_kv(key, value, kv_cache, m.slot_mapping)
+        write_kv(key, value, kv_cache, m.slot_mapping, pdl=self.pdl)
         out = torch.empty_like(query)  # [num_tokens, num_heads, head_size]
         decode_attention(
             query, out, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
-            plan.num_splits, plan.decode_scratch,
+            plan.num_splits, plan.decode_scratch, pdl=self.pdl,
         )
         prefill_attention(
             query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,

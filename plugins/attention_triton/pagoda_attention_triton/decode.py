@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from pagoda.attention.split_kv import decode_scratch
-from pagoda_attention_triton.tile import attend_tile, dot_precision, window_start
+from pagoda_attention_triton.tile import attend_tile, dependent_start, dot_precision, pdl_launch, window_start
 
 def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
     """Keys per step and pipeline depth: 128 keys x 4 stages for rows of up to 256 bytes (head 128
@@ -35,8 +35,9 @@ def _decode_kernel(
     scale_log2e, window, num_heads,
     GROUP: tl.constexpr, ROWS: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
+    dependent_start(PDL)
     seq = tl.program_id(0).to(tl.int64)  # decodes come first: sequence i owns query token i
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -78,9 +79,10 @@ def _decode_kernel(
 @triton.jit
 def _reduce_kernel(
     o_ptr, part_o_ptr, part_lse_ptr, stride_ot, stride_oh, num_heads,
-    NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr, PDL: tl.constexpr,
 ):
     """Combine the splits of one (sequence, q head): weights ``2^(lse_s - max lse)``."""
+    dependent_start(PDL)
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     s = tl.arange(0, NUM_SPLITS)
@@ -106,10 +108,12 @@ def decode_attention(
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     config: dict[str, int] | None = None,
+    pdl: bool = False,
 ) -> None:
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
-    ``config`` overrides ``decode_config`` (BLOCK_N, num_warps, num_stages; benchmarks).
+    ``config`` overrides ``decode_config`` (BLOCK_N, num_warps, num_stages; benchmarks); ``pdl``
+    launches the kernels as programmatic dependents (the backend asks the platform).
     """
     if num_decodes == 0:
         return
@@ -128,10 +132,11 @@ def decode_attention(
         scale * 1.4426950408889634, window or 0, num_heads,
         GROUP=group, ROWS=max(16, triton.next_power_of_2(group)), NUM_SPLITS=num_splits,
         PAGE=kv_cache.shape[2], HEAD=head, HEAD_P=head_p, USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, **(config or decode_config(head_p, kv_cache.element_size())),
+        DOT_PREC=dot_prec, UPCAST=upcast, PDL=pdl, **(config or decode_config(head_p, kv_cache.element_size())),
+        **pdl_launch(pdl),
     )
     if num_splits > 1:
         _reduce_kernel[(num_decodes, num_heads)](
             out, part_o, part_lse, out.stride(0), out.stride(1), num_heads,
-            NUM_SPLITS=num_splits, HEAD=head, HEAD_P=head_p, num_warps=4,
+            NUM_SPLITS=num_splits, HEAD=head, HEAD_P=head_p, PDL=pdl, num_warps=4, **pdl_launch(pdl),
         )

@@ -6,15 +6,18 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda_attention_triton.tile import dependent_start, pdl_launch
+
 
 @triton.jit
 def _kv_write_kernel(
     key_ptr, value_ptr, cache_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
     stride_c_kv, stride_c_slot, stride_c_head,
-    NUM_HEADS: tl.constexpr, HEAD: tl.constexpr, HEADS_P: tl.constexpr, HEAD_P: tl.constexpr,
+    NUM_HEADS: tl.constexpr, HEAD: tl.constexpr, HEADS_P: tl.constexpr, HEAD_P: tl.constexpr, PDL: tl.constexpr,
 ):
     """One program per token: copy its [num_kv_heads, head_size] key and value rows."""
+    dependent_start(PDL)
     token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     h = tl.arange(0, HEADS_P)[:, None]
@@ -33,8 +36,10 @@ def write_kv(
     value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
     slot_mapping: torch.Tensor,  # [num_tokens] int64; negative slots are skipped
+    pdl: bool = False,
 ) -> None:
-    """Write ``key``/``value`` into ``kv_cache`` at ``slot_mapping`` (in place, no host sync)."""
+    """Write ``key``/``value`` into ``kv_cache`` at ``slot_mapping`` (in place, no host sync); ``pdl``:
+    launched as a programmatic dependent."""
     num_tokens, num_heads, head = key.shape
     if num_tokens == 0:
         return
@@ -46,5 +51,5 @@ def write_kv(
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         kv_cache.stride(0), kv_cache.stride(2), kv_cache.stride(3),
         NUM_HEADS=num_heads, HEAD=head,
-        HEADS_P=triton.next_power_of_2(num_heads), HEAD_P=triton.next_power_of_2(head),
+        HEADS_P=triton.next_power_of_2(num_heads), HEAD_P=triton.next_power_of_2(head), PDL=pdl, **pdl_launch(pdl),
     )

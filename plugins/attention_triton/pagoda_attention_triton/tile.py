@@ -27,6 +27,20 @@ def dot_precision(dtype: torch.dtype) -> tuple[str, bool]:
 
 
 @triton.jit
+def dependent_start(PDL: tl.constexpr):
+    """A kernel launched as a programmatic dependent (``launch_pdl``, sm_90+) starts here: it waits for the
+    kernel before it (finished, its writes visible), then lets the next kernel be scheduled."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+def pdl_launch(pdl: bool) -> dict[str, bool]:
+    """Launch options of a kernel that calls ``dependent_start(PDL=pdl)``."""
+    return {"launch_pdl": True} if pdl else {}
+
+
+@triton.jit
 def attend_tile(
     acc, m_i, l_i,  # [ROWS, HEAD_P] fp32, [ROWS] fp32, [ROWS] fp32
     q,  # [ROWS, HEAD_P] in the cache dtype

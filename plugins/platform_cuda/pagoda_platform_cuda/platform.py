@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 
 import torch
 
@@ -44,6 +45,11 @@ class CudaPlatform(CudaApiPlatform):
 
     def csrc_kernel_reason(self, name: str) -> str | None:
         return None  # every csrc source is built for NVIDIA GPUs
+
+    def dependent_launch(self) -> bool:
+        """Programmatic dependent launch from compute capability 9.0 (Hopper) on, unless PAGODA_PDL=0
+        (the switch the csrc kernels read too)."""
+        return os.environ.get("PAGODA_PDL") != "0" and torch.cuda.get_device_capability(self.device()) >= (9, 0)
 
     def custom_ops(self) -> CustomOps:
         """CudaOps on the csrc kernels, or the torch ops (with one warning saying why)."""

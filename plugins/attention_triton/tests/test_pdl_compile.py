@@ -1,0 +1,84 @@
+"""The kv-write, decode and split-reduction kernels compile for sm_90 as programmatic dependents: with
+``PDL`` their PTX waits for the kernel before them (``griddepcontrol.wait``) and lets the next one
+start (``griddepcontrol.launch_dependents``); without it, neither. Compiled here, no GPU needed, in a
+subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile). The GPU run
+(``launch_pdl``) is covered by the kernel tests on an sm_90 device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+P16, I32, I64, F32 = "*bf16", "i32", "i64", "fp32"
+
+
+def kernels() -> dict:
+    """name -> (kernel, argument types, constants other than PDL)."""
+    from pagoda_attention_triton.decode import _decode_kernel, _reduce_kernel
+    from pagoda_attention_triton.kv_write import _kv_write_kernel
+
+    return {
+        "kv_write": (
+            _kv_write_kernel,
+            dict(key_ptr=P16, value_ptr=P16, cache_ptr=P16, slot_ptr="*i64", stride_kt=I64, stride_kh=I64,
+                 stride_vt=I64, stride_vh=I64, stride_c_kv=I64, stride_c_slot=I64, stride_c_head=I64),
+            dict(NUM_HEADS=8, HEAD=128, HEADS_P=8, HEAD_P=128),
+        ),
+        "decode": (
+            _decode_kernel,
+            dict(q_ptr=P16, o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", cache_ptr=P16, bt_ptr="*i32",
+                 seq_lens_ptr="*i32", stride_qt=I64, stride_qh=I64, stride_ot=I64, stride_oh=I64, stride_kv=I64,
+                 stride_blk=I64, stride_tok=I64, stride_head=I64, stride_bt=I64, scale_log2e=F32, window=I32,
+                 num_heads=I32),
+            dict(GROUP=4, ROWS=16, NUM_SPLITS=4, BLOCK_N=128, PAGE=16, HEAD=128, HEAD_P=128, USE_WINDOW=False,
+                 DOT_PREC="tf32", UPCAST=False),
+        ),
+        "reduce": (
+            _reduce_kernel,
+            dict(o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", stride_ot=I64, stride_oh=I64, num_heads=I32),
+            dict(NUM_SPLITS=4, HEAD=128, HEAD_P=128),
+        ),
+    }
+
+
+def sm90_ptx(name: str, pdl: bool) -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, signature, constants = kernels()[name]
+    constants = {**constants, "PDL": pdl}
+    source = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constants}}, constexprs=constants)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def compiled_facts(name: str) -> dict[str, bool]:
+    """Compiles ``name`` with and without PDL in a fresh interpreter that compiles (no TRITON_INTERPRET)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, __file__, name], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", ["kv_write", "decode", "reduce"])
+def test_dependent_launch_instructions(name: str) -> None:
+    facts = compiled_facts(name)
+    assert facts["wait"] and facts["launch_dependents"], facts
+    assert facts["wait_before_first_load"], facts
+    assert not facts["any_without_pdl"], facts
+
+
+if __name__ == "__main__":
+    with_pdl, without = sm90_ptx(sys.argv[1], True), sm90_ptx(sys.argv[1], False)
+    print(json.dumps({
+        "wait": "griddepcontrol.wait" in with_pdl,
+        "launch_dependents": "griddepcontrol.launch_dependents" in with_pdl,
+        "wait_before_first_load": with_pdl.find("griddepcontrol.wait") < with_pdl.find("ld.global"),
+        "any_without_pdl": "griddepcontrol" in without,
+    }))
