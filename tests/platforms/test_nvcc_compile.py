@@ -1,7 +1,10 @@
-"""The flash attention sources compile with nvcc, without a GPU: csrc/attention/*.cu (device code)
-for sm_80 and sm_90 (plus compute_75 PTX: the pre-sm_80 fallback path), the torch layer
-attention_flash_kernels.cu against torch's headers, and bindings.cpp with the host compiler. A
-syntax or template error fails here, not on the GPU machine.
+"""The csrc sources compile with nvcc, without a GPU: the flash attention device code
+(csrc/attention/*.cu) and the kernel layer (csrc/kernels/*.cu but awq_tiles.cu, which
+plugins/quant_awq/tests/test_awq_tiles_compile.py checks) for sm_80 and sm_90 (plus compute_75
+PTX: the pre-sm_80 fallback path), the torch layer attention_flash_kernels.cu against torch's
+headers, and bindings.cpp with the host compiler. A syntax or template error fails here, not on
+the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
+the hipified ROCm compile).
 
 Without nvcc these tests skip, except in CI (``CI=true``), where a missing compiler is a failure.
 All compiles start at once (module fixture) and take about a minute on two cores.
@@ -44,6 +47,10 @@ def flash_sources() -> list[str]:
     return [s.path for s in read_manifest(CSRC) if s.path.startswith("attention/")]
 
 
+def kernel_sources() -> list[str]:
+    return [s.path for s in read_manifest(CSRC) if s.path.startswith("kernels/") and s.path != "kernels/awq_tiles.cu"]
+
+
 def torch_includes(stub: Path) -> list[str]:
     import torch
 
@@ -60,7 +67,7 @@ def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.P
     compiler = nvcc()
     out = tmp_path_factory.mktemp("nvcc")
     jobs: dict[str, list[str]] = {}
-    for source in flash_sources():
+    for source in flash_sources() + kernel_sources():
         jobs[source] = [compiler, *NVCC_FLAGS, *ARCHS, "-c", str(CSRC / source), "-o", str(out / (Path(source).stem + ".o"))]
     includes = torch_includes(out / "stub")
     jobs["attention_flash_kernels.cu"] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr",
@@ -85,8 +92,8 @@ def _finish(proc: subprocess.Popen) -> str:
     return output
 
 
-@pytest.mark.parametrize("source", flash_sources() if (CSRC / "manifest.txt").is_file() else [])
-def test_flash_kernels_compile_for_sm80_and_sm90(compiles, source: str) -> None:
+@pytest.mark.parametrize("source", flash_sources() + kernel_sources() if (CSRC / "manifest.txt").is_file() else [])
+def test_kernels_compile_for_sm80_and_sm90(compiles, source: str) -> None:
     output = _finish(compiles[source])
     for arch in ("sm_80", "sm_90"):
         assert f"for '{arch}'" in output, f"no {arch} code for {source}"
