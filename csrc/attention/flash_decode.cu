@@ -272,8 +272,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
-  wait_for_prior_grids();  // launched as a dependent of the decode kernel: its partials are complete after this
-  allow_dependents_to_start();  // the next kernel (an AWQ GEMM) may stream its weights meanwhile
+  start_as_dependent();  // launched as a dependent of the decode kernel: its partials are complete after this
   const int seq = blockIdx.x, head = blockIdx.y;
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;

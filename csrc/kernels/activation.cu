@@ -18,8 +18,7 @@ template <typename T, int VEC>
 __global__ void silu_and_mul_kernel(T* __restrict__ out,          // [num_tokens, d]
                                     const T* __restrict__ input,  // [num_tokens, input_stride], gate then up
                                     int64_t input_stride, int d) {
-  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
-  allow_dependents_to_start();
+  start_as_dependent();  // launched as a programmatic dependent (dependent_launch.h)
   const T* gate = input + blockIdx.x * input_stride;
   const T* up = gate + d;
   T* y = out + blockIdx.x * static_cast<int64_t>(d);

@@ -416,8 +416,7 @@ __global__ void __launch_bounds__(kThreads, TileShape<NT>::kMinBlocks) awq_tiles
   uint32_t next_zeros = S::kFold ? 0u : __ldg(p.zeros + group0), group_zeros;
   // Launched as a programmatic dependent (dependent_launch.h): the weights above stream in while the
   // kernel before this one finishes; x, the outputs, partials and counters only after it has.
-  wait_for_prior_grids();
-  allow_dependents_to_start();
+  start_as_dependent();
 
   float out[NT][4][4], acc[NT][4][4];
 #pragma unroll

@@ -12,8 +12,7 @@ __global__ void reshape_and_cache_kernel(const T* __restrict__ key,    // [num_t
                                          const T* __restrict__ value,  // [num_tokens, num_kv_heads, head_size]
                                          T* __restrict__ kv_cache, const int64_t* __restrict__ slot_mapping,
                                          KVStrides s, int64_t value_offset, int num_kv_heads, int head_size) {
-  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
-  allow_dependents_to_start();
+  start_as_dependent();  // launched as a programmatic dependent (dependent_launch.h)
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;  // padding token

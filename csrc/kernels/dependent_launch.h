@@ -25,18 +25,22 @@ PAGODA_INLINE void wait_for_prior_grids() {
 #endif
 }
 
+// The usual start of a dependent: wait for the kernel before, then let the next one be scheduled.
+PAGODA_INLINE void start_as_dependent() {
+  wait_for_prior_grids();
+  allow_dependents_to_start();
+}
+
 // An on-by-default switch: off only when the environment variable is "0".
 inline bool env_switch_on(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+#ifndef USE_ROCM
 // Whether launch_dependent() sets the attribute: sm_90+ devices, unless PAGODA_PDL=0. Checked once per
 // process and device.
 inline bool dependent_launch_enabled() {
-#ifdef USE_ROCM
-  return false;
-#else
   static const bool allowed = env_switch_on("PAGODA_PDL");
   static int known[64] = {};  // 0 unknown, 1 no, 2 yes
   int device = 0, major = 0;
@@ -46,8 +50,8 @@ inline bool dependent_launch_enabled() {
     known[device] = major >= 9 ? 2 : 1;
   }
   return known[device] == 2;
-#endif
 }
+#endif
 
 // Launch `kernel` as a programmatic dependent of the stream's previous kernel where enabled, plainly
 // otherwise or if the driver refuses.

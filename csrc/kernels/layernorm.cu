@@ -12,8 +12,7 @@ __global__ void rms_norm_kernel(T* __restrict__ out,          // [num_tokens, hi
                                 const T* __restrict__ input,  // [num_tokens, input_stride]
                                 const T* __restrict__ weight,  // [hidden]
                                 int64_t input_stride, int hidden, float eps) {
-  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
-  allow_dependents_to_start();
+  start_as_dependent();  // launched as a programmatic dependent (dependent_launch.h)
   const T* x = input + blockIdx.x * input_stride;
   T* y = out + blockIdx.x * static_cast<int64_t>(hidden);
   const int num_vecs = hidden / VEC;
@@ -46,8 +45,7 @@ template <typename T, int VEC>
 __global__ void fused_add_rms_norm_kernel(T* __restrict__ input,     // [num_tokens, hidden]
                                           T* __restrict__ residual,  // [num_tokens, hidden]
                                           const T* __restrict__ weight, int hidden, float eps) {
-  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
-  allow_dependents_to_start();
+  start_as_dependent();  // launched as a programmatic dependent (dependent_launch.h)
   const int64_t row = blockIdx.x * static_cast<int64_t>(hidden);
   T* x = input + row;
   T* res = residual + row;

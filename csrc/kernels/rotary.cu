@@ -26,8 +26,7 @@ __global__ void rotary_kernel(const int64_t* __restrict__ positions,  // [num_to
                               T* __restrict__ key,                    // [num_tokens, k_stride]
                               const C* __restrict__ cos_sin_cache,    // [max_position, rot_dim]
                               RotaryShape s) {
-  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
-  allow_dependents_to_start();
+  start_as_dependent();  // launched as a programmatic dependent (dependent_launch.h)
   const int64_t token = blockIdx.x;
   const C* cos = cos_sin_cache + positions[token] * s.rot_dim;
   const int embed_dim = s.rot_dim / 2;
