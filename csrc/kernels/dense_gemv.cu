@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict_
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
   load_block<T, R>(cur, rows, 0, chunks, lane);  // weights: written by no kernel, read before the wait
-  wait_for_prior_grids();
-  allow_dependents_to_start();
+  start_as_dependent();
   float acc[M][R] = {};
   constexpr int kStride = kBlock * PAGODA_WARP_SIZE;  // chunks per block of a row
   for (int base = 0; base < chunks; base += kStride) {
