@@ -21,8 +21,8 @@ def nccl_sum(x: torch.Tensor) -> torch.Tensor:
 
 def check_sizes(op, device: torch.device, g: torch.Generator) -> None:
     for dtype in (torch.bfloat16, torch.float32):
-        biggest = max(getattr(op, "max_bytes", 0), getattr(getattr(op, "fallback", None), "max_bytes", 0))
-        for numel in (1, 4, 4096, 8192 * 3, biggest // torch.finfo(dtype).bits * 8):
+        limits = {getattr(path, "max_bytes", 0) for path in (op, getattr(op, "fallback", None))} - {0}
+        for numel in (1, 4, 4096, 8192 * 3, *(limit // torch.finfo(dtype).bits * 8 for limit in sorted(limits))):
             x = torch.randn(numel, generator=g, device=device).to(dtype)
             expected = nccl_sum(x)
             assert op.fits(x) and torch.equal(op(x.clone()), expected), (dtype, numel)
