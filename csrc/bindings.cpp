@@ -35,5 +35,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flash_decode_programs_per_sm", &flash_decode_programs_per_sm,
         "decode programs resident per SM (occupancy) for a head size and dtype", py::arg("head_size"),
         py::arg("half"), py::arg("device") = 0);
+  m.def("ll_all_reduce", &ll_all_reduce, "low-latency all-reduce over peer memory, in place", py::arg("x"),
+        py::arg("peers"), py::arg("state"), py::arg("rank"), py::arg("max_bytes"));
+  m.def("ll_all_reduce_buffer_bytes", &ll_all_reduce_buffer_bytes, "bytes of one rank's LL buffer",
+        py::arg("max_bytes"), py::arg("world_size"));
 #endif
 }

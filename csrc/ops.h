@@ -60,3 +60,13 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
 // Decode programs resident per SM on `device` for this head size and dtype (0: unknown).
 int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t device);
 #endif
+
+#ifndef USE_ROCM  // kernels/ll_all_reduce.cu uses PTX volatile 16-byte stores and loads (nvidia_only in manifest.txt)
+// Low-latency all-reduce over peer memory, in place on contiguous x (at most max_bytes, a multiple of
+// 8 bytes): peers is a host int64 tensor [world_size] of each rank's symmetric buffer as mapped here,
+// state a zeroed device int32 [2] owned by this rank. Every rank calls it with the same shapes in the
+// same order.
+void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
+// Bytes of one rank's buffer for messages up to max_bytes on world_size ranks.
+int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size);
+#endif

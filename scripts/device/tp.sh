@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On nvidia-h200-x2 (tool `run`, carry [".whl"]): tensor parallelism on 2 GPUs, in parts of < 9 minutes:
-#   PARTS="tests 8b" bash scripts/device/tp.sh     # TP GPU tests; Llama-3.1-8B dummy TP=2 vs TP=1 (throughput, batch-1 latency)
+#   PARTS="tests 8b" bash scripts/device/tp.sh     # TP GPU tests; Llama-3.1-8B dummy TP=2 vs TP=1 (throughput, batch-1 latency; TP=2 with each all-reduce)
 #   PARTS="tests 8b-latency" ...                    # the same without the throughput runs (about 4 minutes)
+#   PARTS="costs" ...                               # 8B's linears at TP=2 with NCCL / one-shot / LL sums (tp_costs.py)
 #   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
 #   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
 #   PARTS="moe" bash scripts/device/tp.sh          # one GPU: fused MoE kernel at Mixtral shapes; Qwen3-30B-A3B dummy throughput
@@ -34,7 +35,8 @@ bench() {  # name, subcommand args...: one `pagoda bench` run under a time limit
   echo "$name: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/$name.json" 2>/dev/null)"
 }
 if has tests; then  # the GPU tests (NCCL, CUDA graphs capturing the all-reduce, the symmetric-memory path), the killed rank
-  timeout 150 python3 -m pytest -v --durations=5 -p no:cacheprovider -k "gpu or killed or (matches_transformers and qwen3_moe)" \
+  timeout "${TESTS_LIMIT:-240}" python3 -m pytest -v --durations=5 -p no:cacheprovider \
+    -k "${TESTS_K:-gpu or killed or (matches_transformers and qwen3_moe)}" \
     tests/engine/test_tensor_parallel.py tests/models/test_fused_moe.py tests/models/test_moe_models.py > "$WORK/pytest.log" 2>&1
   echo "tests: exit $?"; grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$WORK/pytest.log" | tail -12
 fi
@@ -47,6 +49,12 @@ if has 8b || has 8b-latency; then
   LIMIT=150 bench tp2_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
   PAGODA_SYMM_ALL_REDUCE=0 LIMIT=150 bench tp2_8b_latency_nccl_only latency "$M8" --batch-sizes 1,32 --input-len 128 \
     --output-len 128 --repeats 2 -tp 2
+  PAGODA_SYMM_ALL_REDUCE=ll LIMIT=150 bench tp2_8b_latency_ll latency "$M8" --batch-sizes 1,32 --input-len 128 \
+    --output-len 128 --repeats 2 -tp 2
+fi
+if has costs; then  # the 32 layers' linears at one token with each all-reduce, and the 64 sums alone (about 1 minute)
+  timeout 150 python3 scripts/device/tp_costs.py --out "$WORK/tp_costs.json" > "$WORK/tp_costs.log" 2>&1
+  echo "tp costs: exit $?"; grep -E '"(tp|nccl|symm|ll)' "$WORK/tp_costs.log"
 fi
 if has moe; then  # issue 18's GPU figures, on GPU 0 alone
   CUDA_VISIBLE_DEVICES=0 timeout 240 python3 benchmarks/fused_moe.py --out "$WORK/fused_moe.json" > "$WORK/fused_moe.log" 2>&1

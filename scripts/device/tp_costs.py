@@ -1,7 +1,7 @@
 """Where a TP=2 decode step's time goes (issue 15): Llama-3.1-8B's 32 layers of linear layers at one
 token, as CUDA-graph replays, at TP=1 and per rank at TP=2, with and without the two all-reduces per
-layer (NCCL, or the one-shot symmetric-memory sum of pagoda.distributed.symm_all_reduce), and the 64
-all-reduces alone. Attention, norms and sampling are left out: this is the part TP splits.
+layer (NCCL, the one-shot symmetric-memory sum of pagoda.distributed.symm_all_reduce, or the csrc
+low-latency kernel of pagoda_platform_cuda.ll_all_reduce), and the 64 all-reduces alone. Attention, norms and sampling are left out: this is the part TP splits.
 
     python3 scripts/device/tp_costs.py --out $OUT/tp_costs.json     # on a host with 2 GPUs
 """
@@ -81,6 +81,7 @@ def worker(rank: int, world: int, out: str) -> None:
     from pagoda.distributed.symm_all_reduce import create
 
     symm = create(dist.group.WORLD, device, world)
+    ll = low_latency(world)
     x = torch.randn(1, HIDDEN, device=device, dtype=torch.bfloat16)
     weights = layer_weights(world, device)
     results: dict[str, float] = {}
@@ -90,6 +91,9 @@ def worker(rank: int, world: int, out: str) -> None:
     if symm is not None:
         results["tp2_gemms_symm_ms"] = graphed_ms(lambda: stack(weights, x, symm, world))
         results["symm_64_sums_ms"] = graphed_ms(lambda: [symm(x) for _ in range(2 * LAYERS)])
+    if ll is not None:
+        results["tp2_gemms_ll_ms"] = graphed_ms(lambda: stack(weights, x, ll, world))
+        results["ll_64_sums_ms"] = graphed_ms(lambda: [ll(x) for _ in range(2 * LAYERS)])
     del weights
     dist.barrier()
     if rank == 0:
@@ -106,6 +110,16 @@ def worker(rank: int, world: int, out: str) -> None:
             json.dump(results, f, indent=1)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def low_latency(world: int):
+    """The CUDA platform's low-latency all-reduce (PAGODA_SYMM_ALL_REDUCE=ll), or None where it is unavailable."""
+    from pagoda_platform_cuda.ll_all_reduce import LLAllReduce
+    from pagoda_platform_cuda.platform import CudaPlatform
+
+    os.environ["PAGODA_SYMM_ALL_REDUCE"] = "ll"
+    op = CudaPlatform().fast_all_reduce(dist.group.WORLD, world)
+    return op if isinstance(op, LLAllReduce) else None
 
 
 def main() -> None:

@@ -1,40 +1,81 @@
-"""Run by test_tensor_parallel.py under torchrun on 2 GPUs: the symmetric-memory all-reduce against
-NCCL, eager and replayed from a CUDA graph, for sizes up to its limit; prints 'symm all-reduce ok'."""
+"""Run by test_tensor_parallel.py under torchrun on 2 GPUs: the platform's fast all-reduce against NCCL,
+eager and replayed from a CUDA graph, for sizes up to its limit and beyond (the fallback); then a chain
+of dependent sums between matmuls, as in a decode step, replayed from one graph. Mode (argv[1], set as
+PAGODA_SYMM_ALL_REDUCE): ``1`` torch's one-shot path, ``ll`` the csrc low-latency kernel in front of
+it. Prints 'symm all-reduce ok'."""
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 
-from pagoda.distributed import symm_all_reduce
+from pagoda.plugins.manager import get_plugin_manager
 
 
-def main() -> None:
-    rank = int(os.environ["RANK"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl")
-    device = torch.device("cuda", rank)
-    op = symm_all_reduce.create(dist.group.WORLD, device, 2)
-    assert op is not None, "the fast path should be available on 2 GPUs of one host"
-    g = torch.Generator(device=device).manual_seed(rank)
+def nccl_sum(x: torch.Tensor) -> torch.Tensor:
+    expected = x.clone()
+    dist.all_reduce(expected)
+    return expected
+
+
+def check_sizes(op, device: torch.device, g: torch.Generator) -> None:
     for dtype in (torch.bfloat16, torch.float32):
-        for numel in (1, 4096, 8192 * 3, op.max_bytes // torch.finfo(dtype).bits * 8):
+        limits = {getattr(path, "max_bytes", 0) for path in (op, getattr(op, "fallback", None))} - {0}
+        for numel in (1, 4, 4096, 8192 * 3, *(limit // torch.finfo(dtype).bits * 8 for limit in sorted(limits))):
             x = torch.randn(numel, generator=g, device=device).to(dtype)
-            expected = x.clone()
-            dist.all_reduce(expected)
-            assert op.fits(x) and torch.equal(op(x), expected), (dtype, numel)
+            expected = nccl_sum(x)
+            assert op.fits(x) and torch.equal(op(x.clone()), expected), (dtype, numel)
             static = x.clone()
             graph = torch.cuda.CUDAGraph()
-            op(static)  # warm: the symmetric buffer is known before capture
+            op(static.clone())  # warm: the symmetric buffer is known before capture
             with torch.cuda.graph(graph):
                 out = op(static)
             for _ in range(3):
                 static.copy_(torch.randn(numel, generator=g, device=device).to(dtype))
-                expected = static.clone()
-                dist.all_reduce(expected)
+                expected = nccl_sum(static)
                 graph.replay()
                 assert torch.equal(out, expected), ("replay", dtype, numel)
-    assert not op.fits(torch.empty(op.max_bytes + 2, dtype=torch.uint8, device=device))
+
+
+def check_chain(op, device: torch.device, g: torch.Generator, layers: int = 64) -> None:
+    """x <- sum(x @ w_i) for 64 layers of one token, captured once and replayed: every call's epoch
+    and parity come from the device, so the replays agree with NCCL call after call."""
+    hidden = 4096
+    weights = [torch.randn(hidden, hidden, generator=g, device=device, dtype=torch.bfloat16) / 91  # x keeps its scale: 2 ranks' sum
+               for _ in range(4)]
+
+    def step(x: torch.Tensor, reduce) -> torch.Tensor:
+        for i in range(layers):
+            x = reduce(x @ weights[i % 4])
+        return x
+
+    static = torch.randn(1, hidden, generator=g, device=device, dtype=torch.bfloat16)
+    step(static.clone(), op)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(static, op)
+    for _ in range(3):
+        static.copy_(torch.randn(1, hidden, generator=g, device=device, dtype=torch.bfloat16))
+        expected = step(static.clone(), nccl_sum)
+        graph.replay()
+        assert torch.equal(out, expected), "chain replay"
+
+
+def main() -> None:
+    rank = int(os.environ["RANK"])
+    os.environ["PAGODA_SYMM_ALL_REDUCE"] = sys.argv[1] if len(sys.argv) > 1 else "1"
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", rank)
+    _, platform_cls = get_plugin_manager().registry("platform").select("auto")
+    op = platform_cls().fast_all_reduce(dist.group.WORLD, 2)
+    assert op is not None, "the fast path should be available on 2 GPUs of one host"
+    if os.environ["PAGODA_SYMM_ALL_REDUCE"] == "ll":
+        assert type(op).__name__ == "LLAllReduce", f"expected the low-latency kernel, got {type(op).__name__}"
+    g = torch.Generator(device=device).manual_seed(rank)
+    check_sizes(op, device, g)
+    check_chain(op, device, g)
     dist.barrier()
     print("symm all-reduce ok", flush=True)
     dist.destroy_process_group()

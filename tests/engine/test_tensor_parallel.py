@@ -116,7 +116,7 @@ def test_torchrun_two_processes_match_one(tiny_models, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("symm", ["1", "0"])  # the one-shot symmetric-memory all-reduce, and NCCL alone
+@pytest.mark.parametrize("symm", ["1", "ll", "0"])  # one-shot over symmetric memory, the csrc LL kernel, NCCL
 def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
     """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
     if torch.cuda.device_count() < 2:
@@ -131,7 +131,8 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
         try:
             assert llm.engine.core.runner.graphs is not None, "decode steps should be captured"
             if tp == 2:
-                assert (llm.engine.core.executor.workers.tp.fast is not None) == (symm == "1")
+                fast = llm.engine.core.executor.workers.tp.fast
+                assert type(fast).__name__ == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": "NoneType"}[symm]
             outputs.append([o.outputs[0].token_ids for o in llm.generate(
                 prompts, SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)])
         finally:
@@ -140,13 +141,15 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
 
 
 @pytest.mark.gpu
-def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(tmp_path):
-    """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed."""
+@pytest.mark.parametrize("mode", ["1", "ll"])  # torch's one-shot path; the csrc low-latency kernel before it
+def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):
+    """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed,
+    and a graph of 64 dependent sums between matmuls."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     script = os.path.join(os.path.dirname(__file__), "symm_all_reduce_check.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          script], capture_output=True, text=True, env=env, timeout=240)
+                          script, mode], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert run.stdout.count("symm all-reduce ok") == 2

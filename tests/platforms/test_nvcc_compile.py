@@ -1,8 +1,8 @@
 """The csrc sources compile with nvcc, without a GPU: the flash attention device code
 (csrc/attention/*.cu) and the kernel layer (csrc/kernels/*.cu but awq_tiles.cu, which
 plugins/quant_awq/tests/test_awq_tiles_compile.py checks) for sm_80 and sm_90 (plus compute_75
-PTX: the pre-sm_80 fallback path), the torch layer attention_flash_kernels.cu against torch's
-headers, and bindings.cpp with the host compiler. A syntax or template error fails here, not on
+PTX: the pre-sm_80 fallback path), the torch layer of the NVIDIA-only kernels (TORCH_LAYER) against
+torch's headers, and bindings.cpp with the host compiler. A syntax or template error fails here, not on
 the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
 the hipified ROCm compile).
 
@@ -27,6 +27,8 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-gencode", "arch=compute_75,code=compute_75")
 NVCC_FLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v")
+# torch-layer sources of NVIDIA-only kernels (the others compile hipified in the ROCm plugin's test)
+TORCH_LAYER = ("attention_flash_kernels.cu", "ll_all_reduce_kernels.cu")
 # the CPU wheel of torch ships c10/cuda headers but not the one CMake generates for CUDA builds
 CMAKE_MACROS = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
 
@@ -70,9 +72,10 @@ def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.P
     for source in flash_sources() + kernel_sources():
         jobs[source] = [compiler, *NVCC_FLAGS, *ARCHS, "-c", str(CSRC / source), "-o", str(out / (Path(source).stem + ".o"))]
     includes = torch_includes(out / "stub")
-    jobs["attention_flash_kernels.cu"] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr",
-                                          "-gencode", "arch=compute_80,code=sm_80", *includes, "-w", "-c",
-                                          str(CSRC / "attention_flash_kernels.cu"), "-o", str(out / "torch_layer.o")]
+    for source in TORCH_LAYER:
+        jobs[source] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr", "-gencode",
+                        "arch=compute_80,code=sm_80", *includes, "-w", "-c", str(CSRC / source), "-o",
+                        str(out / (Path(source).stem + ".o"))]
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx and Path(sysconfig.get_paths()["include"], "Python.h").is_file():
         cuda_include = Path(compiler).resolve().parent.parent / "include"
@@ -100,8 +103,9 @@ def test_kernels_compile_for_sm80_and_sm90(compiles, source: str) -> None:
     sys.stdout.write(output)  # register and spill counts (pytest -s shows them)
 
 
-def test_torch_layer_compiles_against_torch_headers(compiles) -> None:
-    _finish(compiles["attention_flash_kernels.cu"])
+@pytest.mark.parametrize("source", TORCH_LAYER)
+def test_torch_layer_compiles_against_torch_headers(compiles, source: str) -> None:
+    _finish(compiles[source])
 
 
 def test_bindings_compile(compiles) -> None:

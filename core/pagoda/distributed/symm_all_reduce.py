@@ -8,6 +8,9 @@ graphs capture them like NCCL's. Messages above ``max_bytes`` (prefill) stay on 
 
 Set up collectively by :func:`create` on every rank of one host; every decision is agreed over
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
+``PAGODA_SYMM_ALL_REDUCE`` (:func:`switch`): ``0`` NCCL for every sum; ``ll`` the CUDA platform's
+low-latency kernel for decode-sized sums, this path above them; otherwise this path. The helpers
+here (:func:`agreed`, :func:`symmetric_buffer`, :func:`rendezvous`, :func:`probe_sums`) serve both.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch.distributed as dist
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
+WHAT = "one-shot all-reduce over symmetric memory (NCCL for every sum)"
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
 
 
@@ -43,29 +47,40 @@ class SymmetricAllReduce:
 
 def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce | None:
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
-    if os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1") == "0":
+    if switch() == "0":
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
-    buffer = _agreed(lambda: _allocate(max_bytes, device), group, device)
-    if buffer is None or _agreed(lambda: _rendezvous(buffer, group), group, device) is None:
+    buffer = agreed(lambda: _allocate(max_bytes, device), group, device, WHAT)
+    if buffer is None or agreed(lambda: rendezvous(buffer, group), group, device, WHAT) is None:
         return None
     op = SymmetricAllReduce(buffer, group.group_name, max_bytes)
-    if _agreed(lambda: _probe(op, group, device, world_size), group, device) is None:
+    rank = dist.get_rank(group)
+    if agreed(lambda: probe_sums(op, rank, device, world_size), group, device, WHAT) is None:
         return None
     logger.info("Tensor parallel: one-shot all-reduce over symmetric memory for sums up to %d KiB",
                 max_bytes >> 10)
     return op
 
 
-def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
-    import torch.distributed._symmetric_memory as symm_mem
+def switch() -> str:
+    """``PAGODA_SYMM_ALL_REDUCE``: ``0`` (off), ``ll`` (the platform's low-latency kernel first) or ``1``."""
+    return os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1")
 
+
+def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
     if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy"):
         raise RuntimeError("this torch has no symm_mem.one_shot_all_reduce_copy")
-    return symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
+    return symmetric_buffer(max_bytes, device)
 
 
-def _rendezvous(buffer: torch.Tensor, group) -> object:
+def symmetric_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
+    """uint8 [nbytes] that every rank of a group can map once :func:`rendezvous` has run."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    return symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def rendezvous(buffer: torch.Tensor, group) -> object:
     import torch.distributed._symmetric_memory as symm_mem
 
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, a no-op after
@@ -74,25 +89,24 @@ def _rendezvous(buffer: torch.Tensor, group) -> object:
     return symm_mem.rendezvous(buffer, group)
 
 
-def _probe(op: SymmetricAllReduce, group, device: torch.device, world_size: int) -> bool:
+def probe_sums(op: Callable[[torch.Tensor], torch.Tensor], rank: int, device: torch.device, world_size: int) -> bool:
     """The sum of known per-rank values, in bf16 and fp32, against the exact answer."""
-    rank = dist.get_rank(group)
     for dtype in (torch.bfloat16, torch.float32):
         x = torch.arange(1000, device=device, dtype=dtype) % 7 + rank
         expected = (torch.arange(1000, device=device, dtype=dtype) % 7) * world_size + sum(range(world_size))
         got = op(x)
         if not torch.equal(got, expected):
-            raise RuntimeError(f"one-shot all-reduce probe gave wrong sums in {dtype}")
+            raise RuntimeError(f"the probe gave wrong sums in {dtype}")
     return True
 
 
-def _agreed(step: Callable[[], T], group, device: torch.device) -> T | None:
+def agreed(step: Callable[[], T], group, device: torch.device, what: str) -> T | None:
     """``step()`` here, or None unless it succeeded on every rank (a MIN over the backend)."""
     result, ok = None, 1
     try:
         result = step()
-    except Exception as exc:  # noqa: BLE001 - any failure means NCCL for every sum, with the reason logged
-        logger.warning("Tensor parallel: symmetric-memory all-reduce unavailable (%s); NCCL for every sum", exc)
+    except Exception as exc:  # noqa: BLE001 - any failure means another path for every sum, with the reason logged
+        logger.warning("Tensor parallel: %s unavailable (%s)", what, exc)
         ok = 0
     flag = torch.tensor([ok], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from typing import Any
 
 import torch
 
+from pagoda.distributed import symm_all_reduce
 from pagoda.layers.ops import CustomOps
 from pagoda.platforms.cuda_api import GiB, CudaApiPlatform
 
@@ -50,6 +52,17 @@ class CudaPlatform(CudaApiPlatform):
         """Programmatic dependent launch from compute capability 9.0 (Hopper) on, unless PAGODA_PDL=0
         (the switch the csrc kernels read too)."""
         return os.environ.get("PAGODA_PDL") != "0" and torch.cuda.get_device_capability(self.device()) >= (9, 0)
+
+    def fast_all_reduce(self, group: Any, world_size: int) -> Any:
+        """The one-shot path (CudaApiPlatform); with ``PAGODA_SYMM_ALL_REDUCE=ll`` the csrc low-latency
+        kernel for decode-sized sums in front of it."""
+        oneshot = super().fast_all_reduce(group, world_size)
+        if symm_all_reduce.switch() != "ll":
+            return oneshot
+        from pagoda_platform_cuda import ll_all_reduce
+
+        kernels = getattr(_custom_ops(), "kernels", None)
+        return ll_all_reduce.create(kernels, group, self.device(), world_size, oneshot) or oneshot
 
     def custom_ops(self) -> CustomOps:
         """CudaOps on the csrc kernels, or the torch ops (with one warning saying why)."""

@@ -1,0 +1,58 @@
+// Torch layer of the low-latency all-reduce (kernels/ll_all_reduce.h): tensor checks, the group's
+// buffer addresses from a host tensor, the device guard and the current stream. The Python side
+// (pagoda_platform_cuda.ll_all_reduce) allocates the symmetric buffers and the state.
+#include "dispatch.h"
+#include "kernels/ll_all_reduce.h"
+#include "ops.h"
+
+namespace pagoda {
+namespace {
+
+// peers: host int64 [world_size], rank p's buffer address in this process; state: device int32 [2].
+LLGroup ll_group(const at::Tensor& peers, const at::Tensor& state, int64_t rank, int64_t max_bytes,
+                 const at::Device& device) {
+  TORCH_CHECK(peers.device().is_cpu() && peers.scalar_type() == at::kLong && peers.dim() == 1 && peers.is_contiguous(),
+              "ll_all_reduce: peers must be a contiguous host int64 tensor [world_size] of buffer addresses");
+  const int64_t world = peers.numel();
+  TORCH_CHECK(world >= 2 && world <= kLLMaxRanks, "ll_all_reduce: 2 to ", kLLMaxRanks, " ranks, not ", world);
+  TORCH_CHECK(rank >= 0 && rank < world, "ll_all_reduce: rank ", rank, " is not in [0, ", world, ")");
+  TORCH_CHECK(state.device() == device && state.scalar_type() == at::kInt && state.numel() == 2 && state.is_contiguous(),
+              "ll_all_reduce: state must be a contiguous int32 tensor [2] on the input's device");
+  TORCH_CHECK(max_bytes > 0 && max_bytes % 8 == 0, "ll_all_reduce: max_bytes must be a positive multiple of 8");
+  LLGroup group{};
+  const int64_t* addresses = peers.data_ptr<int64_t>();
+  for (int64_t p = 0; p < world; ++p) {
+    TORCH_CHECK(addresses[p] != 0 && addresses[p] % 16 == 0, "ll_all_reduce: rank ", p,
+                "'s buffer is not 16-byte aligned");
+    group.buffers[p] = reinterpret_cast<void*>(addresses[p]);
+  }
+  group.state = reinterpret_cast<uint32_t*>(state.data_ptr<int32_t>());
+  group.max_lines = max_bytes / 8;
+  group.rank = static_cast<int>(rank);
+  group.world_size = static_cast<int>(world);
+  return group;
+}
+
+}  // namespace
+}  // namespace pagoda
+
+void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
+  using namespace pagoda;
+  check_cuda(x, "x");
+  TORCH_CHECK(x.is_contiguous(), "ll_all_reduce: x must be contiguous");
+  const DType dtype = kernel_dtype(x, "ll_all_reduce");
+  const int64_t nbytes = x.numel() * x.element_size();
+  TORCH_CHECK(nbytes % 8 == 0 && nbytes <= max_bytes && reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 8 == 0,
+              "ll_all_reduce: x must be 8-byte aligned, its size a multiple of 8 bytes and at most ", max_bytes,
+              " bytes, not ", nbytes);
+  const LLGroup group = ll_group(peers, state, rank, max_bytes, x.device());
+  if (nbytes == 0) return;
+  const c10::cuda::OptionalCUDAGuard guard(x.device());
+  launch_ll_all_reduce(dtype, x.data_ptr(), x.numel(), group, c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size) {
+  TORCH_CHECK(max_bytes > 0 && max_bytes % 8 == 0, "ll_all_reduce: max_bytes must be a positive multiple of 8");
+  return pagoda::ll_buffer_bytes(max_bytes, static_cast<int>(world_size));
+}
