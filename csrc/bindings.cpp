@@ -37,6 +37,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("half"), py::arg("device") = 0);
   m.def("ll_all_reduce", &ll_all_reduce, "low-latency all-reduce over peer memory, in place", py::arg("x"),
         py::arg("peers"), py::arg("state"), py::arg("rank"), py::arg("max_bytes"));
+  m.def("ll_all_reduce_add_rms_norm", &ll_all_reduce_add_rms_norm,
+        "in place: residual += sum of x over the ranks; x = rms_norm(residual) * weight", py::arg("x"),
+        py::arg("residual"), py::arg("weight"), py::arg("eps"), py::arg("peers"), py::arg("state"), py::arg("rank"),
+        py::arg("max_bytes"));
   m.def("ll_all_reduce_buffer_bytes", &ll_all_reduce_buffer_bytes, "bytes of one rank's LL buffer",
         py::arg("max_bytes"), py::arg("world_size"));
 #endif

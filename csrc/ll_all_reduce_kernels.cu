@@ -52,6 +52,31 @@ void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, in
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
+  using namespace pagoda;
+  check_cuda(x, "x");
+  const DType dtype = kernel_dtype(x, "ll_all_reduce_add_rms_norm");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && residual.sizes() == x.sizes() && residual.is_contiguous() &&
+                  weight.dim() == 1 && weight.numel() == x.size(1) && weight.is_contiguous(),
+              "ll_all_reduce_add_rms_norm: x and residual must be contiguous [num_tokens, hidden], weight [hidden]");
+  TORCH_CHECK(residual.scalar_type() == x.scalar_type() && weight.scalar_type() == x.scalar_type() &&
+                  residual.device() == x.device() && weight.device() == x.device(),
+              "ll_all_reduce_add_rms_norm: x, residual and weight must share a dtype and device");
+  const int64_t nbytes = x.numel() * x.element_size();
+  TORCH_CHECK(x.size(1) * x.element_size() % 16 == 0 && aligned16(x.data_ptr()) && aligned16(residual.data_ptr()) &&
+                  aligned16(weight.data_ptr()) && nbytes <= max_bytes,
+              "ll_all_reduce_add_rms_norm: rows of a multiple of 16 bytes, 16-byte aligned tensors and at most ",
+              max_bytes, " bytes");
+  const LLGroup group = ll_group(peers, state, rank, max_bytes, x.device());
+  if (nbytes == 0) return;
+  const c10::cuda::OptionalCUDAGuard guard(x.device());
+  launch_ll_all_reduce_add_rms_norm(dtype, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), x.size(0),
+                                    static_cast<int>(x.size(1)), static_cast<float>(eps), group,
+                                    c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size) {
   TORCH_CHECK(max_bytes > 0 && max_bytes % 8 == 0, "ll_all_reduce: max_bytes must be a positive multiple of 8");
   return pagoda::ll_buffer_bytes(max_bytes, static_cast<int>(world_size));

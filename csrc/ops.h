@@ -67,6 +67,11 @@ int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t devic
 // state a zeroed device int32 [2] owned by this rank. Every rank calls it with the same shapes in the
 // same order.
 void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
+// Fused with the residual add and RMSNorm after it, in place on contiguous [num_tokens, hidden] (rows of a
+// multiple of 16 bytes, 16-byte aligned): residual += sum of x over the ranks; x = rms_norm(residual) *
+// weight, rounded as fused_add_rms_norm after an all-reduce.
+void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
 // Bytes of one rank's buffer for messages up to max_bytes on world_size ranks.
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size);
 #endif

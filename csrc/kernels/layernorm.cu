@@ -4,6 +4,7 @@
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
+#include "rms_norm.cuh"
 
 namespace pagoda {
 
@@ -25,18 +26,7 @@ __global__ void rms_norm_kernel(T* __restrict__ out,          // [num_tokens, hi
       sum += f * f;
     }
   }
-  const float inv_rms = rsqrtf(block_sum(sum) / hidden + eps);
-  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
-    const Vec<T, VEC> v = load_vec<T, VEC>(x + i * VEC);
-    const Vec<T, VEC> w = load_vec<T, VEC>(weight + i * VEC);
-    Vec<T, VEC> r;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const T normed = from_float<T>(to_float(v.val[j]) * inv_rms);
-      r.val[j] = from_float<T>(to_float(w.val[j]) * to_float(normed));
-    }
-    store_vec<T, VEC>(y + i * VEC, r);
-  }
+  store_rms_normed_row<T, VEC>(y, x, weight, num_vecs, rsqrtf(block_sum(sum) / hidden + eps));
 }
 
 // residual <- input + residual (rounded to T); input <- weight * rms_norm(residual).
@@ -62,18 +52,7 @@ __global__ void fused_add_rms_norm_kernel(T* __restrict__ input,     // [num_tok
     }
     store_vec<T, VEC>(res + i * VEC, b);
   }
-  const float inv_rms = rsqrtf(block_sum(sum) / hidden + eps);
-  for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
-    const Vec<T, VEC> b = load_vec<T, VEC>(res + i * VEC);
-    const Vec<T, VEC> w = load_vec<T, VEC>(weight + i * VEC);
-    Vec<T, VEC> r;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const T normed = from_float<T>(to_float(b.val[j]) * inv_rms);
-      r.val[j] = from_float<T>(to_float(w.val[j]) * to_float(normed));
-    }
-    store_vec<T, VEC>(x + i * VEC, r);
-  }
+  store_rms_normed_row<T, VEC>(x, res, weight, num_vecs, rsqrtf(block_sum(sum) / hidden + eps));
 }
 
 void launch_rms_norm(DType dtype, void* out, const void* input, const void* weight, int64_t input_stride,

@@ -1,16 +1,19 @@
-// The low-latency all-reduce kernel (protocol in ll_all_reduce.h): push every 8 bytes of this rank's
-// partial sums with a flag into each peer's buffer, then sum the lines that arrive in one's own.
+// The low-latency all-reduce kernels (protocol in ll_all_reduce.h): push every 8 bytes of this rank's
+// partial sums with a flag into each peer's buffer, then sum the lines that arrive in one's own; alone,
+// or fused with the residual add and RMSNorm that follow a row-parallel layer.
 #include <algorithm>
-#include <cstring>
 
 #include "dependent_launch.h"
 #include "ll_all_reduce.h"
+#include "rms_norm.cuh"
+#include "../vec.cuh"
 
 namespace pagoda {
 namespace {
 
 constexpr int kLLThreads = 128;   // small blocks: a decode step's message spreads over many SMs
 constexpr int kLLMaxBlocks = 512;  // all resident at once on the GPUs this runs on; larger messages loop
+constexpr int kLLNormThreads = 1024;  // at most, per block (one row) of the fused variant, as fused_add_rms_norm
 
 // Rank p's buffer (p < kLLMaxRanks; constant indices after unrolling keep `buffers` in parameter space).
 PAGODA_INLINE void* buffer_of(const LLGroup& g, int p) {
@@ -46,6 +49,13 @@ PAGODA_INLINE uint2 await_line(const uint4* src, uint32_t flag) {
   return make_uint2(lo, hi);
 }
 
+// The N elements of T held in `bits` (8 or 16 bytes), in registers (no local-memory round trip).
+template <typename T, int N, typename Bits>
+PAGODA_INLINE Vec<T, N> bit_cast_vec(const Bits& bits) {
+  static_assert(sizeof(Bits) == sizeof(Vec<T, N>), "sizes differ");
+  return *reinterpret_cast<const Vec<T, N>*>(&bits);
+}
+
 // The last block to finish publishes the epoch for the next call (every thread has read it by then).
 PAGODA_INLINE void end_call(const LLGroup& g, uint32_t epoch) {
   __syncthreads();
@@ -76,25 +86,101 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
   for (int64_t i = first; i < lines; i += stride) {
     float acc[kPerLine];
 #pragma unroll
+    for (int j = 0; j < kPerLine; ++j) acc[j] = -0.0f;  // -0 + v is v for every v (+0 included)
+#pragma unroll
     for (int p = 0; p < kLLMaxRanks; ++p) {
       if (p >= g.world_size) break;
       const uint2 part = p == g.rank ? data[i] : await_line(line_at(own, g, epoch, p, i), epoch);
-      T values[kPerLine];
-      memcpy(values, &part, sizeof(part));
+      const auto values = bit_cast_vec<T, kPerLine>(part);
 #pragma unroll
-      for (int j = 0; j < kPerLine; ++j) acc[j] = p == 0 ? to_float(values[j]) : acc[j] + to_float(values[j]);
+      for (int j = 0; j < kPerLine; ++j) acc[j] += to_float(values.val[j]);
     }
-    T sums[kPerLine];
+    Vec<T, kPerLine> sums;
 #pragma unroll
-    for (int j = 0; j < kPerLine; ++j) sums[j] = from_float<T>(acc[j]);
-    uint2 out;
-    memcpy(&out, sums, sizeof(out));
-    data[i] = out;
+    for (int j = 0; j < kPerLine; ++j) sums.val[j] = from_float<T>(acc[j]);
+    data[i] = *reinterpret_cast<const uint2*>(&sums);
   }
   end_call(g, epoch);
 }
 
+// One thread's 16 bytes of this rank's row (two lines), summed with every peer's in rank order in fp32.
+template <typename T, int V>
+PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 mine, int64_t line, float (&acc)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = -0.0f;  // -0 + v is v for every v (+0 included)
+#pragma unroll
+  for (int p = 0; p < kLLMaxRanks; ++p) {
+    if (p >= g.world_size) break;
+    uint4 part = mine;
+    if (p != g.rank) {
+      const uint2 lo = await_line(line_at(own, g, epoch, p, line), epoch);
+      const uint2 hi = await_line(line_at(own, g, epoch, p, line + 1), epoch);
+      part = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+    const auto values = bit_cast_vec<T, V>(part);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] += to_float(values.val[j]);
+  }
+}
+
+// Block b owns row b of x/residual [num_tokens, hidden]; thread i its 16-byte chunks i, i + blockDim, ...
+// (lines 2c and 2c + 1 of chunk c). Rounding and the order of the sums of squares follow the unfused
+// sequence (an all-reduce into the dtype, then kernels/layernorm.cu's fused_add_rms_norm with the same
+// block size), so at two ranks the result is bit for bit the unfused one. Each thread re-reads only
+// the chunks it wrote, so x can take the output in place.
+template <typename T>
+__global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_kernel(
+    T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int hidden, float eps,
+    const LLGroup g) {
+  constexpr int V = 16 / sizeof(T);
+  wait_for_prior_grids();  // x (partial sums) and residual come from kernels before
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
+  allow_dependents_to_start();
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
+  const int64_t first_line = base * static_cast<int64_t>(sizeof(T)) / 8;
+  const int chunks = hidden / V;
+  uint4* row = reinterpret_cast<uint4*>(x + base);
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 mine = row[c];
+#pragma unroll
+    for (int p = 0; p < kLLMaxRanks; ++p) {
+      if (p < g.world_size && p != g.rank) {
+        uint4* dst = line_at(buffer_of(g, p), g, epoch, g.rank, first_line + 2 * c);
+        push_line(dst, make_uint2(mine.x, mine.y), epoch);
+        push_line(dst + 1, make_uint2(mine.z, mine.w), epoch);
+      }
+    }
+  }
+  void* own = buffer_of(g, g.rank);
+  float sum_sq = 0.0f;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float acc[V];
+    sum_chunk<T, V>(g, own, epoch, row[c], first_line + 2 * c, acc);
+    Vec<T, V> res = load_vec<T, V>(residual + base + c * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      res.val[j] = from_float<T>(to_float(from_float<T>(acc[j])) + to_float(res.val[j]));
+      const float f = to_float(res.val[j]);
+      sum_sq += f * f;
+    }
+    store_vec<T, V>(residual + base + c * V, res);
+  }
+  store_rms_normed_row<T, V>(x + base, residual + base, weight, chunks, rsqrtf(block_sum(sum_sq) / hidden + eps));
+  end_call(g, epoch);
+}
+
 }  // namespace
+
+void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
+                                       int hidden, float eps, const LLGroup& group, cudaStream_t stream) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int threads = warp_threads(hidden / (16 / static_cast<int>(sizeof(T))), kLLNormThreads);
+    launch_dependent(ll_all_reduce_add_rms_norm_kernel<T>, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
+                     stream, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden,
+                     eps, group);
+  });
+}
 
 void launch_ll_all_reduce(DType dtype, void* x, int64_t numel, const LLGroup& group, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {

@@ -51,6 +51,8 @@ if has 8b || has 8b-latency; then
     --output-len 128 --repeats 2 -tp 2
   PAGODA_SYMM_ALL_REDUCE=ll LIMIT=150 bench tp2_8b_latency_ll latency "$M8" --batch-sizes 1,32 --input-len 128 \
     --output-len 128 --repeats 2 -tp 2
+  PAGODA_SYMM_ALL_REDUCE=ll PAGODA_LL_FUSED_NORM=0 LIMIT=150 bench tp2_8b_latency_ll_unfused latency "$M8" \
+    --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
 fi
 if has costs; then  # the 32 layers' linears at one token with each all-reduce, and the 64 sums alone (about 1 minute)
   timeout 150 python3 scripts/device/tp_costs.py --out "$WORK/tp_costs.json" > "$WORK/tp_costs.log" 2>&1

@@ -2,7 +2,8 @@
 eager and replayed from a CUDA graph, for sizes up to its limit and beyond (the fallback); then a chain
 of dependent sums between matmuls, as in a decode step, replayed from one graph. Mode (argv[1], set as
 PAGODA_SYMM_ALL_REDUCE): ``1`` torch's one-shot path, ``ll`` the csrc low-latency kernel in front of
-it. Prints 'symm all-reduce ok'."""
+it (and its fusion with the residual add and RMSNorm, against NCCL then the csrc norm). Prints
+'symm all-reduce ok'."""
 
 import os
 import sys
@@ -62,6 +63,38 @@ def check_chain(op, device: torch.device, g: torch.Generator, layers: int = 64) 
         assert torch.equal(out, expected), "chain replay"
 
 
+def check_fused(op, device: torch.device, g: torch.Generator) -> None:
+    """The LL kernel fused with the residual add and RMSNorm against NCCL then the csrc fused norm, to the
+    bit, eager and graph-replayed; plain and fused calls alternate (they share lines and epochs)."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for tokens, hidden in ((1, 4096), (3, 8192), (64, 4096)):
+            def fresh() -> tuple[torch.Tensor, torch.Tensor]:
+                return (torch.randn(tokens, hidden, generator=g, device=device).to(dtype),
+                        torch.randn(tokens, hidden, generator=g, device=device).to(dtype))
+
+            weight = (torch.rand(hidden, generator=g, device=device) + 0.5).to(dtype)
+            x, residual = fresh()
+            assert op.fits_add_rms_norm(x, residual, weight), (dtype, tokens, hidden)
+            expected_x, expected_res = nccl_sum(x), residual.clone()
+            op.kernels.fused_add_rms_norm(expected_x, expected_res, weight, 1e-5)
+            got_x, got_res = op.add_rms_norm(x.clone(), residual.clone(), weight, 1e-5)
+            assert torch.equal(got_x, expected_x) and torch.equal(got_res, expected_res), ("fused", dtype, tokens)
+            static_x, static_res = x.clone(), residual.clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                op.add_rms_norm(static_x, static_res, weight, 1e-5)
+                op(static_res.view(-1)[: 4096])  # a plain sum between fused ones
+            for _ in range(3):
+                x, residual = fresh()
+                static_x.copy_(x)
+                static_res.copy_(residual)
+                expected_x, expected_res = nccl_sum(x), residual.clone()
+                op.kernels.fused_add_rms_norm(expected_x, expected_res, weight, 1e-5)
+                expected_res.view(-1)[: 4096] = nccl_sum(expected_res.view(-1)[: 4096].clone())
+                graph.replay()
+                assert torch.equal(static_x, expected_x) and torch.equal(static_res, expected_res), ("replay", dtype)
+
+
 def main() -> None:
     rank = int(os.environ["RANK"])
     os.environ["PAGODA_SYMM_ALL_REDUCE"] = sys.argv[1] if len(sys.argv) > 1 else "1"
@@ -76,6 +109,8 @@ def main() -> None:
     g = torch.Generator(device=device).manual_seed(rank)
     check_sizes(op, device, g)
     check_chain(op, device, g)
+    if hasattr(op, "kernels") and op.fused_norm:
+        check_fused(op, device, g)
     dist.barrier()
     print("symm all-reduce ok", flush=True)
     dist.destroy_process_group()

@@ -5,15 +5,50 @@ every collective returns its input untouched: a single-device engine runs no dis
 The collectives are torch.distributed's on the group's backend (NCCL/RCCL on GPUs, gloo on CPU,
 named by the Platform); NCCL's are asynchronous on the current stream and graph-capturable, so a
 captured decode step replays its all-reduces too.
+
+Row-parallel layers followed by a residual add and RMSNorm may leave their sum to that norm
+(``LinearBase.defer_all_reduce``, ``RMSNorm.take_all_reduce_of``), which then calls
+:meth:`TensorParallel.all_reduce_add_rms_norm`: one kernel where the platform's
+:class:`FastAllReduce` has it (``add_rms_norm``), else the all-reduce and the fused norm as before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from pagoda.layers.ops import CustomOps
+
+
+class FastAllReduce:
+    """A platform's sums for small messages (``Platform.fast_all_reduce``), faster than the backend's.
+
+    Every rank calls each method with the same shapes in the same order, and ``fits*`` must answer
+    alike on every rank (shapes, dtypes, layouts only): a rank alone on a path would hang its peers.
+    """
+
+    def fits(self, x: torch.Tensor) -> bool:
+        """Whether ``self(x)`` takes ``x`` (otherwise the backend sums it)."""
+        return False
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The sum of ``x`` over the ranks: ``x`` itself summed in place, or a new tensor."""
+        raise NotImplementedError
+
+    def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether :meth:`add_rms_norm` takes these (by default it takes nothing)."""
+        return False
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rms_norm(s + residual) * weight, s + residual)`` with ``s`` the sum of ``x`` over the ranks,
+        in one go; may write both into ``x`` and ``residual``. Equal on every rank, to the bit."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -23,7 +58,7 @@ class TensorParallel:
     rank: int = 0
     size: int = 1
     group: Any = None
-    fast: Any = None  # the platform's small-message all-reduce (``fits(x)``, ``fast(x)``), or None
+    fast: FastAllReduce | None = None  # the platform's small-message all-reduce, or None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks (row-parallel layers, the vocab-parallel embedding): use the result,
@@ -33,6 +68,15 @@ class TensorParallel:
                 return self.fast(x)
             dist.all_reduce(x, group=self.group)
         return x
+
+    def all_reduce_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, ops: "CustomOps"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ops.fused_add_rms_norm(self.all_reduce(x), residual, weight, eps)``: ``x`` holds this rank's
+        partial sums. One kernel where the platform's fast path fuses it and the message fits (decode)."""
+        if self.size > 1 and self.fast is not None and self.fast.fits_add_rms_norm(x, residual, weight):
+            return self.fast.add_rms_norm(x, residual, weight, eps)
+        return ops.fused_add_rms_norm(self.all_reduce(x), residual, weight, eps)
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
         """``[n, k]`` on each rank -> ``[n, size * k]`` (rank r's columns at ``[r*k, (r+1)*k)``)."""

@@ -22,6 +22,8 @@ from typing import Callable, TypeVar
 import torch
 import torch.distributed as dist
 
+from pagoda.distributed.parallel import FastAllReduce
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -29,7 +31,7 @@ WHAT = "one-shot all-reduce over symmetric memory (NCCL for every sum)"
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
 
 
-class SymmetricAllReduce:
+class SymmetricAllReduce(FastAllReduce):
     """``fits(x)`` then ``self(x)``: the sum of ``x`` over the group's ranks, as a new tensor."""
 
     def __init__(self, buffer: torch.Tensor, group_name: str, max_bytes: int):

@@ -137,8 +137,10 @@ class Platform(Capability, ABC):
         return None
 
     def fast_all_reduce(self, group: Any, world_size: int) -> Any:
-        """Called by every rank of a one-host group together: an object with ``fits(x)`` and ``__call__(x)``
-        (the sum over the ranks) that beats the backend on small messages, or None (the backend's only)."""
+        """Called by every rank of a one-host group together: a
+        :class:`~pagoda.distributed.parallel.FastAllReduce` (``fits(x)``, ``__call__(x)``: the sum over the
+        ranks; optionally ``add_rms_norm``: the sum fused with the residual add and RMSNorm after it) that
+        beats the backend on small messages, or None (the backend's only)."""
         return None
 
     def device_count(self) -> int:

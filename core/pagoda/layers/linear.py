@@ -33,6 +33,10 @@ rank's slice before copying it (a lazy safetensors slice reads only those bytes)
   per stored element along it (e.g. ``group_size`` for AWQ's per-group scales and zeros).
 
 ``shard_indexed`` and ``output_dim=None`` parameters are copied whole on every rank.
+
+A row-parallel layer without bias may leave its sum to the consumer of its output
+(:meth:`LinearBase.defer_all_reduce`): the decoder's residual-add RMSNorm then sums and normalises
+in one call (:meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`).
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class LinearBase(nn.Module):
         self.out_features = sum(self.output_sizes)
         self.quant_method = quant_method
         self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
+        self.partial_output = False  # row-parallel: return this rank's partial sums (defer_all_reduce)
         quant_method.create_weights(self, self.in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
@@ -115,8 +120,19 @@ class LinearBase(nn.Module):
         """``x``: [num_tokens, in_features] (or as ``input_quantizer`` made it) -> [num_tokens, out_features]."""
         if self.parallel != "row":
             return self.quant_method.apply(self, x, self.bias)
-        y = self.tp.all_reduce(self.quant_method.apply(self, x, None))  # partial sums -> the full output
+        y = self.quant_method.apply(self, x, None)  # this rank's partial sums
+        if self.partial_output:
+            return y  # the consumer sums them (defer_all_reduce)
+        y = self.tp.all_reduce(y)
         return y if self.bias is None else y + self.bias
+
+    def defer_all_reduce(self) -> bool:
+        """From now on return this rank's partial sums and leave the all-reduce to the caller, which must
+        sum them. True if done: row-parallel layers without bias only (the bias comes after the sum)."""
+        if self.parallel != "row" or self.bias is not None:
+            return False
+        self.partial_output = True
+        return True
 
     def rank_slice(self, param: nn.Parameter, tensor, shard_index: int = 0):
         """The part of checkpoint ``tensor`` (for shard ``shard_index``) that this rank keeps."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.layers.linear import copy_checked
 
 if TYPE_CHECKING:
@@ -15,17 +16,31 @@ from pagoda.layers.ops import CustomOps
 
 
 class RMSNorm(nn.Module):
-    """``weight * x / rms(x)`` over the last axis, computed in float32 by the ops."""
+    """``weight * x / rms(x)`` over the last axis, computed in float32 by the ops.
+
+    After :meth:`take_all_reduce_of`, the ``x`` given with a residual is a row-parallel layer's partial
+    sums: the norm sums them over the ranks first, fused into one kernel where the platform has it.
+    """
 
     def __init__(self, hidden_size: int, eps: float, ops: CustomOps, dtype: torch.dtype) -> None:
         super().__init__()
         self.eps = eps
         self.ops = ops
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype), requires_grad=False)
+        self.input_tp = SINGLE  # the group whose partial sums x holds (take_all_reduce_of), or SINGLE
+
+    def take_all_reduce_of(self, producer: nn.Module, tp: TensorParallel) -> None:
+        """Sum ``producer``'s output (the ``x`` this norm adds to the residual) over ``tp``'s ranks here,
+        if the producer can leave that to its consumer (its ``defer_all_reduce()``)."""
+        defer = getattr(producer, "defer_all_reduce", None)
+        if tp.size > 1 and defer is not None and defer():
+            self.input_tp = tp
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, quant: "InputQuantizer | None" = None):
         """``x``: [num_tokens, hidden]. With ``residual``: returns ``(norm(x + residual), x + residual)``.
         With ``quant`` (the consuming linear's ``input_quantizer``) the norm comes out quantized."""
+        if self.input_tp.size > 1:
+            return self._sum_add_norm(x, residual, quant)
         if quant is not None:
             if residual is None:
                 return quant.rms_norm(self.ops, x, self.weight, self.eps)
@@ -33,6 +48,14 @@ class RMSNorm(nn.Module):
         if residual is None:
             return self.ops.rms_norm(x, self.weight, self.eps)
         return self.ops.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    def _sum_add_norm(self, x: torch.Tensor, residual: torch.Tensor | None, quant: "InputQuantizer | None"):
+        """``x`` holds partial sums: all-reduce, residual add and norm (one kernel unless quantized)."""
+        if residual is None:
+            raise ValueError("an RMSNorm that sums partial inputs needs the residual stream")
+        if quant is not None:  # the quantizer's own fused norm, after a plain all-reduce
+            return quant.fused_add_rms_norm(self.ops, self.input_tp.all_reduce(x), residual, self.weight, self.eps)
+        return self.input_tp.all_reduce_add_rms_norm(x, residual, self.weight, self.eps, self.ops)
 
     def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
         copy_checked(getattr(self, param_name).data, tensor)

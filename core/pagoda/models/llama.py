@@ -65,6 +65,10 @@ class DecoderAttention(nn.Module):
         q, k = self.rotary_emb(positions, q, k)
         return self.o_proj(self.attn(q, k, v, fwd))  # [T, hidden]
 
+    def defer_all_reduce(self) -> bool:
+        """Return o_proj's partial sums from now on, if it can (see ``LinearBase.defer_all_reduce``)."""
+        return self.o_proj.defer_all_reduce()
+
 
 class GatedMLP(nn.Module):
     """down_proj(act(gate_proj(x)) * up_proj(x)) with gate and up fused."""
@@ -86,6 +90,10 @@ class GatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x), self.down_proj.input_quantizer))  # [T, hidden]
 
+    def defer_all_reduce(self) -> bool:
+        """Return down_proj's partial sums from now on, if it can (see ``LinearBase.defer_all_reduce``)."""
+        return self.down_proj.defer_all_reduce()
+
 
 MlpFactory = Callable[[Any, int, BuildContext, DecoderOptions], nn.Module]  # (cfg, layer_idx, ctx, opts) -> mlp
 
@@ -99,6 +107,9 @@ class DecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately so the adds fuse into the norms.
 
     ``mlp`` maps ``[T, hidden] -> [T, hidden]``; its ``input_quantizer`` (if any) quantizes the norm before it.
+    Under tensor parallelism the all-reduce of o_proj moves into ``post_attention_layernorm`` (one
+    kernel for sum, residual add and norm where the platform has it); :class:`DecoderModel` does the
+    same for the MLP's sum and the next norm. The MLP's output is then this rank's partial sums.
     """
 
     def __init__(
@@ -110,6 +121,7 @@ class DecoderLayer(nn.Module):
         self.mlp = mlp
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
+        self.post_attention_layernorm.take_all_reduce_of(self.self_attn, ctx.tp)
 
     def forward(
         self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, fwd: ForwardContext
@@ -136,6 +148,9 @@ class DecoderModel(nn.Module):
             DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)) for i in range(n)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
+        next_norms = [*(layer.input_layernorm for layer in self.layers[1:]), self.norm]
+        for layer, next_norm in zip(self.layers, next_norms):  # each MLP's sum moves into the norm after it
+            next_norm.take_all_reduce_of(layer.mlp, ctx.tp)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None  # [T, hidden]

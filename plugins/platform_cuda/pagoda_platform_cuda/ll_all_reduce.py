@@ -6,22 +6,25 @@ sum pushes each 8 bytes of this rank's partial sums together with a flag straigh
 buffer and sums what arrives in its own (``csrc/kernels/ll_all_reduce.h``: the protocol and why it
 is race-free): one one-way link latency, no barrier. It is launched as a programmatic dependent, so
 the kernels around it stay chained, and its epoch lives in device memory, so CUDA graphs replay it.
+A second kernel fuses the residual add and RMSNorm after the sum (``add_rms_norm``: the decoder's
+norms sum the row-parallel layers' partial outputs, :meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`),
+bit for bit the unfused sequence at two ranks; ``PAGODA_LL_FUSED_NORM=0`` keeps the two apart.
 
 Used where ``PAGODA_SYMM_ALL_REDUCE=ll``, for messages up to :data:`MAX_BYTES` (64 tokens of hidden
 4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
 sets it up on every rank of one host together, each step agreed over the backend (all ranks use it
-or none), with a probe that checks exact sums.
+or none), with a probe that checks exact sums and the fused norm against the csrc one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from types import ModuleType
-from typing import Any
-
 import torch
 import torch.distributed as dist
 
+from pagoda.distributed.parallel import FastAllReduce
 from pagoda.distributed.symm_all_reduce import agreed, probe_sums, rendezvous, symmetric_buffer
 
 logger = logging.getLogger(__name__)
@@ -32,12 +35,12 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 WHAT = "low-latency all-reduce kernel"
 
 
-class LLAllReduce:
+class LLAllReduce(FastAllReduce):
     """``fits(x)`` then ``self(x)``: the sum of ``x`` over the group's ranks (in place here, or the
-    fallback's result above :data:`MAX_BYTES`)."""
+    fallback's result above :data:`MAX_BYTES`); ``add_rms_norm`` fuses the norm after it."""
 
     def __init__(self, kernels: ModuleType, buffer: torch.Tensor, peers: torch.Tensor, rank: int,
-                 fallback: Any = None, max_bytes: int = MAX_BYTES) -> None:
+                 fallback: FastAllReduce | None = None, max_bytes: int = MAX_BYTES) -> None:
         self.kernels = kernels
         self.buffer = buffer  # uint8, symmetric (kept alive: the peers write into it)
         self.peers = peers  # host int64 [world_size]: each rank's buffer as mapped in this process
@@ -45,6 +48,7 @@ class LLAllReduce:
         self.rank = rank
         self.fallback = fallback
         self.max_bytes = max_bytes
+        self.fused_norm = os.environ.get("PAGODA_LL_FUSED_NORM") != "0"  # the same on every rank (one environment)
 
     def _takes(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
@@ -60,9 +64,23 @@ class LLAllReduce:
         self.kernels.ll_all_reduce(x, self.peers, self.state, self.rank, self.max_bytes)
         return x
 
+    def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
+        return (self.fused_norm and self._takes(x) and x.dim() == 2 and x.shape[1] * x.element_size() % 16 == 0
+                and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
+                and weight.dtype == x.dtype and weight.is_contiguous()
+                and all(t.data_ptr() % 16 == 0 for t in (x, residual, weight)))
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """In place: ``x`` [T, hidden] gets the normed output, ``residual`` the sum."""
+        self.kernels.ll_all_reduce_add_rms_norm(x, residual, weight, eps, self.peers, self.state, self.rank,
+                                                self.max_bytes)
+        return x, residual
+
 
 def create(kernels: ModuleType | None, group, device: torch.device, world_size: int,
-           fallback: Any = None) -> LLAllReduce | None:
+           fallback: FastAllReduce | None = None) -> LLAllReduce | None:
     """Every rank of ``group`` (one host) calls this together; None unless every step succeeds everywhere."""
     nbytes = agreed(lambda: _buffer_bytes(kernels, world_size), group, device, WHAT)
     if nbytes is None:
@@ -73,9 +91,10 @@ def create(kernels: ModuleType | None, group, device: torch.device, world_size: 
     if peers is None:
         return None
     op = LLAllReduce(kernels, buffer, peers, handle.rank, fallback)
-    if agreed(lambda: probe_sums(op, handle.rank, device, world_size), group, device, WHAT) is None:
+    if agreed(lambda: _probe(op, device, world_size), group, device, WHAT) is None:
         return None
-    logger.info("Tensor parallel: low-latency all-reduce kernel for sums up to %d KiB", op.max_bytes >> 10)
+    logger.info("Tensor parallel: low-latency all-reduce kernel for sums up to %d KiB%s", op.max_bytes >> 10,
+                " (fused with the residual add and RMSNorm after it)" if op.fused_norm else "")
     return op
 
 
@@ -98,3 +117,30 @@ def _peer_addresses(buffer: torch.Tensor, handle, group) -> torch.Tensor | None:
         logger.warning("Tensor parallel: %s unavailable (the symmetric buffers sit at different offsets)", WHAT)
         return None
     return torch.tensor([base + offset for base in bases], dtype=torch.int64)
+
+
+def _probe(op: LLAllReduce, device: torch.device, world_size: int) -> bool:
+    """Exact sums (:func:`probe_sums`), then the fused op on exact per-rank values against the csrc
+    ``fused_add_rms_norm`` of the exact sum: equal to the bit. Every kernel runs before any verdict, so
+    the ranks stay in step even where one of them sees a wrong answer."""
+    try:
+        sums_ok = probe_sums(op, op.rank, device, world_size)
+    except RuntimeError:
+        sums_ok = False
+    tokens, hidden = 3, 256
+    base = torch.arange(tokens * hidden, device=device).view(tokens, hidden) % 7
+    wrong = []
+    for dtype in (torch.bfloat16, torch.float16):
+        total = (base * world_size + sum(range(world_size))).to(dtype)
+        residual = (torch.arange(tokens * hidden, device=device).view(tokens, hidden) % 5 - 2).to(dtype)
+        weight = torch.linspace(0.5, 1.5, hidden, device=device).to(dtype)
+        expected, expected_residual = total.clone(), residual.clone()
+        op.kernels.fused_add_rms_norm(expected, expected_residual, weight, 1e-6)
+        x = (base + op.rank).to(dtype)
+        op.kernels.ll_all_reduce_add_rms_norm(x, residual, weight, 1e-6, op.peers, op.state, op.rank, op.max_bytes)
+        if not (torch.equal(x, expected) and torch.equal(residual, expected_residual)):
+            wrong.append(str(dtype))
+    if not sums_ok or wrong:
+        raise RuntimeError(f"the probe gave wrong results (sums {'right' if sums_ok else 'wrong'}; "
+                           f"fused with the norm wrong in: {', '.join(wrong) or 'none'})")
+    return True

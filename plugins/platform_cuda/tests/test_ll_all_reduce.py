@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from pagoda.layers.ops import CustomOps
 from pagoda_platform_cuda import ll_all_reduce
 from pagoda_platform_cuda.ll_all_reduce import LLAllReduce
 
@@ -21,6 +22,12 @@ class RecordingKernels:
     def ll_all_reduce(self, x, peers, state, rank, max_bytes) -> None:
         self.calls.append((x.numel(), rank, max_bytes))
         x.mul_(2)  # what two ranks holding the same x would get
+
+    def ll_all_reduce_add_rms_norm(self, x, residual, weight, eps, peers, state, rank, max_bytes) -> None:
+        self.calls.append(("fused", x.numel(), rank, max_bytes))
+        out, res = CustomOps().fused_add_rms_norm(2 * x, residual, weight, eps)
+        x.copy_(out)
+        residual.copy_(res)
 
 
 class Fallback:
@@ -69,6 +76,21 @@ def test_without_a_fallback_only_what_the_kernel_takes_fits() -> None:
     op, _ = make(None)
     assert op.fits(torch.ones(4096, dtype=torch.bfloat16))
     assert not op.fits(torch.ones(64 << 10, dtype=torch.float16))
+
+
+def test_the_fused_norm_takes_decode_rows_in_place(monkeypatch) -> None:
+    op, kernels = make(Fallback())
+    x, residual, weight = torch.randn(2, 64), torch.randn(2, 64), torch.rand(64) + 0.5
+    expected, expected_residual = CustomOps().fused_add_rms_norm(2 * x, residual.clone(), weight, 1e-5)
+    assert op.fits_add_rms_norm(x, residual, weight)
+    got, got_residual = op.add_rms_norm(x, residual, weight, 1e-5)
+    assert got is x and got_residual is residual and kernels.calls == [("fused", 128, 1, 64 << 10)]
+    assert torch.allclose(got, expected) and torch.allclose(got_residual, expected_residual)
+    assert not op.fits_add_rms_norm(torch.randn(2, 6), torch.randn(2, 6), torch.ones(6))  # 24-byte rows
+    assert not op.fits_add_rms_norm(x, residual.half(), weight)
+    assert not op.fits_add_rms_norm(torch.randn(64 << 10, 2), torch.randn(64 << 10, 2), torch.ones(2))  # too big
+    monkeypatch.setenv("PAGODA_LL_FUSED_NORM", "0")
+    assert not make(Fallback())[0].fits_add_rms_norm(x, residual, weight)  # the switch keeps them apart
 
 
 def test_create_without_the_kernel_leaves_every_rank_on_the_other_paths(caplog) -> None:
