@@ -19,7 +19,8 @@ import torch
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
 from pagoda.config import EngineConfig
-from pagoda.executor.workers import WorkerFailedError, check_platform
+from pagoda.errors import ConfigError
+from pagoda.executor.workers import check_platform
 from pagoda.platforms.cpu import CpuPlatform
 
 KV_BYTES_TP1 = 24 * 2 * 8 * 2 * 32 * 4  # 24 blocks of 8 tokens (2 layers, 2 KV heads of <= 32 floats, K and V)
@@ -55,6 +56,35 @@ def test_tp2_greedy_equals_tp1(tiny_models, family):
         lp_a = [next(iter(d.values())).logprob for d in a.outputs[0].logprobs]
         lp_b = [next(iter(d.values())).logprob for d in b.outputs[0].logprobs]
         assert torch.allclose(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-4)
+
+
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_tp2_with_ngram_speculation_equals_tp1(tiny_models, family):
+    """Rank 0 proposes and verifies; both ranks run the verify steps (the vocab-parallel LM head over the
+    drafted positions), and the worker follows the trims of rejected drafts' tokens and blocks."""
+    path, _ = tiny_models[family]
+    prompts = [p * 3 for p in random_prompts(4, range(6, 14), seed=3)] + shared_prefix_prompts()[:4]
+    expected, _ = run(path, 1, prompts)
+    llm = LLM(model=path, dtype="float32", block_size=8, max_num_batched_tokens=40, max_num_seqs=8,
+              kv_cache_memory=KV_BYTES_TP1 // 2, tensor_parallel_size=2, speculative_config=NGRAM)
+    try:
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=28, logprobs=0), use_tqdm=False)
+        spec, kv = llm.engine.core.speculator, llm.engine.core.kv_cache
+        assert spec.num_drafts > spec.num_accepted > 0, "drafts accepted and rejected"
+        assert kv.num_free_blocks == kv.num_blocks
+    finally:
+        llm.shutdown()
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+
+
+def test_proposers_with_a_model_are_refused_under_tp_before_start(tiny_models):
+    path, _ = tiny_models["llama"]
+    draft = f'{{"method": "draft", "model": "{path}", "num_speculative_tokens": 2}}'
+    with pytest.raises(ConfigError, match="the draft proposer does not run with tensor parallelism yet"):
+        LLM(model=path, dtype="float32", tensor_parallel_size=2, speculative_config=draft)
 
 
 def test_killed_rank_fails_fast_with_a_clear_error(tiny_models):
@@ -135,6 +165,28 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
                 assert type(fast).__name__ == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": "NoneType"}[symm]
             outputs.append([o.outputs[0].token_ids for o in llm.generate(
                 prompts, SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)])
+        finally:
+            llm.shutdown()
+    assert outputs[0] == outputs[1]
+
+
+@pytest.mark.gpu
+def test_tp2_ngram_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models):
+    """Both ranks capture verify graphs and pad each verify step to the same size (their collectives
+    meet); greedy tokens with ngram speculation at TP=2 equal TP=1 without it (float32)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    path, _ = tiny_models["llama"]
+    prompts = [p * 3 for p in random_prompts(4, range(6, 14), seed=3)]
+    params = SamplingParams(temperature=0, max_tokens=40)
+    outputs = []
+    for tp, spec in ((1, None), (2, NGRAM)):
+        llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, tensor_parallel_size=tp,
+                  gpu_memory_utilization=0.3, speculative_config=spec)
+        try:
+            assert tp == 1 or llm.engine.core.runner.verify_graphs is not None, "verify steps should be captured"
+            outputs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)])
+            assert spec is None or llm.engine.core.speculator.num_accepted > 0
         finally:
             llm.shutdown()
     assert outputs[0] == outputs[1]

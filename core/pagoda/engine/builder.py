@@ -22,6 +22,7 @@ from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
 from pagoda.models.spec import attention_spec, check_tensor_parallel, num_kv_cache_layers
+from pagoda.spec_decode.engine import check_proposer_tensor_parallel
 from pagoda.plugins import get_plugin_manager
 from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.quantization.select import resolve_quantization
@@ -106,6 +107,7 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
         from pagoda.executor.workers import start_workers
 
         check_tensor_parallel(hf_config, config.tensor_parallel_size)  # before any process starts
+        check_proposer_tensor_parallel(config)
         workers = start_workers(config, platform)
     try:
         parts = _build_driver_parts(config, platform, source, hf_config, workers)

@@ -3,7 +3,10 @@
 Workers keep a mirror of the running requests (:class:`StepMirror`), so a step carries only
 what changed: new requests once, then per scheduled request the token ids this step computes
 (``PLACEHOLDER`` where the token is still on the device: each rank fills it from its previous
-step, as rank 0 does), its progress, and the blocks added to its table.
+step, as rank 0 does), its progress (with the drafts it verifies, under speculative decoding), and
+the change to its block table: how many of the blocks the worker has stay, then the blocks after
+them. Tables grow at the end, restart after a preemption, and lose their last blocks when rejected
+drafts are trimmed (the blocks allocated after such a trim may differ from those sent before it).
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ class ScheduledRow(msgspec.Struct, array_like=True):
     token_ids: list[int]  # the ids this step computes: token_ids[num_computed : num_computed + n]
     num_tokens: int
     num_pending_tokens: int
-    block_ids: list[int]  # appended to its block table (the whole table when reset_blocks)
-    reset_blocks: bool
+    num_draft_tokens: int  # trailing proposed tokens this step verifies (speculative decoding)
+    keep_blocks: int  # blocks of its table the worker keeps (0: a new table) before appending block_ids
+    block_ids: list[int]
 
 
 class StepMessage(msgspec.Struct, array_like=True, tag=True):
@@ -58,33 +62,50 @@ def decode(frame) -> WorkerMessage:
     return _decoder.decode(frame)
 
 
+TAIL_BLOCKS = 8  # the last blocks sent per request, checked against its table (trims are shorter)
+
+
 class StepEncoder:
     """Driver side: turns a scheduled step into the message the workers need."""
 
     def __init__(self) -> None:
-        self.blocks_sent: dict[str, int] = {}  # request id -> blocks of its table the workers have (-1: reset)
+        # request id -> (blocks of its table the workers have, the last TAIL_BLOCKS of them); (0, []) after
+        # a preemption
+        self.sent: dict[str, tuple[int, list[int]]] = {}
         self.finished: list[str] = []
 
     def release(self, request_id: str) -> None:
-        if self.blocks_sent.pop(request_id, None) is not None:
+        if self.sent.pop(request_id, None) is not None:
             self.finished.append(request_id)
 
     def step(self, out: SchedulerOutput, block_tables: list[list[int]], has_prev: bool) -> StepMessage:
         for req in out.preempted:  # its blocks were freed: the next table it gets is new
-            if req.request_id in self.blocks_sent:
-                self.blocks_sent[req.request_id] = -1
+            if req.request_id in self.sent:
+                self.sent[req.request_id] = (0, [])
         new, rows = [], []
         for req, n, table in zip(out.requests, out.num_tokens, block_tables):
-            sent = self.blocks_sent.get(req.request_id)
-            if sent is None:
+            if req.request_id not in self.sent:
                 new.append(NewRequest(req.request_id, req.prompt_token_ids, req.sampling_params, req.eos_token_id))
-                sent = -1
+            keep = unchanged_blocks(table, *self.sent.get(req.request_id, (0, [])))
             s = req.num_computed_tokens
             rows.append(ScheduledRow(req.request_id, s, req.token_ids[s : s + n], req.num_tokens,
-                                     req.num_pending_tokens, table if sent < 0 else table[sent:], sent < 0))
-            self.blocks_sent[req.request_id] = len(table)
+                                     req.num_pending_tokens, req.num_draft_tokens, keep, table[keep:]))
+            self.sent[req.request_id] = (len(table), table[-TAIL_BLOCKS:])
         finished, self.finished = self.finished, []
         return StepMessage(finished, new, rows, has_prev)
+
+
+def unchanged_blocks(table: list[int], num_sent: int, tail: list[int]) -> int:
+    """How many leading blocks of ``table`` the workers already hold: those sent (``num_sent``, ending
+    with ``tail``) up to the first that differs. Only the tail is compared (trims remove a few last
+    blocks); a table shorter than the blocks before the tail starts over (0)."""
+    start = num_sent - len(tail)
+    if len(table) < start:
+        return 0
+    for i in range(start, min(num_sent, len(table))):
+        if table[i] != tail[i - start]:
+            return i
+    return min(num_sent, len(table))
 
 
 class StepMirror:
@@ -107,12 +128,13 @@ class StepMirror:
             tokens = req.token_ids
             if len(tokens) < row.num_tokens:
                 tokens.extend([0] * (row.num_tokens - len(tokens)))  # outputs this rank never reads
+            del tokens[row.num_tokens :]  # rejected drafts
             s = row.num_computed_tokens
             tokens[s : s + len(row.token_ids)] = row.token_ids
             req.num_computed_tokens, req.num_pending_tokens = s, row.num_pending_tokens
+            req.num_draft_tokens = row.num_draft_tokens
             table = self.tables.setdefault(row.request_id, [])
-            if row.reset_blocks:
-                table.clear()
+            del table[row.keep_blocks :]
             table.extend(row.block_ids)
             requests.append(req)
             tables.append(table)

@@ -118,10 +118,12 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
     from pagoda.engine.builder import build_model_shard
     from pagoda.executor.base import make_runner
     from pagoda.loader import load_hf_config, resolve_model
+    from pagoda.spec_decode.engine import capture_verify_graphs
 
     source = resolve_model(config.model)
     shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
     runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp)
+    capture_verify_graphs(runner, config, shard.max_model_len)  # after the decode graphs, as on the driver
     mirror, pending = messages.StepMirror(), None
     while True:
         if not channels.steps.poll(POLL_MS):

@@ -190,19 +190,16 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
     config = parse_speculative_config(value)
     if config is None:
         return None
-    if parts.config.tensor_parallel_size > 1:
-        raise ConfigError("speculative decoding does not run with tensor parallelism yet; "
-                          "drop --speculative-config or use --tensor-parallel-size 1")
     from pagoda.plugins.manager import get_plugin_manager
 
     proposer_cls = get_plugin_manager().registry("proposer").get(config.method)
+    check_proposer_tensor_parallel(parts.config)
     proposer = proposer_cls(config)
     proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
                                     dtype=parts.dtype, max_model_len=parts.max_model_len,
                                     num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
-    if runner is not None and getattr(runner, "graphs", None) is not None:
-        runner.capture_verify_graphs(config.num_speculative_tokens + 1, parts.max_model_len,
-                                     parts.config.max_num_seqs)
+    if runner is not None:
+        capture_verify_graphs(runner, parts.config, parts.max_model_len)
     speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None))
     if speculator.hidden is not None:
         if runner is None:
@@ -210,3 +207,25 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
                               "does not expose (no model runner in this process)")
         runner.hidden_sink = speculator.hidden.record
     return speculator
+
+
+def capture_verify_graphs(runner: Any, config: Any, max_model_len: int) -> None:
+    """Record the verify steps of ``--speculative-config`` where ``runner`` records decode graphs. Every
+    tensor-parallel rank calls it, after its decode graphs and in the same order: the warm-up passes
+    meet in collectives, and every rank pads a verify step to the same captured size."""
+    spec = parse_speculative_config(config.speculative_config)
+    if spec is not None and getattr(runner, "graphs", None) is not None:
+        runner.capture_verify_graphs(spec.num_speculative_tokens + 1, max_model_len, config.max_num_seqs)
+
+
+def check_proposer_tensor_parallel(config: Any) -> None:
+    """ConfigError where ``--speculative-config`` names a proposer that cannot run beside a tensor-parallel
+    target (checked before the worker ranks start, which capture verify graphs with the driver)."""
+    spec = parse_speculative_config(config.speculative_config)
+    if spec is None or config.tensor_parallel_size == 1:
+        return
+    from pagoda.plugins.manager import get_plugin_manager
+
+    if not get_plugin_manager().registry("proposer").get(spec.method).supports_tensor_parallel:
+        raise ConfigError(f"the {spec.method} proposer does not run with tensor parallelism yet (ngram does); "
+                          "use --speculative-config with method ngram, or --tensor-parallel-size 1")

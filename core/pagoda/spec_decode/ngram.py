@@ -49,6 +49,7 @@ class NgramIndex:
 
 class NgramProposer(Proposer):
     description = "prompt lookup: drafts copied from the sequence's own earlier n-gram matches"
+    supports_tensor_parallel = True  # token ids only, on rank 0
 
     def __init__(self, config) -> None:
         super().__init__(config)

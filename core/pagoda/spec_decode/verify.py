@@ -15,6 +15,10 @@ is ``normalize(max(0, p_j - q_j))`` (the residual). Greedy rows reduce to "keep 
 A seeded request's generator is wound back to just after the draws of the emitted tokens, so its
 random stream, and therefore its output, is the one it has without speculation.
 
+Under tensor parallelism every rank runs the verify step's forward pass and its LM head (whose
+vocabulary-parallel gather every rank joins); rank 0 alone verifies: the other ranks learn the
+outcome from the next step's message, which starts from the accepted tokens.
+
 Drafts that come with the proposer's distributions (``req.draft_probs``, ``[d, V]``) go through
 :func:`pagoda.spec_decode.rejection.rejection_sample` with the target's processed probabilities.
 """
@@ -91,6 +95,8 @@ def launch_verify(runner: "ModelRunner", out: "SchedulerOutput", hidden: torch.T
     requests = [out.requests[i] for i in sample_rows]
     counts = [1 + req.num_draft_tokens for req in requests]  # rows per request: its drafted positions + 1
     logits = _position_logits(runner, out, hidden, sample_rows, query_starts, counts)  # [sum(counts), V]
+    if runner.tp.rank > 0:  # the vocab-parallel LM head above met rank 0's; rank 0 alone verifies
+        return PendingStep([], None, lambda: [], prompt_lps)
     rows = [r for req, count in zip(requests, counts) for r in expand_row(runner._row(req), count - 1)]
     if runner.guided is not None:  # each drafted position masked by the grammar after the drafts before it
         runner.guided.mask_verify(logits, requests, counts)
