@@ -80,11 +80,23 @@ def test_tp2_with_ngram_speculation_equals_tp1(tiny_models, family):
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
 
 
-def test_proposers_with_a_model_are_refused_under_tp_before_start(tiny_models):
+def test_tp2_with_a_draft_model_on_rank_0_equals_tp1(tiny_models):
+    """The draft model runs whole on rank 0 (its own runner and cache, no collectives) beside the sharded
+    target; here the target itself as its draft, so most drafts are accepted."""
     path, _ = tiny_models["llama"]
-    draft = f'{{"method": "draft", "model": "{path}", "num_speculative_tokens": 2}}'
-    with pytest.raises(ConfigError, match="the draft proposer does not run with tensor parallelism yet"):
-        LLM(model=path, dtype="float32", tensor_parallel_size=2, speculative_config=draft)
+    prompts = shared_prefix_prompts()[:4]
+    expected, _ = run(path, 1, prompts)
+    draft = f'{{"method": "draft", "model": "{path}", "num_speculative_tokens": 3}}'
+    got, stats = run(path, 2, prompts, speculative_config=draft)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    assert stats.spec_num_accepted_tokens > 0
+
+
+def test_proposers_reading_the_target_are_refused_under_tp_before_start(tiny_models):
+    path, _ = tiny_models["llama"]
+    eagle = f'{{"method": "eagle", "model": "{path}", "num_speculative_tokens": 2}}'
+    with pytest.raises(ConfigError, match="the eagle proposer does not run with tensor parallelism yet"):
+        LLM(model=path, dtype="float32", tensor_parallel_size=2, speculative_config=eagle)
 
 
 def test_killed_rank_fails_fast_with_a_clear_error(tiny_models):

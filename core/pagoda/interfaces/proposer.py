@@ -58,8 +58,8 @@ class Proposer(Capability, ABC):
     """Suggests draft tokens. ``config`` is the parsed ``--speculative-config``."""
 
     needs_hidden_states: ClassVar[bool] = False  # True: the engine fills ProposalInput.hidden
-    # True: runs beside a tensor-parallel target (it proposes from token ids on rank 0, with no model of its
-    # own; the ranks verify together). A proposer with its own model or the target's hidden states is refused.
+    # True: runs beside a tensor-parallel target, on rank 0 alone (token ids, or a model of its own built
+    # unsharded); the ranks verify together. Proposers reading the target's model or hidden states: False.
     supports_tensor_parallel: ClassVar[bool] = False
 
     def __init__(self, config: Any) -> None:

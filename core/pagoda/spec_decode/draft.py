@@ -83,6 +83,7 @@ class _Launched:
 
 class DraftProposer(Proposer):
     description = "draft model: a small model of the same tokenizer proposes greedily (its own runner and KV cache)"
+    supports_tensor_parallel = True  # the draft runs whole on rank 0's device, beside its shard of the target
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -108,6 +109,7 @@ class DraftProposer(Proposer):
         engine = context.engine_config
         config = dataclasses.replace(
             engine, model=self.config.model, tokenizer=None, skip_tokenizer_init=True, speculative_config=None,
+            tensor_parallel_size=1,
             dtype=DTYPE_NAMES.get(context.dtype, "auto"), max_model_len=context.max_model_len,
             quantization=self.config.options.get("quantization"), enable_prefix_caching=False,
             load_format=self.config.options.get("load_format", engine.load_format),
