@@ -22,10 +22,10 @@ from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
 from pagoda.models.spec import attention_spec, check_tensor_parallel, num_kv_cache_layers
-from pagoda.spec_decode.engine import check_proposer_tensor_parallel
 from pagoda.plugins import get_plugin_manager
 from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.quantization.select import resolve_quantization
+from pagoda.spec_decode.engine import check_proposer_tensor_parallel
 
 logger = logging.getLogger("pagoda")
 

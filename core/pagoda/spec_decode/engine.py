@@ -193,8 +193,7 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
     from pagoda.plugins.manager import get_plugin_manager
 
     proposer_cls = get_plugin_manager().registry("proposer").get(config.method)
-    check_proposer_tensor_parallel(parts.config)
-    proposer = proposer_cls(config)
+    proposer = proposer_cls(config)  # under TP: checked before the workers started (check_proposer_tensor_parallel)
     proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
                                     dtype=parts.dtype, max_model_len=parts.max_model_len,
                                     num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
