@@ -84,13 +84,15 @@ class StepEncoder:
                 self.sent[req.request_id] = (0, [])
         new, rows = [], []
         for req, n, table in zip(out.requests, out.num_tokens, block_tables):
-            if req.request_id not in self.sent:
-                new.append(NewRequest(req.request_id, req.prompt_token_ids, req.sampling_params, req.eos_token_id))
-            keep = unchanged_blocks(table, *self.sent.get(req.request_id, (0, [])))
+            request_id, sent = req.request_id, self.sent.get(req.request_id)
+            if sent is None:
+                new.append(NewRequest(request_id, req.prompt_token_ids, req.sampling_params, req.eos_token_id))
+            keep = 0 if sent is None else unchanged_blocks(table, *sent)
             s = req.num_computed_tokens
-            rows.append(ScheduledRow(req.request_id, s, req.token_ids[s : s + n], req.num_tokens,
+            rows.append(ScheduledRow(request_id, s, req.token_ids[s : s + n], req.num_tokens,
                                      req.num_pending_tokens, req.num_draft_tokens, keep, table[keep:]))
-            self.sent[req.request_id] = (len(table), table[-TAIL_BLOCKS:])
+            if sent is None or keep != len(table) or keep != sent[0]:  # the table changed
+                self.sent[request_id] = (len(table), table[-TAIL_BLOCKS:])
         finished, self.finished = self.finished, []
         return StepMessage(finished, new, rows, has_prev)
 
@@ -99,7 +101,11 @@ def unchanged_blocks(table: list[int], num_sent: int, tail: list[int]) -> int:
     """How many leading blocks of ``table`` the workers already hold: those sent (``num_sent``, ending
     with ``tail``) up to the first that differs. Only the tail is compared (trims remove a few last
     blocks); a table shorter than the blocks before the tail starts over (0)."""
+    if num_sent == 0:
+        return 0
     start = num_sent - len(tail)
+    if len(table) >= num_sent and table[num_sent - 1] == tail[-1] and table[start:num_sent] == tail:  # usual
+        return num_sent
     if len(table) < start:
         return 0
     for i in range(start, min(num_sent, len(table))):
