@@ -5,6 +5,7 @@
 #   PARTS="costs" ...                               # 8B's linears at TP=2 with NCCL / one-shot / LL sums (tp_costs.py)
 #   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
 #   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
+#   PARTS="8b-serve" ...                            # the same for Llama-3.1-8B (about 2 minutes; SERVE_ARGS adds flags)
 #   PARTS="moe" bash scripts/device/tp.sh          # one GPU: fused MoE kernel at Mixtral shapes; Qwen3-30B-A3B dummy throughput
 # Everything lands in $OUT/work (logs, JSON, written as each step ends), packed into $OUT/work_<parts>.tgz at
 # the end, plus $OUT/summary_<parts>.txt.
@@ -68,22 +69,27 @@ if has 70b; then
   LIMIT=200 bench tp2_70b_300x256 throughput "$M70" --num-prompts 300 --input-len 256 --output-len 256 -tp 2
   LIMIT=150 bench tp2_70b_latency latency "$M70" --batch-sizes 1,16 --input-len 128 --output-len 128 --repeats 2 -tp 2
 fi
-if has 70b-serve; then
-  pagoda serve "$M70" "${COMMON[@]}" -tp 2 --port 8000 --served-model-name llama > "$WORK/server_70b.log" 2>&1 &
-  pid=$!
-  if t=$(wait_for_server $pid "$WORK/server_70b.log" 300); then echo "70b serve: server up after ${t} s"; else echo "70b serve: server did not start"; fi
+serve_tp2() {  # NAME MODEL: pagoda serve -tp 2 (SERVE_ARGS: e.g. a --speculative-config), then pagoda bench serve
+  local name=$1 model=$2
+  # shellcheck disable=SC2086
+  pagoda serve "$model" "${COMMON[@]}" -tp 2 ${SERVE_ARGS:-} --port 8000 --served-model-name llama \
+    > "$WORK/server_$name.log" 2>&1 &
+  local pid=$!
+  if t=$(wait_for_server $pid "$WORK/server_$name.log" 300); then echo "$name serve: server up after ${t} s"; else echo "$name serve: server did not start"; fi
   timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 32 --input-len 256 --output-len 16 \
-    --ignore-eos --no-progress > "$WORK/serve_70b_warmup.log" 2>&1
+    --ignore-eos --no-progress > "$WORK/serve_${name}_warmup.log" 2>&1
   timeout 150 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 200 --input-len 256 --output-len 256 \
-    --ignore-eos --no-progress --result-file "$WORK/serve_70b_rate_inf.json" > "$WORK/serve_70b_rate_inf.log" 2>&1
-  echo "70b serve rate inf: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_70b_rate_inf.json" 2>/dev/null)"
+    --ignore-eos --no-progress --result-file "$WORK/serve_${name}_rate_inf.json" > "$WORK/serve_${name}_rate_inf.log" 2>&1
+  echo "$name serve rate inf: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_${name}_rate_inf.json" 2>/dev/null)"
   if [ -n "${RATE4:-}" ]; then  # RATE4=1: also 4 requests/s (about 100 s more)
     timeout 100 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 240 --request-rate 4 --input-len 256 \
-      --output-len 256 --ignore-eos --no-progress --result-file "$WORK/serve_70b_rate_4.json" > "$WORK/serve_70b_rate_4.log" 2>&1
-    echo "70b serve rate 4: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_70b_rate_4.json" 2>/dev/null)"
+      --output-len 256 --ignore-eos --no-progress --result-file "$WORK/serve_${name}_rate_4.json" > "$WORK/serve_${name}_rate_4.log" 2>&1
+    echo "$name serve rate 4: exit $? $(python3 scripts/device/summarize_bench.py "$WORK/serve_${name}_rate_4.json" 2>/dev/null)"
   fi
-  kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null; echo "70b serve: server exit (pid $pid gone: $(kill -0 $pid 2>/dev/null && echo no || echo yes))"
-fi
+  kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null; echo "$name serve: server exit (pid $pid gone: $(kill -0 $pid 2>/dev/null && echo no || echo yes))"
+}
+if has 70b-serve; then serve_tp2 70b "$M70"; fi
+if has 8b-serve; then serve_tp2 8b "$M8"; fi
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$WORK/leftover_procs.txt" 2>&1
 part=$(echo "$PARTS" | tr ' ' '_')
 for f in "$WORK"/*.json; do [ -f "$f" ] && echo "$(basename "$f" .json): $(python3 scripts/device/summarize_bench.py "$f")"; done > "$OUT/summary_$part.txt"
