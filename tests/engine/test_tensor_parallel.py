@@ -183,16 +183,19 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
 
 
 @pytest.mark.gpu
-def test_tp2_ngram_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models):
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models, method):
     """Both ranks capture verify graphs and pad each verify step to the same size (their collectives
-    meet); greedy tokens with ngram speculation at TP=2 equal TP=1 without it (float32)."""
+    meet); greedy tokens with speculation at TP=2 (ngram, or the target as its own draft model on
+    rank 0 with its own graphs) equal TP=1 without it (float32)."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     path, _ = tiny_models["llama"]
     prompts = [p * 3 for p in random_prompts(4, range(6, 14), seed=3)]
     params = SamplingParams(temperature=0, max_tokens=40)
+    spec = NGRAM if method == "ngram" else f'{{"method": "draft", "model": "{path}", "num_speculative_tokens": 3}}'
     outputs = []
-    for tp, spec in ((1, None), (2, NGRAM)):
+    for tp, spec in ((1, None), (2, spec)):
         llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, tensor_parallel_size=tp,
                   gpu_memory_utilization=0.3, speculative_config=spec)
         try:
