@@ -261,6 +261,25 @@ def test_a_trained_head_is_accepted_and_a_random_one_is_not(tiny_models, trained
     assert good.engine.stats.spec_accepted_per_position[-1] > 0  # chained drafts accepted too
 
 
+def test_eagle_beside_a_tensor_parallel_target(tiny_models, trained) -> None:
+    """TP=2 (gloo): the head runs on rank 0 with a whole copy of the target's embedding and LM head read
+    from its checkpoint; greedy tokens equal TP=1 without speculation and the trained head is accepted."""
+    target = tiny_models["llama"][0]
+    head, prompts = trained
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    plain = _tokens(_llm(target, None, dtype="float32").generate(prompts[:4], params, use_tqdm=False))
+    llm = _llm(target, _eagle(head, backoff=False), dtype="float32", tensor_parallel_size=2)
+    try:
+        assert _tokens(llm.generate(prompts[:4], params, use_tqdm=False)) == plain
+        assert _mean_acceptance_length(llm) > 1.5
+        proposer, hf = llm.engine.core.speculator.proposer, tiny_models["llama"][1]
+        ids, hidden = torch.arange(VOCAB), torch.randn(3, hf.config.hidden_size)
+        assert torch.equal(proposer._embed(ids), hf.model.embed_tokens(ids))  # the whole vocabulary, not a shard
+        assert torch.allclose(proposer._logits(hidden), hf.lm_head(hidden), atol=1e-5)
+    finally:
+        llm.shutdown()
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_head_of_another_hidden_size_is_refused(tiny_models, tmp_path) -> None:
     head = save_head(tmp_path, random_head_weights(hidden=32, inter=64, head_dim=8), hidden_size=32,

@@ -92,11 +92,14 @@ def test_tp2_with_a_draft_model_on_rank_0_equals_tp1(tiny_models):
     assert stats.spec_num_accepted_tokens > 0
 
 
-def test_proposers_reading_the_target_are_refused_under_tp_before_start(tiny_models):
+def test_proposers_without_tp_support_are_refused_before_start(tiny_models, monkeypatch):
+    """A (plugin) proposer that does not declare ``supports_tensor_parallel``: refused before any worker starts."""
+    from pagoda.spec_decode.ngram import NgramProposer
+
+    monkeypatch.setattr(NgramProposer, "supports_tensor_parallel", False)
     path, _ = tiny_models["llama"]
-    eagle = f'{{"method": "eagle", "model": "{path}", "num_speculative_tokens": 2}}'
-    with pytest.raises(ConfigError, match="the eagle proposer does not run with tensor parallelism yet"):
-        LLM(model=path, dtype="float32", tensor_parallel_size=2, speculative_config=eagle)
+    with pytest.raises(ConfigError, match="the ngram proposer does not run with tensor parallelism"):
+        LLM(model=path, dtype="float32", tensor_parallel_size=2, speculative_config=NGRAM)
 
 
 def test_killed_rank_fails_fast_with_a_clear_error(tiny_models):

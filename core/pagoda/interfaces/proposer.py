@@ -58,8 +58,9 @@ class Proposer(Capability, ABC):
     """Suggests draft tokens. ``config`` is the parsed ``--speculative-config``."""
 
     needs_hidden_states: ClassVar[bool] = False  # True: the engine fills ProposalInput.hidden
-    # True: runs beside a tensor-parallel target, on rank 0 alone (token ids, or a model of its own built
-    # unsharded); the ranks verify together. Proposers reading the target's model or hidden states: False.
+    # True: runs beside a tensor-parallel target, on rank 0 alone (token ids, a model of its own built
+    # unsharded, the target's hidden states, or the target's vocabulary weights whole via
+    # pagoda.spec_decode.vocab; not the target's sharded layers); the ranks verify together.
     supports_tensor_parallel: ClassVar[bool] = False
 
     def __init__(self, config: Any) -> None:

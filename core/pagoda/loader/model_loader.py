@@ -56,12 +56,12 @@ def load_model(
         if fmt == "dummy":
             fill_dummy_weights(model, DUMMY_SEED + ctx.tp.rank)
         else:  # tensor-parallel ranks read only their slices (lazily, where the format allows)
-            load_checkpoint(model, _reader(source, fmt, hf_config, lazy=ctx.tp.size > 1), progress)
+            load_checkpoint(model, checkpoint_reader(source, fmt, hf_config, lazy=ctx.tp.size > 1), progress)
         process_weights_after_loading(model)
     return model.to(device).eval()
 
 
-def _reader(source: ModelSource, fmt: str, hf_config: Any, lazy: bool = False) -> CheckpointReader:
+def checkpoint_reader(source: ModelSource, fmt: str, hf_config: Any, lazy: bool = False) -> CheckpointReader:
     if fmt == "gguf":
         from pagoda.loader.gguf_reader import GGUFReader
 

@@ -31,6 +31,7 @@ import torch
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
 from pagoda.spec_decode.eagle_head import EagleHead, HeadCache, check_head_fits_target, load_head_checkpoint
+from pagoda.spec_decode.vocab import load_vocab_weights
 
 logger = logging.getLogger("pagoda")
 
@@ -49,6 +50,7 @@ class _State:
 
 class EagleProposer(Proposer):
     description = "EAGLE-1/2 head: one decoder layer over the target's hidden states, embedding and LM head"
+    supports_tensor_parallel = True  # on rank 0, with a whole copy of the target's embedding and LM head
     needs_hidden_states = True
 
     def __init__(self, config) -> None:
@@ -77,7 +79,11 @@ class EagleProposer(Proposer):
         device = context.platform.device()
         margin = self.config.num_speculative_tokens + 1
         self.head = EagleHead(ckpt, context.dtype, device, context.max_model_len + margin)
-        self.bind(self.head, embed, target.compute_logits, context.dtype)
+        compute_logits = target.compute_logits
+        if context.engine_config.tensor_parallel_size > 1:  # the target's are split over the ranks
+            vocab = load_vocab_weights(context, "the eagle proposer")
+            embed, compute_logits = vocab.embed, vocab.compute_logits
+        self.bind(self.head, embed, compute_logits, context.dtype)
         logger.info("EAGLE head %s: %d layer(s), %.1f M parameters", ckpt.path, len(self.head.layers),
                     sum(p.numel() for p in self.head.parameters()) / 1e6)
 

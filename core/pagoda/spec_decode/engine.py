@@ -226,5 +226,5 @@ def check_proposer_tensor_parallel(config: Any) -> None:
     from pagoda.plugins.manager import get_plugin_manager
 
     if not get_plugin_manager().registry("proposer").get(spec.method).supports_tensor_parallel:
-        raise ConfigError(f"the {spec.method} proposer does not run with tensor parallelism yet (ngram and draft "
-                          "do); use one of those, or --tensor-parallel-size 1")
+        raise ConfigError(f"the {spec.method} proposer does not run with tensor parallelism (it does not set "
+                          "supports_tensor_parallel); use ngram, draft or eagle, or --tensor-parallel-size 1")
