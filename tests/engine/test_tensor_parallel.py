@@ -68,16 +68,10 @@ def test_tp2_with_ngram_speculation_equals_tp1(tiny_models, family):
     path, _ = tiny_models[family]
     prompts = [p * 3 for p in random_prompts(4, range(6, 14), seed=3)] + shared_prefix_prompts()[:4]
     expected, _ = run(path, 1, prompts)
-    llm = LLM(model=path, dtype="float32", block_size=8, max_num_batched_tokens=40, max_num_seqs=8,
-              kv_cache_memory=KV_BYTES_TP1 // 2, tensor_parallel_size=2, speculative_config=NGRAM)
-    try:
-        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=28, logprobs=0), use_tqdm=False)
-        spec, kv = llm.engine.core.speculator, llm.engine.core.kv_cache
-        assert spec.num_drafts > spec.num_accepted > 0, "drafts accepted and rejected"
-        assert kv.num_free_blocks == kv.num_blocks
-    finally:
-        llm.shutdown()
+    got, stats = run(path, 2, prompts, speculative_config=NGRAM)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    assert stats.spec_num_draft_tokens > stats.spec_num_accepted_tokens > 0, "drafts accepted and rejected"
+    assert stats.kv_cache_usage == 0.0  # every block free again
 
 
 def test_tp2_with_a_draft_model_on_rank_0_equals_tp1(tiny_models):
