@@ -9,5 +9,6 @@ from pagoda.layers.csrc_ops import CsrcOps
 
 class CudaOps(CsrcOps):
     name = "cuda"
-    # dense layers of 1-4 tokens on the csrc GEMV (PAGODA_DENSE_GEMV=0: F.linear, for A/B timings)
-    dense_gemv_tokens = 0 if os.environ.get("PAGODA_DENSE_GEMV") == "0" else 4
+    # dense layers of one token on the csrc GEMV (PAGODA_DENSE_GEMV=0: F.linear, for A/B timings). The kernel
+    # takes up to 4, but from 2 tokens on cuBLAS was faster (H100, 2026-11-27: 8B layer 0.85-0.90x, docs/cuda.md)
+    dense_gemv_tokens = 0 if os.environ.get("PAGODA_DENSE_GEMV") == "0" else 1

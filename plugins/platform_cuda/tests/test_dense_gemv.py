@@ -1,4 +1,5 @@
-"""The csrc dense GEMV (``CudaOps.linear`` for 1-4 tokens) against float64, with a rounding-error bound.
+"""The csrc dense GEMV (``CudaOps.linear`` for a decode step's token; the kernel takes 1-4 tokens) against
+float64, with a rounding-error bound.
 
 The kernel sums in fp32 (a lane's share of the row, then a 5-step warp reduction) and rounds once:
 |out - ref| <= (k / 32 + 8) * 2^-24 * sum|x||w| + u(T) * |ref| (u: fp16 2^-11, bf16 2^-8), plus
@@ -57,12 +58,13 @@ def test_bias_and_strided_rows(ops, dtype):
 
 
 def test_ops_route_by_shape(ops):
-    """Up to 4 aligned tokens go to the kernel; more tokens, fp32 or a misaligned row to F.linear."""
+    """Up to dense_gemv_tokens aligned tokens go to the kernel; more tokens, fp32 or a misaligned row to F.linear."""
     from pagoda.layers.csrc_ops import gemv_fits
 
     w = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
-    assert gemv_fits(torch.randn(4, 64, device="cuda", dtype=torch.bfloat16), w, None, ops.dense_gemv_tokens)
-    assert not gemv_fits(torch.randn(5, 64, device="cuda", dtype=torch.bfloat16), w, None, ops.dense_gemv_tokens)
+    most = ops.dense_gemv_tokens
+    assert gemv_fits(torch.randn(most, 64, device="cuda", dtype=torch.bfloat16), w, None, most)
+    assert not gemv_fits(torch.randn(most + 1, 64, device="cuda", dtype=torch.bfloat16), w, None, ops.dense_gemv_tokens)
     assert not gemv_fits(torch.randn(1, 64, device="cuda"), w.float(), None, ops.dense_gemv_tokens)
     odd = torch.randn(1, 72, device="cuda", dtype=torch.bfloat16)[:, 1:65]  # starts 2 bytes in
     assert not gemv_fits(odd, w, None, ops.dense_gemv_tokens)
@@ -77,7 +79,7 @@ def test_graph_replays_a_chain_of_dependent_kernels(ops):
     w_gate_up = (torch.randn(2 * inter, hidden, device="cuda") / 64).to(dtype)
     w_down = (torch.randn(hidden, inter, device="cuda") / 120).to(dtype)
     norm_w = torch.rand(hidden, device="cuda").to(dtype) + 0.5
-    x = torch.empty(2, hidden, device="cuda", dtype=dtype)
+    x = torch.empty(ops.dense_gemv_tokens, hidden, device="cuda", dtype=dtype)
 
     def chain() -> torch.Tensor:
         h = ops.linear(ops.rms_norm(x, norm_w, 1e-6), w_gate_up)
