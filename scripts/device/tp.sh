@@ -2,6 +2,7 @@
 # On nvidia-h200-x2 (tool `run`, carry [".whl"]): tensor parallelism on 2 GPUs, in parts of < 9 minutes:
 #   PARTS="tests 8b" bash scripts/device/tp.sh     # TP GPU tests; Llama-3.1-8B dummy TP=2 vs TP=1 (throughput, batch-1 latency; TP=2 with each all-reduce)
 #   PARTS="tests 8b-latency" ...                    # the same without the throughput runs (about 4 minutes)
+#   LATENCY="tp1 tp2 ll" ...                        # only these latency runs (default: tp1 tp2 nccl_only ll ll_unfused)
 #   PARTS="costs" ...                               # 8B's linears at TP=2 with NCCL / one-shot / LL sums (tp_costs.py)
 #   PARTS="70b" bash scripts/device/tp.sh          # Llama-3.1-70B dummy at TP=2: bench throughput + batch-1 latency
 #   PARTS="70b-serve" bash scripts/device/tp.sh    # Llama-3.1-70B dummy at TP=2: pagoda serve + pagoda bench serve
@@ -45,15 +46,15 @@ if has 8b; then
   bench tp1_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256
   bench tp2_8b_1000x256 throughput "$M8" --num-prompts 1000 --input-len 256 --output-len 256 -tp 2
 fi
+want() { [[ " ${LATENCY:-tp1 tp2 nccl_only ll ll_unfused} " == *" $1 "* ]]; }  # LATENCY: which latency runs
 if has 8b || has 8b-latency; then
-  LIMIT=150 bench tp1_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2
-  LIMIT=150 bench tp2_8b_latency latency "$M8" --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
-  PAGODA_SYMM_ALL_REDUCE=0 LIMIT=150 bench tp2_8b_latency_nccl_only latency "$M8" --batch-sizes 1,32 --input-len 128 \
-    --output-len 128 --repeats 2 -tp 2
-  PAGODA_SYMM_ALL_REDUCE=ll LIMIT=150 bench tp2_8b_latency_ll latency "$M8" --batch-sizes 1,32 --input-len 128 \
-    --output-len 128 --repeats 2 -tp 2
-  PAGODA_SYMM_ALL_REDUCE=ll PAGODA_LL_FUSED_NORM=0 LIMIT=150 bench tp2_8b_latency_ll_unfused latency "$M8" \
-    --batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2 -tp 2
+  LAT=(--batch-sizes 1,32 --input-len 128 --output-len 128 --repeats 2)
+  want tp1 && LIMIT=150 bench tp1_8b_latency latency "$M8" "${LAT[@]}"
+  want tp2 && LIMIT=150 bench tp2_8b_latency latency "$M8" "${LAT[@]}" -tp 2
+  want nccl_only && PAGODA_SYMM_ALL_REDUCE=0 LIMIT=150 bench tp2_8b_latency_nccl_only latency "$M8" "${LAT[@]}" -tp 2
+  want ll && PAGODA_SYMM_ALL_REDUCE=ll LIMIT=150 bench tp2_8b_latency_ll latency "$M8" "${LAT[@]}" -tp 2
+  want ll_unfused && PAGODA_SYMM_ALL_REDUCE=ll PAGODA_LL_FUSED_NORM=0 LIMIT=150 bench tp2_8b_latency_ll_unfused latency \
+    "$M8" "${LAT[@]}" -tp 2
 fi
 if has costs; then  # the 32 layers' linears at one token with each all-reduce, and the 64 sums alone (about 1 minute)
   timeout 150 python3 scripts/device/tp_costs.py --out "$WORK/tp_costs.json" > "$WORK/tp_costs.log" 2>&1
