@@ -18,7 +18,7 @@ def main() -> None:
     assert op is not None, "the fast path should be available on 2 GPUs of one host"
     g = torch.Generator(device=device).manual_seed(rank)
     for dtype in (torch.bfloat16, torch.float32):
-        for numel in (1, 4096, 8192 * 3, op.max_bytes // torch.finfo(dtype).bits * 8):
+        for numel in (8, 4096, 8192 * 3, op.max_bytes // torch.finfo(dtype).bits * 8):
             x = torch.randn(numel, generator=g, device=device).to(dtype)
             expected = x.clone()
             dist.all_reduce(expected)
@@ -34,7 +34,8 @@ def main() -> None:
                 dist.all_reduce(expected)
                 graph.replay()
                 assert torch.equal(out, expected), ("replay", dtype, numel)
-    assert not op.fits(torch.empty(op.max_bytes + 2, dtype=torch.uint8, device=device))
+    assert not op.fits(torch.empty(op.max_bytes + 16, dtype=torch.uint8, device=device))
+    assert not op.fits(torch.empty(1, dtype=torch.bfloat16, device=device))  # 2 bytes: torch's kernel refuses it
     dist.barrier()
     print("symm all-reduce ok", flush=True)
     dist.destroy_process_group()

@@ -8,6 +8,10 @@ graphs capture them like NCCL's. Messages above ``max_bytes`` (prefill) stay on 
 
 Set up collectively by :func:`create` on every rank of one host; every decision is agreed over
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
+Torch numbers the store exchanges of its rendezvous with one counter per process, so a process that
+set symmetric memory up for an earlier engine cannot set it up with fresh worker processes (its keys
+never match theirs: the rendezvous would wait forever). :func:`same_history` finds that case first,
+and such an engine sums over NCCL.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch.distributed as dist
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+_rendezvous_calls = 0  # this process's calls of torch's symmetric-memory rendezvous (see same_history)
 
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
 
@@ -34,7 +39,8 @@ class SymmetricAllReduce:
         self.max_bytes = max_bytes
 
     def fits(self, x: torch.Tensor) -> bool:
-        return x.numel() * x.element_size() <= self.max_bytes and x.is_contiguous()
+        nbytes = x.numel() * x.element_size()  # torch's kernel refuses sizes that are not 4-byte multiples
+        return nbytes <= self.max_bytes and nbytes % 16 == 0 and x.is_contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         staging = self.buffer.view(x.dtype)[: x.numel()]
@@ -44,6 +50,12 @@ class SymmetricAllReduce:
 def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce | None:
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
     if os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1") == "0":
+        return None
+    if not same_history(group, device):
+        logger.warning("Tensor parallel: symmetric-memory all-reduce unavailable (an engine before this one in "
+                       "this process set symmetric memory up, and torch cannot set it up again with fresh "
+                       "workers); NCCL for every sum. Start each tensor-parallel engine in a process of its own "
+                       "for the fast path.")
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
     buffer = _agreed(lambda: _allocate(max_bytes, device), group, device)
@@ -65,9 +77,19 @@ def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
     return symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
 
 
+def same_history(group, device: torch.device) -> bool:
+    """True on every rank if all ranks of ``group`` have called torch's rendezvous equally often in their
+    processes (so their store keys match), else False on every rank."""
+    counts = torch.tensor([_rendezvous_calls, -_rendezvous_calls], dtype=torch.int64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)  # [most, -fewest]
+    return counts.tolist() == [_rendezvous_calls, -_rendezvous_calls]
+
+
 def _rendezvous(buffer: torch.Tensor, group) -> object:
     import torch.distributed._symmetric_memory as symm_mem
 
+    global _rendezvous_calls
+    _rendezvous_calls += 1  # counted when tried: a failed call may have used up keys too
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, a no-op after
     if enable is not None and not symm_mem.is_symm_mem_enabled_for_group(group.group_name):
         enable(group.group_name)
