@@ -8,6 +8,7 @@ platforms are refused before any process starts.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -154,29 +155,51 @@ def test_torchrun_two_processes_match_one(tiny_models, tmp_path):
     assert pair.stdout.strip() and pair.stdout.strip() == single.stdout.strip()
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("symm", ["1", "ll", "0"])  # one-shot over symmetric memory, the csrc LL kernel, NCCL
-def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, monkeypatch, symm):
-    """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
+def tp1_tokens(path: str, prompts, max_tokens: int = 40) -> list[list[int]]:
+    llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, gpu_memory_utilization=0.3)
+    try:
+        assert llm.engine.core.runner.graphs is not None, "decode steps should be captured"
+        return [o.outputs[0].token_ids for o in llm.generate(
+            prompts, SamplingParams(temperature=0, max_tokens=max_tokens), use_tqdm=False)]
+    finally:
+        llm.shutdown()
+
+
+def tp2_engines(path: str, prompts, engines: list[dict], env: dict | None = None) -> list[dict]:
+    """The engines (LLM keyword arguments, TP=2 added) one after another in a fresh process
+    (tp_engines_check.py): one result each."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
-    monkeypatch.setenv("PAGODA_SYMM_ALL_REDUCE", symm)  # read by every rank (the workers inherit it)
+    script = os.path.join(os.path.dirname(__file__), "tp_engines_check.py")
+    spec = {"model": path, "prompts": prompts, "max_tokens": 40,
+            "engines": [{"tensor_parallel_size": 2, **engine} for engine in engines]}
+    run = subprocess.run([sys.executable, script, json.dumps(spec)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("symm", ["1", "ll", "0"])  # one-shot over symmetric memory, the csrc LL kernel, NCCL
+def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, symm):
+    """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
     path, _ = tiny_models["llama"]
     prompts = shared_prefix_prompts()
-    outputs = []
-    for tp in (1, 2):
-        llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, tensor_parallel_size=tp,
-                  gpu_memory_utilization=0.3)
-        try:
-            assert llm.engine.core.runner.graphs is not None, "decode steps should be captured"
-            if tp == 2:
-                fast = llm.engine.core.executor.workers.tp.fast
-                assert type(fast).__name__ == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": "NoneType"}[symm]
-            outputs.append([o.outputs[0].token_ids for o in llm.generate(
-                prompts, SamplingParams(temperature=0, max_tokens=40), use_tqdm=False)])
-        finally:
-            llm.shutdown()
-    assert outputs[0] == outputs[1]
+    (tp2,) = tp2_engines(path, prompts, [{}], env={"PAGODA_SYMM_ALL_REDUCE": symm})
+    assert tp2["graphs"], "decode steps should be captured"
+    assert tp2["fast"] == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": None}[symm]
+    assert tp2["tokens"] == tp1_tokens(path, prompts)
+
+
+@pytest.mark.gpu
+def test_a_second_tp2_engine_in_one_process_sums_over_nccl(tiny_models):
+    """Torch's rendezvous cannot set symmetric memory up again in a process that did it for an engine
+    before (it waited forever): the second engine sums over NCCL, with the same tokens."""
+    path, _ = tiny_models["llama"]
+    prompts = shared_prefix_prompts()
+    first, second = tp2_engines(path, prompts, [{}, {}])
+    assert (first["fast"], second["fast"]) == ("SymmetricAllReduce", None)
+    assert first["tokens"] == second["tokens"] == tp1_tokens(path, prompts)
 
 
 @pytest.mark.gpu
@@ -185,23 +208,13 @@ def test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models, 
     """Both ranks capture verify graphs and pad each verify step to the same size (their collectives
     meet); greedy tokens with speculation at TP=2 (ngram, or the target as its own draft model on
     rank 0 with its own graphs) equal TP=1 without it (float32)."""
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
     path, _ = tiny_models["llama"]
     prompts = [p * 3 for p in random_prompts(4, range(6, 14), seed=3)]
-    params = SamplingParams(temperature=0, max_tokens=40)
     spec = NGRAM if method == "ngram" else f'{{"method": "draft", "model": "{path}", "num_speculative_tokens": 3}}'
-    outputs = []
-    for tp, spec in ((1, None), (2, spec)):
-        llm = LLM(model=path, dtype="float32", block_size=16, max_num_seqs=16, tensor_parallel_size=tp,
-                  gpu_memory_utilization=0.3, speculative_config=spec)
-        try:
-            assert tp == 1 or llm.engine.core.runner.verify_graphs is not None, "verify steps should be captured"
-            outputs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)])
-            assert spec is None or llm.engine.core.speculator.num_accepted > 0
-        finally:
-            llm.shutdown()
-    assert outputs[0] == outputs[1]
+    (tp2,) = tp2_engines(path, prompts, [{"speculative_config": spec}])
+    assert tp2["verify_graphs"], "verify steps should be captured"
+    assert tp2["accepted"] > 0
+    assert tp2["tokens"] == tp1_tokens(path, prompts)
 
 
 @pytest.mark.gpu

@@ -10,7 +10,11 @@ Set up collectively by :func:`create` on every rank of one host; every decision 
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
 ``PAGODA_SYMM_ALL_REDUCE`` (:func:`switch`): ``0`` NCCL for every sum; ``ll`` the CUDA platform's
 low-latency kernel for decode-sized sums, this path above them; otherwise this path. The helpers
-here (:func:`agreed`, :func:`symmetric_buffer`, :func:`rendezvous`, :func:`probe_sums`) serve both.
+here (:func:`agreed`, :func:`same_history`, :func:`symmetric_buffer`, :func:`rendezvous`,
+:func:`probe_sums`) serve both. Torch numbers the store exchanges of its rendezvous with one counter
+per process, so a process that set symmetric memory up for an earlier engine cannot set it up with
+fresh worker processes (its keys never match theirs: the rendezvous would wait forever).
+:func:`same_history` finds that case first, and such an engine sums over NCCL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pagoda.distributed.parallel import FastAllReduce
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+_rendezvous_calls = 0  # this process's calls of torch's symmetric-memory rendezvous (see same_history)
 
 WHAT = "one-shot all-reduce over symmetric memory (NCCL for every sum)"
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
@@ -40,7 +45,8 @@ class SymmetricAllReduce(FastAllReduce):
         self.max_bytes = max_bytes
 
     def fits(self, x: torch.Tensor) -> bool:
-        return x.numel() * x.element_size() <= self.max_bytes and x.is_contiguous()
+        nbytes = x.numel() * x.element_size()  # torch's kernel refuses sizes that are not 4-byte multiples
+        return nbytes <= self.max_bytes and nbytes % 16 == 0 and x.is_contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         staging = self.buffer.view(x.dtype)[: x.numel()]
@@ -49,7 +55,7 @@ class SymmetricAllReduce(FastAllReduce):
 
 def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce | None:
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
-    if switch() == "0":
+    if switch() == "0" or not same_history(group, device, WHAT):
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
     buffer = agreed(lambda: _allocate(max_bytes, device), group, device, WHAT)
@@ -75,6 +81,19 @@ def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
     return symmetric_buffer(max_bytes, device)
 
 
+def same_history(group, device: torch.device, what: str) -> bool:
+    """True on every rank if all ranks of ``group`` have called torch's rendezvous equally often in their
+    processes (so their store keys match), else False on every rank, with a warning naming ``what``."""
+    counts = torch.tensor([_rendezvous_calls, -_rendezvous_calls], dtype=torch.int64, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)  # [most, -fewest]
+    if counts.tolist() == [_rendezvous_calls, -_rendezvous_calls]:
+        return True
+    logger.warning("Tensor parallel: %s unavailable (an engine before this one in this process set symmetric "
+                   "memory up, and torch cannot set it up again with fresh workers). Start each "
+                   "tensor-parallel engine in a process of its own for the fast path.", what)
+    return False
+
+
 def symmetric_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
     """uint8 [nbytes] that every rank of a group can map once :func:`rendezvous` has run."""
     import torch.distributed._symmetric_memory as symm_mem
@@ -85,6 +104,8 @@ def symmetric_buffer(nbytes: int, device: torch.device) -> torch.Tensor:
 def rendezvous(buffer: torch.Tensor, group) -> object:
     import torch.distributed._symmetric_memory as symm_mem
 
+    global _rendezvous_calls
+    _rendezvous_calls += 1  # counted when tried: a failed call may have used up keys too
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)  # needed before torch 2.9, a no-op after
     if enable is not None and not symm_mem.is_symm_mem_enabled_for_group(group.group_name):
         enable(group.group_name)

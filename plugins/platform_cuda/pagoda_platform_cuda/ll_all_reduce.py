@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from pagoda.distributed.parallel import FastAllReduce
-from pagoda.distributed.symm_all_reduce import agreed, probe_sums, rendezvous, symmetric_buffer
+from pagoda.distributed.symm_all_reduce import agreed, probe_sums, rendezvous, same_history, symmetric_buffer
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,8 @@ class LLAllReduce(FastAllReduce):
 def create(kernels: ModuleType | None, group, device: torch.device, world_size: int,
            fallback: FastAllReduce | None = None) -> LLAllReduce | None:
     """Every rank of ``group`` (one host) calls this together; None unless every step succeeds everywhere."""
+    if not same_history(group, device, WHAT):
+        return None
     nbytes = agreed(lambda: _buffer_bytes(kernels, world_size), group, device, WHAT)
     if nbytes is None:
         return None
