@@ -17,7 +17,7 @@ def _agree(rank: int, store_file: str, earlier_calls: list[int], out) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
     try:
         symm_all_reduce._rendezvous_calls = earlier_calls[rank]
-        out.put((rank, symm_all_reduce.same_history(dist.group.WORLD, torch.device("cpu"))))
+        out.put((rank, symm_all_reduce.same_history(dist.group.WORLD, torch.device("cpu"), "the test path")))
     finally:
         dist.destroy_process_group()
 

@@ -51,11 +51,7 @@ def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce |
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
     if os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1") == "0":
         return None
-    if not same_history(group, device):
-        logger.warning("Tensor parallel: symmetric-memory all-reduce unavailable (an engine before this one in "
-                       "this process set symmetric memory up, and torch cannot set it up again with fresh "
-                       "workers); NCCL for every sum. Start each tensor-parallel engine in a process of its own "
-                       "for the fast path.")
+    if not same_history(group, device, "symmetric-memory all-reduce (NCCL for every sum)"):
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
     buffer = _agreed(lambda: _allocate(max_bytes, device), group, device)
@@ -77,12 +73,17 @@ def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:
     return symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
 
 
-def same_history(group, device: torch.device) -> bool:
+def same_history(group, device: torch.device, what: str) -> bool:
     """True on every rank if all ranks of ``group`` have called torch's rendezvous equally often in their
-    processes (so their store keys match), else False on every rank."""
+    processes (so their store keys match), else False on every rank, with a warning naming ``what``."""
     counts = torch.tensor([_rendezvous_calls, -_rendezvous_calls], dtype=torch.int64, device=device)
     dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)  # [most, -fewest]
-    return counts.tolist() == [_rendezvous_calls, -_rendezvous_calls]
+    if counts.tolist() == [_rendezvous_calls, -_rendezvous_calls]:
+        return True
+    logger.warning("Tensor parallel: %s unavailable (an engine before this one in this process set symmetric "
+                   "memory up, and torch cannot set it up again with fresh workers). Start each "
+                   "tensor-parallel engine in a process of its own for the fast path.", what)
+    return False
 
 
 def _rendezvous(buffer: torch.Tensor, group) -> object:
