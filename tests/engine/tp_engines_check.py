@@ -1,10 +1,11 @@
 """Run by test_tensor_parallel.py's GPU tests in a process of its own: torch sets symmetric memory up
 once per process (symm_all_reduce.same_history), so each such test starts its TP=2 engines fresh.
-argv[1]: JSON {"model", "prompts", "max_tokens", "engines": [LLM keyword arguments, ...]}; the engines
-run one after another, each printing one JSON line: its greedy token ids, its fast all-reduce's type
+argv[1]: JSON {"model", "prompts", "max_tokens", "engines": [LLM keyword arguments, ...]} (an engine's
+"env" entry, if any, is set in the environment before it starts); the engines run one after another, each printing one JSON line: its greedy token ids, its fast all-reduce's type
 name (None: NCCL), whether decode and verify steps were captured, and the accepted draft tokens."""
 
 import json
+import os
 import sys
 
 from pagoda import LLM, SamplingParams
@@ -14,6 +15,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     params = SamplingParams(temperature=0, max_tokens=spec["max_tokens"])
     for kwargs in spec["engines"]:
+        os.environ.update(kwargs.pop("env", {}))  # read by this process and inherited by its workers
         llm = LLM(model=spec["model"], dtype="float32", block_size=16, max_num_seqs=16,
                   gpu_memory_utilization=0.3, **kwargs)
         try:
