@@ -198,7 +198,7 @@ def test_a_second_tp2_engine_in_one_process_sums_over_nccl(tiny_models):
     path, _ = tiny_models["llama"]
     prompts = shared_prefix_prompts()
     first, second = tp2_engines(path, prompts, [{}, {}])
-    assert (first["fast"], second["fast"]) == ("SymmetricAllReduce", None)
+    assert (first["fast"], second["fast"]) == ("LLAllReduce", None)  # the default, then NCCL
     assert first["tokens"] == second["tokens"] == tp1_tokens(path, prompts)
 
 

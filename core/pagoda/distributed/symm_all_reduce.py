@@ -8,8 +8,9 @@ graphs capture them like NCCL's. Messages above ``max_bytes`` (prefill) stay on 
 
 Set up collectively by :func:`create` on every rank of one host; every decision is agreed over
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
-``PAGODA_SYMM_ALL_REDUCE`` (:func:`switch`): ``0`` NCCL for every sum; ``ll`` the CUDA platform's
-low-latency kernel for decode-sized sums, this path above them; otherwise this path. The helpers
+``PAGODA_SYMM_ALL_REDUCE`` (:func:`switch`): ``0`` NCCL for every sum; ``1`` this path alone; ``ll``
+(the default) the CUDA platform's low-latency kernel for decode-sized sums, this path above them
+(platforms without that kernel: this path). The helpers
 here (:func:`agreed`, :func:`same_history`, :func:`symmetric_buffer`, :func:`rendezvous`,
 :func:`probe_sums`) serve both. Torch numbers the store exchanges of its rendezvous with one counter
 per process, so a process that set symmetric memory up for an earlier engine cannot set it up with
@@ -71,8 +72,9 @@ def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce |
 
 
 def switch() -> str:
-    """``PAGODA_SYMM_ALL_REDUCE``: ``0`` (off), ``ll`` (the platform's low-latency kernel first) or ``1``."""
-    return os.environ.get("PAGODA_SYMM_ALL_REDUCE", "1")
+    """``PAGODA_SYMM_ALL_REDUCE``: ``0`` (off), ``1`` (this path alone) or ``ll`` (the default: the
+    platform's low-latency kernel first, where it has one)."""
+    return os.environ.get("PAGODA_SYMM_ALL_REDUCE", "ll")
 
 
 def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:

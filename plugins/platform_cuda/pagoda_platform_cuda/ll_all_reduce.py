@@ -10,8 +10,8 @@ A second kernel fuses the residual add and RMSNorm after the sum (``add_rms_norm
 norms sum the row-parallel layers' partial outputs, :meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`),
 bit for bit the unfused sequence at two ranks; ``PAGODA_LL_FUSED_NORM=0`` keeps the two apart.
 
-Used where ``PAGODA_SYMM_ALL_REDUCE=ll``, for messages up to :data:`MAX_BYTES` (64 tokens of hidden
-4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
+Used unless ``PAGODA_SYMM_ALL_REDUCE`` is ``1`` or ``0``, for messages up to :data:`MAX_BYTES` (64
+tokens of hidden 4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
 sets it up on every rank of one host together, each step agreed over the backend (all ranks use it
 or none), with a probe that checks exact sums and the fused norm against the csrc one.
 """

@@ -54,8 +54,8 @@ class CudaPlatform(CudaApiPlatform):
         return os.environ.get("PAGODA_PDL") != "0" and torch.cuda.get_device_capability(self.device()) >= (9, 0)
 
     def fast_all_reduce(self, group: Any, world_size: int) -> Any:
-        """The one-shot path (CudaApiPlatform); with ``PAGODA_SYMM_ALL_REDUCE=ll`` the csrc low-latency
-        kernel for decode-sized sums in front of it."""
+        """The one-shot path (CudaApiPlatform) with the csrc low-latency kernel for decode-sized sums in
+        front of it (``PAGODA_SYMM_ALL_REDUCE=1``: the one-shot path alone)."""
         oneshot = super().fast_all_reduce(group, world_size)
         if symm_all_reduce.switch() != "ll":
             return oneshot
