@@ -4,6 +4,7 @@
 #   bash scripts/device/spec_costs.sh            # MODE=costs|e2e|all (default all), ARGS="--iters 100"
 #   REUSE_INSTALL=1: skip the install where a call before it on this warm machine installed into /tmp/site
 #   GPU_TESTS=1: also the gpu-marked speculative-decoding tests (draft rounds on CUDA graphs, verify graphs)
+#   PROFILE=1: also scripts/device/profile_draft_round.py (where a 1B draft round's time goes; about 1 minute)
 # The install builds the CUDA kernels first (a few minutes): if one call's 10 minutes run short,
 # run MODE=costs and MODE=e2e in two calls (each installs again). On a fresh H100,
 # `MODE=costs GPU_TESTS=1 LIMIT=240 bash scripts/device/spec_costs.sh` should take about 5-6 minutes
@@ -28,3 +29,8 @@ if [ -n "${GPU_TESTS:-}" ]; then
 fi
 timeout "${LIMIT:-480}" python3 scripts/device/spec_costs.py --mode "${MODE:-all}" --attention-backend triton \
   --out "$OUT" ${ARGS:-} 2>&1 | grep -v -E "Loading|Capturing|it/s\]" | tee "$OUT/spec_costs.log"
+if [ -n "${PROFILE:-}" ]; then
+  timeout 240 python3 scripts/device/profile_draft_round.py --attention-backend triton --out "$OUT" 2>&1 \
+    | grep -v -E "Loading|Capturing|it/s\]" > "$OUT/draft_round.log"
+  echo "draft round profile: exit $?"; head -30 "$OUT/draft_round.log"
+fi

@@ -15,7 +15,7 @@ case_() {  # NAME FIRST SECOND: PAGODA_SYMM_ALL_REDUCE of each engine
   local spec
   spec=$(python3 -c "import json, sys; print(json.dumps({'model': '$MODEL', 'prompts': [[5, 6, 7, 8, 9]], 'max_tokens': 8,
     'engines': [{'tensor_parallel_size': 2, 'env': {'PAGODA_SYMM_ALL_REDUCE': v}} for v in sys.argv[1:]]}))" "$2" "$3")
-  PYTHONPATH="scripts/device/hang_dump:$PYTHONPATH" PAGODA_HANG_DUMP_S="${DUMP_S:-100}" timeout 130 \
+  PYTHONPATH="scripts/device/hang_dump:$PYTHONPATH" PAGODA_HANG_DUMP_S="${DUMP_S:-75}" timeout 95 \
     python3 tests/engine/tp_engines_check.py "$spec" > "$OUT/$1.log" 2>&1
   echo "$1 (first $2, second $3): exit $?, $(grep -c '^{' "$OUT/$1.log") of 2 engines done"
 }
@@ -23,7 +23,7 @@ case_ nccl_then_nccl 0 0
 case_ symm_then_symm 1 1
 case_ symm_then_ll 1 ll
 T=tests/engine/test_tensor_parallel.py
-timeout "${TESTS_LIMIT:-240}" python3 -m pytest -v -p no:cacheprovider "$T::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus" \
+timeout "${TESTS_LIMIT:-180}" python3 -m pytest -v -p no:cacheprovider "$T::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus" \
   "$T::test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1" > "$OUT/pytest.log" 2>&1
 echo "tests: exit $?"; grep -E "PASSED|FAILED|ERROR" "$OUT/pytest.log" | grep "::" | tail -8
 echo "total ${SECONDS} s"

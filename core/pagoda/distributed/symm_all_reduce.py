@@ -46,7 +46,8 @@ class SymmetricAllReduce(FastAllReduce):
         self.max_bytes = max_bytes
 
     def fits(self, x: torch.Tensor) -> bool:
-        nbytes = x.numel() * x.element_size()  # torch's kernel refuses sizes that are not 4-byte multiples
+        # torch's kernel refuses sizes that are not 4-byte multiples; a model's sums are 16-byte multiples
+        nbytes = x.numel() * x.element_size()
         return nbytes <= self.max_bytes and nbytes % 16 == 0 and x.is_contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
