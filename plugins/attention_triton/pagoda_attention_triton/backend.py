@@ -40,6 +40,7 @@ class TritonAttentionBackend(AttentionBackend):
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
         self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
+        self.short_queries = os.environ.get("PAGODA_TRITON_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -59,7 +60,7 @@ class TritonAttentionBackend(AttentionBackend):
         d, others = m.num_decodes, m.num_seqs - m.num_decodes
         splits = self.force_num_splits or _splits(d, s.num_kv_heads, m.max_seq_len, self.num_sms)
         plan = TritonStepPlan(splits, decode_scratch(d, s.num_heads, s.head_size, splits, m.seq_lens.device))
-        if others > 0 and m.max_query_len <= SHORT_QUERY:
+        if self.short_queries and others > 0 and m.max_query_len <= SHORT_QUERY:
             plan.short_splits = self.force_num_splits or _splits(others, s.num_kv_heads, m.max_seq_len, self.num_sms)
             tokens = m.slot_mapping.shape[0] - d
             plan.short_scratch = decode_scratch(tokens, s.num_heads, s.head_size, plan.short_splits, m.seq_lens.device)
