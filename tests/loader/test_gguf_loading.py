@@ -101,6 +101,24 @@ def test_quantized_types_dequantize_into_the_right_rows(tiny, tmp_path):
     assert torch.isfinite(run_prefill(model, ctx, [PROMPT])).all()
 
 
+def test_reading_only_named_tensors_dequantizes_only_those(tiny, tmp_path, monkeypatch):
+    """A reader asked for two tensors (a proposer beside a TP target wants the vocabulary ones)
+    dequantizes those two, equal to what a full read gives them, and no other."""
+    import pagoda.loader.gguf_reader as reader_module
+    from pagoda.loader.gguf_reader import GGUFReader
+
+    path = tmp_path / "tiny-q8.gguf"
+    write_gguf(tiny, path, [Q.Q8_0])
+    everything = dict(GGUFReader(path, tiny.config).tensors())
+    calls = []
+    dequantize = reader_module.dequantize
+    monkeypatch.setattr(reader_module, "dequantize", lambda *a: calls.append(a) or dequantize(*a))
+    wanted = {"model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight"}
+    some = dict(GGUFReader(path, tiny.config).tensors(only=wanted))
+    assert set(some) == wanted and len(calls) == 2
+    assert all(torch.equal(some[name], everything[name]) for name in wanted)
+
+
 def test_truncated_gguf_is_named(tiny, tmp_path):
     path = tmp_path / "broken.gguf"
     write_gguf(tiny, path, [Q.F32])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import torch
 
@@ -91,10 +91,10 @@ class GGUFReader:
     def num_tensors(self) -> int:
         return len(self.file.tensors)
 
-    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def tensors(self, only: Collection[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for info in self.file.tensors.values():
             name = hf_name(info.name, self.architecture)
-            if name is None:
+            if name is None or (only is not None and name not in only):  # skipped before dequantizing
                 continue
             yield name, self._dense(info, name)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Collection, Iterator, Protocol
 
 import torch
 from torch import nn
@@ -22,7 +22,9 @@ class CheckpointReader(Protocol):
     location: str  # the checkpoint as a whole (its folder or its single file)
     num_tensors: int
 
-    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]: ...
+    def tensors(self, only: Collection[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor of the checkpoint, or those named in ``only`` (the others are not read)."""
+        ...
 
 
 def resolve_load_format(source: ModelSource, load_format: str = "auto") -> str:

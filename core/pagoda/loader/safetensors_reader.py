@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 import torch
 
@@ -74,11 +74,13 @@ class SafetensorsReader:
         with self._open(file) as f:
             return list(f.keys())
 
-    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def tensors(self, only: Collection[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         for file in self.files:
             self.current_file = str(file)
             with self._open(file) as f:
                 for name in f.keys():
+                    if only is not None and name not in only:
+                        continue
                     if self.lazy:
                         yield name, SafetensorsSlice(f, name, file)
                         continue

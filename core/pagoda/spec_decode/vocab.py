@@ -44,10 +44,9 @@ def load_vocab_weights(context: ProposerContext, what: str) -> VocabWeights:
         raise ConfigError(f"{what} under tensor parallelism reads the target's embedding and LM head from its "
                           "checkpoint; --load-format dummy has none (use --tensor-parallel-size 1)")
     found: dict[str, torch.Tensor] = {}
-    for name, tensor in checkpoint_reader(source, fmt, context.hf_config, lazy=True).tensors():
-        if name in (EMBED, LM_HEAD):
-            whole = tensor.materialize() if hasattr(tensor, "materialize") else tensor
-            found[name] = whole.to(device=context.platform.device(), dtype=context.dtype)
+    for name, tensor in checkpoint_reader(source, fmt, context.hf_config, lazy=True).tensors(only={EMBED, LM_HEAD}):
+        whole = tensor.materialize() if hasattr(tensor, "materialize") else tensor
+        found[name] = whole.to(device=context.platform.device(), dtype=context.dtype)
     if EMBED not in found:
         raise ConfigError(f"{what} under tensor parallelism: the target's checkpoint has no {EMBED}")
     return VocabWeights(found[EMBED], found.get(LM_HEAD, found[EMBED]))
