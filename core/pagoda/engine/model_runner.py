@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -83,6 +84,16 @@ class ModelRunner:
         self.verify_graphs = VerifyGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
                                           query_len, max_model_len, max_num_seqs)
         self.verify_graphs.capture()
+
+    def drop_graphs(self) -> None:
+        """Free the captured graphs and wait for the device: before a tensor-parallel group is destroyed,
+        since NCCL's destroy waits for every graph that captured one of its collectives to be gone."""
+        for captured in (self.graphs, self.verify_graphs):
+            if captured is not None:
+                captured.graphs.clear()
+        self.graphs = self.verify_graphs = None
+        gc.collect()
+        self.platform.synchronize()
 
     def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None = None) -> PendingStep:
         """Queue one step on the device and return without waiting for its tokens.

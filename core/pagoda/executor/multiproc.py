@@ -51,5 +51,6 @@ class MultiprocExecutor(Executor):
         self.encoder.release(request_id)
 
     def shutdown(self) -> None:
+        self.runner.drop_graphs()  # every rank drops its graphs before the group is destroyed
         self.workers.shutdown()
 

@@ -138,5 +138,7 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
             runner.release(request_id)
         out, tables = mirror.apply(message)
         pending = runner.launch(out, tables, pending if message.has_prev else None)
-    dist.destroy_process_group()
+    del pending
+    runner.drop_graphs()
+    dist.destroy_process_group()  # collective under NCCL: the driver leaves at the same time
     sys.stdout.flush()

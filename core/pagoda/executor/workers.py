@@ -44,6 +44,7 @@ logger = logging.getLogger("pagoda")
 STARTUP_TIMEOUT_S = 600.0  # workers must say hello (imports, device set) within this
 WATCH_MS = 200
 FAIL_GRACE_S = 20.0
+LEAVE_S = 30.0  # the longest the driver waits to leave the group at shutdown
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -252,7 +253,7 @@ class WorkerGroup:
 
     # -- shutdown --------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Tell the workers to stop, wait for them (then end them), leave the group. Idempotent."""
+        """Tell the workers to stop, leave the group with them, wait for them (then end them). Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -262,6 +263,7 @@ class WorkerGroup:
                 self.steps.send_multipart([identity, stop], zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
+        _leave_group()  # NCCL's destroy is collective: while the workers leave too, not after they exit
         for proc in self.procs.values():
             proc.join(10)
             if proc.is_alive():
@@ -275,11 +277,25 @@ class WorkerGroup:
         self.steps.close(0)
         self.errors.close(0)
         self.context.term()
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception as exc:  # noqa: BLE001 - a group broken by a dead rank
-                logger.debug("destroy_process_group: %s", exc)
+
+
+def _leave_group() -> None:
+    """destroy_process_group, given LEAVE_S: it waits for every rank, and a dead one never comes."""
+    if not dist.is_initialized():
+        return
+    leave = threading.Thread(target=_destroy_group, name="pagoda-tp-leave", daemon=True)
+    leave.start()
+    leave.join(LEAVE_S)
+    if leave.is_alive():
+        logger.warning("Tensor parallel: leaving the process group took over %.0f s (a rank did not leave with "
+                       "this one); went on without it", LEAVE_S)
+
+
+def _destroy_group() -> None:
+    try:
+        dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001 - a group broken by a dead rank
+        logger.debug("destroy_process_group: %s", exc)
 
 
 def _abort_group() -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pagoda.interfaces.quantization import QuantizationMethod
@@ -13,7 +12,7 @@ from pagoda.layers.ops import CustomOps
 
 class UnquantizedMethod(QuantizationMethod):
     description = "dense weights in the model dtype"
-    ops: CustomOps | None = None
+    ops: CustomOps = CustomOps()  # F.linear until the engine binds the platform's ops
 
     def create_weights(self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype) -> None:
         layer.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), requires_grad=False)
@@ -22,6 +21,4 @@ class UnquantizedMethod(QuantizationMethod):
         self.ops = ops
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        if self.ops is None:
-            return F.linear(x, layer.weight, bias)
         return self.ops.linear(x, layer.weight, bias)

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import torch
 
+from pagoda.attention.split_kv import decode_scratch
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
 
@@ -39,6 +40,7 @@ class TritonAttentionBackend(AttentionBackend):
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
         self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
+        self.short_queries = os.environ.get("PAGODA_TRITON_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -51,19 +53,22 @@ class TritonAttentionBackend(AttentionBackend):
         return None if spec is None else _spec_reason(spec)
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
-        s = self.spec
-        d = metadata.num_decodes
-        splits = self.force_num_splits or _splits(d, s.num_kv_heads, metadata.max_seq_len, self.num_sms)
-        from pagoda_attention_triton.decode import decode_scratch
+        from pagoda_attention_triton.decode import SHORT_QUERY
+        from pagoda_attention_triton.plan import TritonStepPlan
 
-        scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
-        from pagoda_attention_triton.plan import StepPlan
-
-        metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
+        s, m = self.spec, metadata
+        d, others = m.num_decodes, m.num_seqs - m.num_decodes
+        splits = self.force_num_splits or _splits(d, s.num_kv_heads, m.max_seq_len, self.num_sms)
+        plan = TritonStepPlan(splits, decode_scratch(d, s.num_heads, s.head_size, splits, m.seq_lens.device))
+        if self.short_queries and others > 0 and m.max_query_len <= SHORT_QUERY:
+            plan.short_splits = self.force_num_splits or _splits(others, s.num_kv_heads, m.max_seq_len, self.num_sms)
+            tokens = m.slot_mapping.shape[0] - d
+            plan.short_scratch = decode_scratch(tokens, s.num_heads, s.head_size, plan.short_splits, m.seq_lens.device)
+        metadata.extra = plan
         return metadata
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
-        from pagoda_attention_triton.decode import decode_attention
+        from pagoda_attention_triton.decode import decode_attention, short_query_attention
         from pagoda_attention_triton.kv_write import write_kv
         from pagoda_attention_triton.prefill import prefill_attention
 
@@ -73,12 +78,18 @@ class TritonAttentionBackend(AttentionBackend):
         out = torch.empty_like(query)  # [num_tokens, num_heads, head_size]
         decode_attention(
             query, out, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
-            plan.num_splits, plan.decode_scratch, pdl=self.pdl,
+            plan.num_splits, plan.decode_scratch, pdl=self.pdl, query_start_loc=m.query_start_loc,
         )
-        prefill_attention(
-            query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
-            m.max_query_len,
-        )
+        if plan.short_splits:
+            short_query_attention(
+                query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, m.max_query_len,
+                s.scale, s.sliding_window, plan.short_splits, plan.short_scratch, pdl=self.pdl,
+            )
+        else:
+            prefill_attention(
+                query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale,
+                s.sliding_window, m.max_query_len,
+            )
         return out
 
 
@@ -101,8 +112,8 @@ def _splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num_sms: int)
 
 
 def _is_plan(extra: object) -> bool:
-    from pagoda_attention_triton.plan import StepPlan
+    from pagoda_attention_triton.plan import TritonStepPlan
 
-    return isinstance(extra, StepPlan)
+    return isinstance(extra, TritonStepPlan)
 
 

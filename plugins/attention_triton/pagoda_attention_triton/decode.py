@@ -1,11 +1,14 @@
-"""Decode attention (one query token per sequence), optionally split over the KV (flash-decoding).
+"""Decode attention: a few query tokens per sequence (one for decodes), optionally split over the KV.
 
-Grid ``(num_decodes, num_kv_heads, num_splits)``: each program takes all q heads of one kv head
-of one sequence (rows padded to at least 16 for ``tl.dot``) over one ``num_splits``-th of the
-context. With one split the result is written directly; otherwise each split writes its
-normalised partial output and log-sum-exp to scratch and ``_reduce_kernel`` combines them.
-The split ranges come from ``seq_lens`` on the device, so any ``num_splits`` is correct; it is a
-static launch parameter chosen in ``prepare()`` only for speed. No host synchronisation.
+Grid ``(num_seqs, num_kv_heads, num_splits)`` over a range of sequences: each program takes the
+rows (query tokens x q heads of one kv head; at least 16 for ``tl.dot``) of one sequence over one
+``num_splits``-th of its context, causal within its query tokens. Decodes are one token a
+sequence; the verify steps of speculative decoding bring ``k + 1`` (:func:`short_query_attention`),
+which the prefill kernel would give one program per kv head over the whole context. With one split
+the result is written directly; otherwise each split writes its normalised partial output and
+log-sum-exp to scratch and ``_reduce_kernel`` combines them. The split ranges come from
+``seq_lens`` on the device, so any ``num_splits`` is correct; it is a static launch parameter
+chosen in ``prepare()`` only for speed. No host synchronisation.
 """
 
 from __future__ import annotations
@@ -27,31 +30,36 @@ def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
 
 # Values that change from step to step are not specialized on (Triton would compile a variant for
 # 1 and for multiples of 16 the first time a batch shows them: seconds of stall in a server).
-@triton.jit(do_not_specialize=["stride_bt"])
+@triton.jit(do_not_specialize=["stride_bt", "seq_base", "token_base"])
 def _decode_kernel(
-    q_ptr, o_ptr, part_o_ptr, part_lse_ptr, cache_ptr, bt_ptr, seq_lens_ptr,
+    q_ptr, o_ptr, part_o_ptr, part_lse_ptr, cache_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
+    seq_base, token_base,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kv, stride_blk, stride_tok, stride_head, stride_bt,
     scale_log2e, window, num_heads,
-    GROUP: tl.constexpr, ROWS: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
+    GROUP: tl.constexpr, GROUP_P: tl.constexpr, ROWS: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
     USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     dependent_start(PDL)
-    seq = tl.program_id(0).to(tl.int64)  # decodes come first: sequence i owns query token i
+    seq = (seq_base + tl.program_id(0)).to(tl.int64)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
     r = tl.arange(0, ROWS)
-    row_ok = r < GROUP
-    head = kvh * GROUP + r
+    t = r // GROUP_P  # [ROWS] query token within the sequence
+    row_ok = (t < q_len) & (r % GROUP_P < GROUP)
+    head = kvh * GROUP + r % GROUP_P
+    tok = (q_start + t).to(tl.int64)
     offs_d = tl.arange(0, HEAD_P)
     io_mask = row_ok[:, None] & (offs_d < HEAD)[None, :]
-    q = tl.load(q_ptr + seq * stride_qt + head[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
+    q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
     q = q.to(cache_ptr.dtype.element_ty)
-    qpos = tl.zeros([ROWS], dtype=tl.int32) + seq_len - 1
+    qpos = seq_len - q_len + t
 
-    lo = window_start(seq_len - 1, window, BLOCK_N, USE_WINDOW)
+    lo = window_start(seq_len - q_len, window, BLOCK_N, USE_WINDOW)
     chunk = tl.cdiv(tl.cdiv(seq_len - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
     key_lo = lo + split * chunk
     key_hi = tl.minimum(key_lo + chunk, seq_len)
@@ -67,33 +75,37 @@ def _decode_kernel(
     )
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     if NUM_SPLITS == 1:
-        o_ptrs = o_ptr + seq * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+        o_ptrs = o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
-    else:
-        row = (seq * num_heads + head) * NUM_SPLITS + split  # [ROWS] into [num_decodes, num_heads, NUM_SPLITS]
+    else:  # rows of [tokens from token_base, num_heads, NUM_SPLITS]
+        row = ((tok - token_base) * num_heads + head) * NUM_SPLITS + split
         tl.store(part_o_ptr + row[:, None] * HEAD_P + offs_d[None, :], out, mask=row_ok[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(tl.where(l_i == 0.0, 1.0, l_i)))
         tl.store(part_lse_ptr + row, lse, mask=row_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["token_base"])
 def _reduce_kernel(
-    o_ptr, part_o_ptr, part_lse_ptr, stride_ot, stride_oh, num_heads,
+    o_ptr, part_o_ptr, part_lse_ptr, token_base, stride_ot, stride_oh, num_heads,
     NUM_SPLITS: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr, PDL: tl.constexpr,
 ):
-    """Combine the splits of one (sequence, q head): weights ``2^(lse_s - max lse)``."""
+    """Combine the splits of one (query token, q head): weights ``2^(lse_s - max lse)``."""
     dependent_start(PDL)
-    seq = tl.program_id(0).to(tl.int64)
+    i = tl.program_id(0).to(tl.int64)  # the token's row in the scratch: token token_base + i
     head = tl.program_id(1)
     s = tl.arange(0, NUM_SPLITS)
     offs_d = tl.arange(0, HEAD_P)
-    row = (seq * num_heads + head) * NUM_SPLITS + s
+    row = (i * num_heads + head) * NUM_SPLITS + s
     lse = tl.load(part_lse_ptr + row)
     m = tl.max(lse, 0)
     w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m)))
     parts = tl.load(part_o_ptr + row[:, None] * HEAD_P + offs_d[None, :])  # [NUM_SPLITS, HEAD_P]
     out = tl.sum(parts * w[:, None], 0) / tl.maximum(tl.sum(w, 0), 1e-30)
-    tl.store(o_ptr + seq * stride_ot + head * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD)
+    o_row = o_ptr + (token_base + i) * stride_ot + head * stride_oh
+    tl.store(o_row + offs_d, out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD)
+
+
+SHORT_QUERY = 8  # most query tokens a sequence may have for short_query_attention (k + 1 of a verify step)
 
 
 def decode_attention(
@@ -109,6 +121,7 @@ def decode_attention(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     config: dict[str, int] | None = None,
     pdl: bool = False,
+    query_start_loc: torch.Tensor | None = None,  # [num_seqs + 1] int32; None: one token a sequence
 ) -> None:
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
@@ -117,26 +130,62 @@ def decode_attention(
     """
     if num_decodes == 0:
         return
+    if query_start_loc is None:
+        query_start_loc = torch.arange(num_decodes + 1, dtype=torch.int32, device=query.device)
+    _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, (0, num_decodes), (0, num_decodes), 1,
+            scale, window, num_splits, scratch, config, pdl)
+
+
+def short_query_attention(
+    query: torch.Tensor,  # [num_tokens, num_heads, head_size]
+    out: torch.Tensor,  # [num_tokens, num_heads, head_size], written for tokens num_decodes:
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32
+    num_decodes: int,
+    max_query_len: int,  # at most SHORT_QUERY
+    scale: float,
+    window: int | None,
+    num_splits: int,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None,
+    pdl: bool = False,
+) -> None:
+    """Attention for sequences ``num_decodes:`` (tokens ``num_decodes:``), each of at most
+    ``max_query_len`` query tokens, on the decode kernel: one program per (sequence, kv head, split)."""
+    num_seqs, num_tokens = seq_lens.shape[0], query.shape[0]
+    if num_seqs <= num_decodes or num_tokens <= num_decodes:
+        return
+    _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, (num_decodes, num_seqs),
+            (num_decodes, num_tokens - num_decodes), triton.next_power_of_2(max_query_len),
+            scale, window, num_splits, scratch, None, pdl)
+
+
+def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs: tuple[int, int],
+            tokens: tuple[int, int], query_p: int, scale: float, window: int | None, num_splits: int,
+            scratch, config: dict[str, int] | None, pdl: bool) -> None:
+    """The decode kernel over sequences ``seqs[0]:seqs[1]`` (tokens ``tokens[0]:tokens[0] + tokens[1]``,
+    at most ``query_p`` a sequence), then the reduction where split."""
     _, num_heads, head = query.shape
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
-    head_p = triton.next_power_of_2(head)
+    group_p, head_p = triton.next_power_of_2(group), triton.next_power_of_2(head)
     if num_splits > 1 and scratch is None:
-        scratch = decode_scratch(num_decodes, num_heads, head, num_splits, query.device)
+        scratch = decode_scratch(tokens[1], num_heads, head, num_splits, query.device)
     part_o, part_lse = scratch if num_splits > 1 else (out, out)
     dot_prec, upcast = dot_precision(kv_cache.dtype)
-    _decode_kernel[(num_decodes, num_kv_heads, num_splits)](
-        query, out, part_o, part_lse, kv_cache, block_tables, seq_lens,
+    _decode_kernel[(seqs[1] - seqs[0], num_kv_heads, num_splits)](
+        query, out, part_o, part_lse, kv_cache, block_tables, seq_lens, query_start_loc, seqs[0], tokens[0],
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
         scale * 1.4426950408889634, window or 0, num_heads,
-        GROUP=group, ROWS=max(16, triton.next_power_of_2(group)), NUM_SPLITS=num_splits,
+        GROUP=group, GROUP_P=group_p, ROWS=max(16, query_p * group_p), NUM_SPLITS=num_splits,
         PAGE=kv_cache.shape[2], HEAD=head, HEAD_P=head_p, USE_WINDOW=bool(window),
         DOT_PREC=dot_prec, UPCAST=upcast, PDL=pdl, **(config or decode_config(head_p, kv_cache.element_size())),
         **pdl_launch(pdl),
     )
     if num_splits > 1:
-        _reduce_kernel[(num_decodes, num_heads)](
-            out, part_o, part_lse, out.stride(0), out.stride(1), num_heads,
+        _reduce_kernel[(tokens[1], num_heads)](
+            out, part_o, part_lse, tokens[0], out.stride(0), out.stride(1), num_heads,
             NUM_SPLITS=num_splits, HEAD=head, HEAD_P=head_p, PDL=pdl, num_warps=4, **pdl_launch(pdl),
         )

@@ -37,6 +37,16 @@ def test_split_kv_decode_long_context(splits) -> None:
     assert rel_error(out, reference(spec, batch, "cuda")) < BF16_TOL
 
 
+@pytest.mark.parametrize("splits", [None, 1, 16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_verify_sized_queries_real_sizes(dtype, splits) -> None:
+    """Decodes, then sequences of 2-8 query tokens (a verify step) at long contexts: the decode kernel."""
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, dtype)
+    batch = make_batch(spec, [(1, 3000), (5, 16000), (8, 4100), (2, 2), (5, 700)], "cuda", seed=13)
+    out = run_backend(spec, batch, splits=splits)
+    assert rel_error(out, reference(spec, batch, "cuda")) < TOLS[dtype]
+
+
 def test_decode_replays_in_a_cuda_graph() -> None:
     """Capture one decode step; replay after changing lengths and tables in place: same as eager."""
     from pagoda_attention_triton.backend import TritonAttentionBackend

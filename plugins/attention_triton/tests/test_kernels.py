@@ -89,6 +89,41 @@ def test_split_kv_decode(splits: int, window: int | None) -> None:
     assert rel_error(run_backend(spec, batch, splits=splits), reference(spec, batch)) < FP32_TOL
 
 
+VERIFY = [(1, 37), (1, 300), (3, 3), (5, 90), (2, 600), (4, 41)]  # decodes, then 2-5 query tokens (a 3-token prompt)
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize(
+    "heads,kv_heads,head,window",
+    [(8, 2, 64, None), (8, 1, 128, None), (2, 2, 64, None), (32, 2, 64, None), (4, 2, 64, 24)],
+    ids=["gqa4-d64", "mqa8-d128", "mha-d64", "gqa16-d64", "gqa2-window24"],
+)
+def test_short_queries_take_the_decode_kernel(heads: int, kv_heads: int, head: int, window: int | None,
+                                               splits: int) -> None:
+    """Sequences of a few query tokens after the decodes (a verify step's k + 1) run on the decode
+    kernel, split or not, causal within their tokens."""
+    spec = spec_of(heads, kv_heads, head, 16, window=window)
+    batch = make_batch(spec, VERIFY, DEVICE, seed=heads + splits)
+    backend = TritonAttentionBackend(spec, PLATFORM)
+    backend.force_num_splits = splits
+    metadata = backend.prepare(batch.metadata)
+    assert metadata.extra.short_splits == splits
+    out = backend.forward(batch.query, batch.key, batch.value, batch.kv_cache, metadata)
+    assert rel_error(out, reference(spec, batch)) < FP32_TOL
+
+
+def test_longer_queries_take_the_prefill_kernel() -> None:
+    from pagoda_attention_triton.decode import SHORT_QUERY
+
+    spec = spec_of(4, 2, 64, 16)
+
+    def plan(query_len: int):
+        return TritonAttentionBackend(spec, PLATFORM).prepare(make_batch(spec, [(1, 9), (query_len, 40)]).metadata).extra
+
+    assert plan(SHORT_QUERY).short_splits == 1 and plan(SHORT_QUERY + 1).short_splits == 0
+    assert plan(SHORT_QUERY + 1).short_scratch is None
+
+
 def test_decode_only_batch_and_long_group() -> None:
     spec = spec_of(32, 2, 64, 16)  # 16 q heads per kv head
     batch = make_batch(spec, [(1, 17), (1, 80)], DEVICE, seed=5)

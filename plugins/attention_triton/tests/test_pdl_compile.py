@@ -33,15 +33,16 @@ def kernels() -> dict:
         "decode": (
             _decode_kernel,
             dict(q_ptr=P16, o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", cache_ptr=P16, bt_ptr="*i32",
-                 seq_lens_ptr="*i32", stride_qt=I64, stride_qh=I64, stride_ot=I64, stride_oh=I64, stride_kv=I64,
+                 seq_lens_ptr="*i32", qsl_ptr="*i32", seq_base=I32, token_base=I32, stride_qt=I64, stride_qh=I64, stride_ot=I64, stride_oh=I64, stride_kv=I64,
                  stride_blk=I64, stride_tok=I64, stride_head=I64, stride_bt=I64, scale_log2e=F32, window=I32,
                  num_heads=I32),
-            dict(GROUP=4, ROWS=16, NUM_SPLITS=4, BLOCK_N=128, PAGE=16, HEAD=128, HEAD_P=128, USE_WINDOW=False,
+            dict(GROUP=4, GROUP_P=4, ROWS=16, NUM_SPLITS=4, BLOCK_N=128, PAGE=16, HEAD=128, HEAD_P=128, USE_WINDOW=False,
                  DOT_PREC="tf32", UPCAST=False),
         ),
         "reduce": (
             _reduce_kernel,
-            dict(o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", stride_ot=I64, stride_oh=I64, num_heads=I32),
+            dict(o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", token_base=I32, stride_ot=I64, stride_oh=I64,
+                 num_heads=I32),
             dict(NUM_SPLITS=4, HEAD=128, HEAD_P=128),
         ),
     }
