@@ -2,9 +2,13 @@
 
 Prints and writes (JSON + a kernel table) under --out: the full step time as `pagoda bench
 latency` measures it, the captured forward replayed alone, lm_head + sampling alone, the host
-time left between them, each linear layer's GEMV bandwidth, and torch.profiler's kernel table.
+time left between them, each linear layer's GEMV bandwidth, and torch.profiler's kernel table;
+and from the profiler's trace, rank 0's kernel time per decode step by kind (linears, all-reduces,
+NCCL, attention, norms, ...) with the device's idle time per step. Under ``-tp N`` (issue 15: the
+TP=2 step is 0.59-0.60x TP=1's, 1.41-1.44x its per-rank floor against 1.19x) only the step time and
+the per-kind split: a graph replayed on rank 0 alone would wait for the other ranks' collectives.
 
-    python3 scripts/device/profile_decode.py benchmarks/configs/llama-3.1-8b --out $OUT/profile
+    python3 scripts/device/profile_decode.py benchmarks/configs/llama-3.1-8b --out $OUT/profile [-tp 2]
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -45,6 +50,41 @@ def step_ms(llm: LLM, prompts: list[list[int]], n: int = 64) -> float:
     return min((timed(n) - timed(1)) / (n - 1) for _ in range(3)) * 1e3
 
 
+# kind -> substrings of kernel names, first match wins (order matters: "gemv" before "gemm")
+KINDS = {
+    "all_reduce_ll": ("ll_all_reduce",),  # with the fused add + RMSNorm after it
+    "nccl": ("nccl",),
+    "symm_one_shot": ("one_shot_all_reduce", "multimem", "barrier_kernel"),
+    "linear": ("gemv", "nvjet", "gemm", "cutlass", "splitKreduce", "sm90_xmma", "awq"),
+    "attention": ("_decode_kernel", "_reduce_kernel", "_prefill_kernel", "flash", "_short"),
+    "norm": ("rms_norm",),
+    "rotary_kv": ("rotary", "_kv_write", "reshape_and_cache"),
+    "activation": ("silu", "gelu"),
+    "sampling": ("ArgMax", "argmax", "softmax", "sort", "topk", "exponential", "Categorical"),
+    "copy": ("Memcpy", "Memset", "copy_kernel", "elementwise", "index"),
+}
+
+
+def kind_of(name: str) -> str:
+    return next((k for k, keys in KINDS.items() if any(key in name for key in keys)), "other")
+
+
+def step_summary(kernels: list[dict], steps: int) -> dict:
+    """Per decode step: each kind's summed kernel time, the kernels' span and the device's idle time."""
+    kernels = sorted(kernels, key=lambda e: e["ts"])
+    by_kind: dict[str, float] = defaultdict(float)
+    busy, edge = 0.0, kernels[0]["ts"] if kernels else 0.0
+    for e in kernels:
+        by_kind[kind_of(e["name"])] += e["dur"]
+        end = e["ts"] + e["dur"]
+        busy += max(0.0, end - max(edge, e["ts"]))  # union of the kernels (PDL overlaps them)
+        edge = max(edge, end)
+    span = (edge - kernels[0]["ts"]) if kernels else 0.0
+    return {"steps": steps, "span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps,
+            "kernels": len(kernels) / steps,
+            "by_kind_us": {k: round(v / steps, 1) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}}
+
+
 def gemv_rates(model: torch.nn.Module, batch: int) -> list[dict]:
     rows = []
     layer = model.model.layers[0]
@@ -65,13 +105,39 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default="triton")
+    p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    tp = args.tensor_parallel_size
     llm = LLM(model=args.model, load_format="dummy", attention_backend=args.backend, max_model_len=2048,
-              skip_tokenizer_init=True)
-    engine, runner = llm.engine, llm.engine.core.runner
+              skip_tokenizer_init=True, tensor_parallel_size=tp)
+    engine = llm.engine
     prompts = random_prompts(args.batch, 128, engine.core.parts.hf_config.vocab_size, 0)
-    result = {"batch": args.batch, "step_ms": step_ms(llm, prompts)}
+    result = {"batch": args.batch, "tp": tp, "step_ms": step_ms(llm, prompts)}
+    result["decode_by_kind"] = kinds_per_step(llm, prompts, args.out / f"trace_tp{tp}_b{args.batch}.json")
+    print(json.dumps(result, indent=1), flush=True)
+    if tp == 1:
+        replay_parts(llm, prompts, args, result)
+    (args.out / f"profile_tp{tp}_b{args.batch}.json").write_text(json.dumps(result, indent=1))
+    llm.shutdown()
+
+
+def kinds_per_step(llm: LLM, prompts: list[list[int]], trace: Path, steps: int = 32) -> dict:
+    """Rank 0's kernels of ``steps`` decode steps (after a prefill and its first token), summed by kind."""
+    llm.engine.core.kv_cache.reset_prefix_cache()
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)  # the prefill, cached
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=steps + 1, ignore_eos=True), use_tqdm=False)
+    prof.export_chrome_trace(str(trace))
+    kernels = sorted((e for e in json.loads(trace.read_text())["traceEvents"]
+                      if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    first = next(i for i, e in enumerate(kernels) if kind_of(e["name"]) == "sampling")  # the first token's step
+    return step_summary(kernels[first + 1 :], steps)
+
+
+def replay_parts(llm: LLM, prompts: list[list[int]], args, result: dict) -> None:
+    """TP=1: the captured forward alone, its launch, lm_head + argmax, GEMV rates, host and kernel tables."""
+    runner = llm.engine.core.runner
     replay, hidden, _ = runner.graphs.graphs[next(s for s in runner.graphs.sizes if s >= args.batch)]
     result["replay_ms"] = events_ms(replay)
     launches = []
@@ -85,8 +151,6 @@ def main() -> None:
     result["logits_argmax_ms"] = events_ms(lambda: runner.model.compute_logits(h).float().argmax(1))
     result["host_gap_ms"] = result["step_ms"] - result["replay_ms"] - result["logits_argmax_ms"]
     result["gemv"] = gemv_rates(runner.model, args.batch)
-    print(json.dumps(result, indent=1), flush=True)
-    (args.out / f"profile_b{args.batch}.json").write_text(json.dumps(result, indent=1))
     import cProfile
     import io
     import pstats
