@@ -32,7 +32,7 @@ done | tee "$OUT/summary.txt"
 for rows in 1 2; do
   CUDA_VISIBLE_DEVICES=0 PAGODA_GEMV_ROWS=$rows timeout 120 python3 benchmarks/dense_gemv.py --tokens 1 \
     --out "$OUT/dense_gemv_rows$rows.json" > "$OUT/dense_gemv_rows$rows.log" 2>&1
-  echo "dense gemv, $rows row(s) a warp: exit $?"; grep -E "^ *8b" "$OUT/dense_gemv_rows$rows.log" | head -8
+  echo "dense gemv, $rows row(s) a warp: exit $?"; grep -E "^8b|decoder layer" "$OUT/dense_gemv_rows$rows.log"
 done | tee -a "$OUT/summary.txt"
 (cd "$OUT" && tar czf logs.tgz -- *.log && rm -f -- *.log)
 echo "total ${SECONDS} s"
