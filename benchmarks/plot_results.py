@@ -206,6 +206,24 @@ def tp_chart() -> None:
     fig.savefig(IMG / "tp_h100x2.png", dpi=110)
 
 
+def verify_chart() -> None:
+    """The verify step (1-5 query tokens) over the 1-token decode step, Llama-3.1-8B batch 1 on an H100,
+    Triton's short-query path against the prefill kernel (2026-11-27, one machine)."""
+    run = "h100_2026-11-27_round16"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for short, label, style in (("short1", "short-query path (decode kernel)", "o-"),
+                                ("short0", "PAGODA_TRITON_SHORT_QUERIES=0 (prefill kernel)", "x--")):
+        steps = sorted((s["query_len"], s["step_ms"]) for s in load(f"{run}/{short}/spec_costs.json")["costs"]["target_steps"]
+                       if s["batch"] == 1)
+        ax.plot([q for q, _ in steps], [ms / steps[0][1] for _, ms in steps], style, label=label)
+    ax.plot([5], [1.15], "v", color="#c44536", label="goal: 5 tokens <= 1.15x")
+    ax.set(xlabel="query tokens per request (k + 1)", ylabel="step / 1-token decode step", xticks=[1, 2, 3, 4, 5],
+           title="Verify step, Llama-3.1-8B dummy bf16, batch 1, H100")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "verify_h100.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
@@ -215,4 +233,5 @@ if __name__ == "__main__":
     flash_decode_chart()
     awq_chart()
     tp_chart()
+    verify_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
