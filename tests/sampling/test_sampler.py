@@ -186,6 +186,21 @@ def test_to_device_keeps_values_and_dtype():
         assert got.dtype == dtype and got.tolist() == values
 
 
+def _with_sync_warnings(call):
+    """``call()`` under torch's sync debug mode "warn": its result and where each synchronising call was
+    made (every one, where mode "error" stops at the first)."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return result, [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("nucleus", [True, False])  # the sort path (top-p), and top-k alone (topk)
 def test_a_sampled_step_queues_without_waiting_for_the_device(nucleus):
@@ -203,9 +218,6 @@ def test_a_sampled_step_queues_without_waiting_for_the_device(nucleus):
     logits, sampler = random_logits(len(rows)).cuda(), Sampler()
     sampler.sample(logits, rows)  # the first step of a request builds its logit_bias tensors (once)
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        sample = sampler.sample(logits, rows)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    sample, syncs = _with_sync_warnings(lambda: sampler.sample(logits, rows))
+    assert not syncs, "synchronising calls:\n" + "\n".join(syncs)
     assert sample.token_ids.shape == (len(rows),) and sample.token_ids[1].item() == logits[1].argmax().item()

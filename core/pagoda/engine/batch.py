@@ -107,6 +107,13 @@ def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> 
     return host if device.type == "cpu" else host.pin_memory().to(device, non_blocking=True)
 
 
+def fill_entries(x: torch.Tensor, rows, columns, value: float) -> None:
+    """``x[rows, columns] = value`` for a contiguous 2-D ``x``, queued without a sync: an indexed
+    assignment of a Python number copies it to the device from pageable memory first."""
+    flat = [r * x.shape[1] + c for r, c in zip(rows, columns)]
+    x.view(-1).index_fill_(0, to_device(flat, x.device), value)
+
+
 def stage(host: HostInputs, platform: Platform) -> StepInputs:
     """Pack ``host`` into one host buffer and copy it to the device at once."""
     shapes = {name: (a.shape, a.dtype) for name, a in host.arrays.items()}

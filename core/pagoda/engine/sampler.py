@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from pagoda.engine.batch import to_device
+from pagoda.engine.batch import fill_entries, to_device
 from pagoda.engine.token_controls import TokenControls, reads_output_tokens, uses_token_controls
 from pagoda.sampling_params import SamplingParams
 
@@ -208,7 +208,7 @@ def _apply_min_tokens(x: torch.Tensor, rows: list[SamplingRow]) -> None:
         row_index += [i] * len(banned)
         token_index += banned
     if token_index:
-        x[to_device(row_index, x.device), to_device(token_index, x.device)] = NEG_INF
+        fill_entries(x, row_index, token_index, NEG_INF)
 
 
 def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from pagoda.engine.batch import to_device
+from pagoda.engine.batch import fill_entries, to_device
 from pagoda.errors import RequestError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _mask_disallowed(x: torch.Tensor, allowed: dict[int, torch.Tensor]) -> None:
 def _ban(x: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
     if pairs:
         rows, tokens = zip(*pairs)
-        x[to_device(rows, x.device), to_device(tokens, x.device)] = NEG_INF
+        fill_entries(x, rows, tokens, NEG_INF)
 
 
 def _add_bias(x: torch.Tensor, biased: dict[int, _Tensors]) -> None:
