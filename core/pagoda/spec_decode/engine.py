@@ -110,6 +110,13 @@ class Speculator:
     def has_drafts(self, scheduled: SchedulerOutput) -> bool:
         return any(req.num_draft_tokens for req in scheduled.requests)
 
+    # -- after the launch --------------------------------------------------------------------
+    def prelaunch(self, pending: Any) -> None:
+        """A step that verifies drafts is queued: the proposer may queue its next round behind it."""
+        outcome = pending.outcome() if hasattr(pending, "outcome") else None
+        if outcome is not None:
+            self.proposer.prelaunch(outcome, self.k)
+
     # -- after the step ----------------------------------------------------------------------
     def settle(self, req: Request, index: int, verified: "Verified") -> tuple[int, list[int]]:
         """Keep the verified drafts and put the target's token after them in place of the
