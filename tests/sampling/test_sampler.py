@@ -176,3 +176,36 @@ def test_empty_batch_and_shape_mismatch():
     assert Sampler()(torch.zeros(0, V), []).token_ids == []
     with pytest.raises(ValueError, match="2 rows of logits for 1 sampling rows"):
         Sampler()(torch.zeros(2, V), [row(SP())])
+
+
+def test_to_device_keeps_values_and_dtype():
+    from pagoda.engine.batch import to_device
+
+    for values, dtype in (([3, 1, 2], torch.long), ([True, False], torch.bool), ([0.5, 2.0], torch.float32)):
+        got = to_device(values, torch.device("cpu"), dtype)
+        assert got.dtype == dtype and got.tolist() == values
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nucleus", [True, False])  # the sort path (top-p), and top-k alone (topk)
+def test_a_sampled_step_queues_without_waiting_for_the_device(nucleus):
+    """Every kernel of a sampled step is queued without a synchronisation (torch's sync debug mode
+    raises on one): a step's sampling then overlaps its forward pass instead of waiting for it.
+    Temperature, top-k/top-p, min-p, min_tokens, logit_bias, seeded and greedy rows together."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    last = SP(temperature=0.9, top_p=0.8) if nucleus else SP(temperature=0.9, top_k=7)
+    params = [SP(temperature=0.8, top_k=5), SP(temperature=0), SP(temperature=0.7, min_p=0.1),
+              SP(temperature=0.6, min_tokens=3, stop_token_ids=[5]), SP(temperature=1.0, logit_bias={3: 2.0}),
+              SP(temperature=0.5, seed=4), last]
+    rows = [SamplingRow(p, [1, 2, 3], [4], torch.Generator("cuda").manual_seed(4) if p.seed is not None else None,
+                        0, f"r{i}") for i, p in enumerate(params)]
+    logits, sampler = random_logits(len(rows)).cuda(), Sampler()
+    sampler.sample(logits, rows)  # the first step of a request builds its logit_bias tensors (once)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        sample = sampler.sample(logits, rows)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert sample.token_ids.shape == (len(rows),) and sample.token_ids[1].item() == logits[1].argmax().item()

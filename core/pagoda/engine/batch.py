@@ -98,6 +98,15 @@ def views(buffer: torch.Tensor, shapes: Shapes, offsets: dict[str, int]) -> dict
     return out
 
 
+def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """``torch.tensor(values, dtype=dtype, device=device)`` queued behind the device's work instead of
+    waiting for it: torch synchronises the stream for a copy from pageable memory, so the host would
+    idle until every kernel queued so far (a step's forward pass) had run; a copy from pinned memory
+    is queued (torch's host allocator keeps the buffer until the copy has run)."""
+    host = torch.tensor(values, dtype=dtype)
+    return host if device.type == "cpu" else host.pin_memory().to(device, non_blocking=True)
+
+
 def stage(host: HostInputs, platform: Platform) -> StepInputs:
     """Pack ``host`` into one host buffer and copy it to the device at once."""
     shapes = {name: (a.shape, a.dtype) for name, a in host.arrays.items()}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from pagoda.engine.batch import to_device
 from pagoda.engine.token_controls import TokenControls, reads_output_tokens, uses_token_controls
 from pagoda.sampling_params import SamplingParams
 
@@ -63,6 +64,7 @@ class _Plan:
     greedy: list[bool]
     temperature: torch.Tensor | None  # [N] float, 1.0 on greedy rows
     top_k: torch.Tensor | None  # [N] long, vocab size where disabled
+    max_top_k: int  # the largest top_k of the rows that set one (1: none)
     top_p: torch.Tensor | None  # [N] float, TOP_P_OFF where disabled
     min_p: torch.Tensor | None  # [N] float, 0 where disabled
 
@@ -112,7 +114,7 @@ class Sampler:
         if plan.temperature is not None:
             x.div_(plan.temperature[:, None])
         if plan.top_k is not None or plan.top_p is not None:
-            _apply_top_k_top_p(x, plan.top_k, plan.top_p)
+            _apply_top_k_top_p(x, plan.top_k, plan.top_p, plan.max_top_k)
         if plan.min_p is not None:
             _apply_min_p(x, plan.min_p)
         return x
@@ -124,7 +126,7 @@ class Sampler:
         noise = self._exponential_noise(x, rows, plan.greedy)  # [N, V]
         sampled = probs.div_(noise).argmax(dim=1)  # [N]
         if any(plan.greedy):
-            greedy = torch.tensor(plan.greedy, device=x.device)
+            greedy = to_device(plan.greedy, x.device, torch.bool)
             sampled = torch.where(greedy, x.argmax(dim=1), sampled)
         return sampled
 
@@ -139,7 +141,7 @@ class Sampler:
             noise = torch.ones_like(x)
             if shared:
                 block = torch.empty((len(shared), x.shape[1]), device=x.device)
-                noise[shared] = block.exponential_(generator=generator)
+                noise[to_device(shared, x.device)] = block.exponential_(generator=generator)
             for i in own:  # one draw per seeded row, so its stream ignores the rest of the batch
                 noise[i].exponential_(generator=rows[i].generator)
         return noise.clamp_min_(torch.finfo(noise.dtype).tiny)  # an Exp draw of 0 would give 0/0
@@ -171,6 +173,7 @@ def _plan(rows: list[SamplingRow], vocab: int, device: torch.device) -> _Plan:
         greedy=greedy,
         temperature=_tensor_unless(temps, 1.0, torch.float32, device),
         top_k=_tensor_unless(ks, vocab, torch.long, device),
+        max_top_k=max((k for k in ks if k < vocab), default=1),
         top_p=_tensor_unless(ps, TOP_P_OFF, torch.float32, device),
         min_p=_tensor_unless(mins, 0.0, torch.float32, device),
     )
@@ -187,7 +190,7 @@ def _changes_logits(rows: list[SamplingRow], plan: _Plan) -> bool:
 def _tensor_unless(values: list, neutral: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
     if all(v == neutral for v in values):
         return None
-    return torch.tensor(values, dtype=dtype, device=device)
+    return to_device(values, device, dtype)
 
 
 def _apply_min_tokens(x: torch.Tensor, rows: list[SamplingRow]) -> None:
@@ -205,7 +208,7 @@ def _apply_min_tokens(x: torch.Tensor, rows: list[SamplingRow]) -> None:
         row_index += [i] * len(banned)
         token_index += banned
     if token_index:
-        x[torch.tensor(row_index, device=x.device), torch.tensor(token_index, device=x.device)] = NEG_INF
+        x[to_device(row_index, x.device), to_device(token_index, x.device)] = NEG_INF
 
 
 def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
@@ -255,12 +258,11 @@ def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device
     return counts[:, :vocab]
 
 
-def _apply_top_k_top_p(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None) -> None:
-    """Mask, in place, tokens outside each row's top-k and outside its top-p nucleus."""
+def _apply_top_k_top_p(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None, max_k: int) -> None:
+    """Mask, in place, tokens outside each row's top-k (``max_k``: the largest that applies) and
+    outside its top-p nucleus."""
     if top_p is None:  # top-k alone needs only the k-th largest value per row
-        vocab = x.shape[1]
-        enabled = (top_k < vocab)[:, None]  # [N, 1]
-        max_k = int(torch.where(enabled[:, 0], top_k, 1).max())
+        enabled = (top_k < x.shape[1])[:, None]  # [N, 1]
         top = x.topk(max_k, dim=1).values  # [N, max_k]
         kth = top.gather(1, top_k.clamp(max=max_k)[:, None] - 1).masked_fill_(~enabled, NEG_INF)
         x.masked_fill_(x < kth, NEG_INF)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from pagoda.engine.batch import to_device
 from pagoda.errors import RequestError
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class TokenControls:
 def _mask_disallowed(x: torch.Tensor, allowed: dict[int, torch.Tensor]) -> None:
     if not allowed:
         return
-    index = torch.tensor(list(allowed), device=x.device)  # [M]
+    index = to_device(list(allowed), x.device)  # [M]
     keep = torch.stack(list(allowed.values()))  # [M, V]
     x[index] = x[index].masked_fill_(~keep, NEG_INF)
 
@@ -136,14 +137,13 @@ def _mask_disallowed(x: torch.Tensor, allowed: dict[int, torch.Tensor]) -> None:
 def _ban(x: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
     if pairs:
         rows, tokens = zip(*pairs)
-        x[torch.tensor(rows, device=x.device), torch.tensor(tokens, device=x.device)] = NEG_INF
+        x[to_device(rows, x.device), to_device(tokens, x.device)] = NEG_INF
 
 
 def _add_bias(x: torch.Tensor, biased: dict[int, _Tensors]) -> None:
     if not biased:
         return
-    counts = torch.tensor([t.bias_ids.numel() for t in biased.values()], device=x.device)  # [M]
-    rows = torch.repeat_interleave(torch.tensor(list(biased), device=x.device), counts)  # [K total]
+    rows = to_device([i for i, t in biased.items() for _ in range(t.bias_ids.numel())], x.device)  # [K total]
     ids = torch.cat([t.bias_ids for t in biased.values()])
     values = torch.cat([t.bias_values for t in biased.values()])
     x.index_put_((rows, ids), values, accumulate=True)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
+from pagoda.engine.batch import to_device
+
 if TYPE_CHECKING:
     from pagoda.interfaces.scheduler import SchedulerOutput
 
@@ -39,7 +41,7 @@ class HiddenStates:
         if index[-1] - index[0] + 1 == len(index):  # packed rows (eager steps, decode graphs): one slice
             rows = hidden[index[0] : index[-1] + 1].clone()
         else:  # verify graphs: k + 1 slots per request, padding between
-            rows = hidden.index_select(0, torch.tensor(index, device=hidden.device))
+            rows = hidden.index_select(0, to_device(index, hidden.device))
         offset = 0
         for request_id, position, n in spans:
             chunks = self._chunks.setdefault(request_id, [])

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from pagoda.engine.batch import to_device
 from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.sampler import SamplingRow, needs_output_history, prompt_logprobs
 from pagoda.interfaces.proposer import VerifyOutcome
@@ -112,7 +113,7 @@ def launch_verify(runner: "ModelRunner", out: "SchedulerOutput", hidden: torch.T
         if rewind is not None:
             rewinds[req.request_id] = rewind
     if keep and len(keep) != len(rows):
-        logits = logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]
+        logits = logits[to_device(keep, logits.device)]
     sample = runner.sampler.sample(logits, [rows[r] for r in keep]) if keep else None
     wait = runner.platform.copy_to_host_async(sample.tensors()) if sample is not None else (lambda: [])
     drafts = {req.request_id: req.token_ids[req.num_tokens - req.num_draft_tokens:] for req in requests}
@@ -126,7 +127,7 @@ def _position_logits(runner: "ModelRunner", out: "SchedulerOutput", hidden: torc
     for i, count in zip(sample_rows, counts):
         first = query_starts[i] + out.num_tokens[i] - count
         index.extend(range(first, first + count))
-    return runner.model.compute_logits(hidden[torch.tensor(index, device=hidden.device)])
+    return runner.model.compute_logits(hidden[to_device(index, hidden.device)])
 
 
 def _offsets(counts: list[int]) -> list[int]:
