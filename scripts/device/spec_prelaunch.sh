@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On one H100 (tool `run`, carry [".whl"]), branch h-chained-draft (issue 16): draft rounds queued behind
 # the verify step. The gpu-marked speculative tests (the new ones compare every step's proposals with and
-# without the queued rounds on CUDA graphs); then one speculative iteration (verify + round + host) against
+# without the queued rounds on CUDA graphs) and the sampler's (a sampled step queued without a sync); then one speculative iteration (verify + round + host) against
 # the decode step through the engine, 8B target / 1B draft dummy, batch 1, k = 2 and 4, with
 # PAGODA_DRAFT_PRELAUNCH=1 and 0 alternated (scripts/device/spec_iteration.py); then spec_costs at batch 1.
 # About 8 minutes. -> $OUT
@@ -12,7 +12,8 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TOR
 source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton; echo "install: ${SECONDS} s"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/engine/test_speculative_prelaunch.py \
-  tests/engine/test_speculative_draft_chain.py tests/engine/test_speculative_draft.py > "$OUT/tests_spec.log" 2>&1
+  tests/engine/test_speculative_draft_chain.py tests/engine/test_speculative_draft.py tests/sampling/test_sampler.py \
+  > "$OUT/tests_spec.log" 2>&1
 echo "spec gpu tests: exit $? ($(tail -1 "$OUT/tests_spec.log"))"; grep -E "^(FAILED|ERROR)" "$OUT/tests_spec.log" | head
 for k in 2 4; do
   for prelaunch in 1 0 1 0; do
