@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # On one H100 (tool `run`, carry [".whl"]), branch h-chained-draft (issue 16): draft rounds queued behind
-# the verify step. The gpu-marked speculative tests (the new ones compare every step's proposals with and
-# without the queued rounds on CUDA graphs) and the sampler's (a sampled step queued without a sync); then one speculative iteration (verify + round + host) against
-# the decode step through the engine, 8B target / 1B draft dummy, batch 1, k = 2 and 4, with
-# PAGODA_DRAFT_PRELAUNCH=1 and 0 alternated (scripts/device/spec_iteration.py); then spec_costs at batch 1.
+# the verify step.
+#   1. gpu-marked tests: the speculative ones (the new ones compare every step's proposals with and without
+#      the queued rounds on CUDA graphs) and the sampler's (a sampled step queued without a sync);
+#   2. one speculative iteration (verify + round + host) against the decode step through the engine, 8B target,
+#      1B draft, dummy, batch 1, k = 2 and 4, PAGODA_DRAFT_PRELAUNCH=1 and 0 alternated (spec_iteration.py);
+#   3. spec_costs at batch 1.
 # About 8 minutes. -> $OUT
 #   bash scripts/device/spec_prelaunch.sh
 set -uo pipefail
