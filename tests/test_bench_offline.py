@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pagoda.cli.main import main
 
 
@@ -16,11 +18,13 @@ def _config_dir(tmp_path):
     return str(tmp_path)
 
 
-def test_throughput_counts_every_token(tmp_path):
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "0.7", "--top-p", "0.9"]])
+def test_throughput_counts_every_token(tmp_path, sampling):
     out = tmp_path / "result.json"
     assert main(["bench", "throughput", _config_dir(tmp_path), "--load-format", "dummy", "--num-prompts", "6",
-                 "--input-len", "10", "--output-len", "5", "--result-file", str(out)]) == 0
+                 "--input-len", "10", "--output-len", "5", "--result-file", str(out), *sampling]) == 0
     result = json.loads(out.read_text())
+    assert (result["workload"]["temperature"], result["workload"]["top_p"]) == ((0.7, 0.9) if sampling else (0.0, 1.0))
     p = result["pagoda"]
     assert round(p["output_tokens_per_s"] * p["seconds"]) == 6 * 5
     assert round(p["tokens_per_s"] * p["seconds"]) == 6 * 15

@@ -21,6 +21,9 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--num-prompts", type=int, default=1000, help="number of requests")
     p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request (random ids)")
     p.add_argument("--output-len", type=int, default=256, help="new tokens per request (EOS ignored)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature of every request (default 0: greedy; vLLM's benchmark samples at 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass of every request (1.0: off)")
     p.add_argument("--hf", action="store_true", help="also run HF transformers generate_batch on the same weights")
     add_common_args(p)
     p.set_defaults(func=run)
@@ -34,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     model, device, dtype = engine.core.parts.model, engine.core.parts.platform.device(), engine.core.parts.dtype
     hf_model = _hf_model_with_same_weights(engine) if args.hf else None
     prompts = random_prompts(args.num_prompts, args.input_len, engine.core.parts.hf_config.vocab_size, args.seed)
-    params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.output_len, ignore_eos=True)
     # Warm-up with a full batch of full-length prompts: kernels compiled on first use (Triton's
     # prefill tiles, decode splits) compile here, not inside the timed run.
     warmup = prompts[: min(len(prompts), engine.core.config.max_num_seqs)]
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
     weight_bytes, num_params = streamed_weights(model)
     result = {
-        "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "model", "load_format"),
+        "workload": vars_subset(args, "num_prompts", "input_len", "output_len", "temperature", "top_p", "model",
+                                "load_format"),
         "platform": engine.core.parts.platform.describe(), "attention_backend": args.attention_backend,
         "dtype": str(dtype).removeprefix("torch."), "params": num_params,
         "active_params": active_params(model, num_params, engine.core.parts.hf_config),
