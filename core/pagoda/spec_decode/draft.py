@@ -219,7 +219,9 @@ class DraftProposer(Proposer):
 
     def _take_prelaunched(self, inputs: list[ProposalInput], budgets: dict[str, int]) -> dict[str, list[int]]:
         """The drafts a prelaunched round computed for the outcome each input shows, the shadows moved
-        on as a round of theirs would have; a shadow whose tokens contradict its round is dropped."""
+        on as a round of theirs would have. A request that moved on since its verify step (a step
+        without proposals came between) takes the usual path; one whose outcome the device read
+        otherwise than the host (a bug) loses its shadow."""
         prelaunched, self._prelaunched = self._prelaunched, None
         taken: dict[str, list[int]] = {}
         if prelaunched is None:
@@ -228,11 +230,12 @@ class DraftProposer(Proposer):
             plan = prelaunched.rows.get(inp.request_id)
             if plan is None or self._shadows.get(inp.request_id) is not plan.shadow or budgets[inp.request_id] <= 0:
                 continue
-            columns, picked = prelaunched.read()
             tokens, req = inp.token_ids, plan.shadow.request
             a = len(tokens) - plan.base - 1
-            if not 0 <= a <= len(plan.drafts) or picked[plan.column] != a or list(
-                    tokens[plan.base : plan.base + a]) != plan.drafts[:a]:
+            if not 0 <= a <= len(plan.drafts) or list(tokens[plan.base : plan.base + a]) != plan.drafts[:a]:
+                continue  # stale: the request moved on since (a step without proposals); its shadow is cut back
+            columns, picked = prelaunched.read()
+            if picked[plan.column] != a:  # the device read the verify step otherwise: a bug
                 logger.warning("draft round queued behind the verify step assumed another outcome for %s: dropped",
                                inp.request_id)
                 self._drop(req)
