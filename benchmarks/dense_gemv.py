@@ -1,6 +1,7 @@
 """Benchmark the csrc dense GEMV against cuBLAS (``F.linear``) at Llama-3.1-8B and Llama-3.2-1B shapes (GPU).
 
-For each projection (fused qkv, o, fused gate/up, down, and the 1B model's LM head) and 1-4 tokens:
+For each projection (fused qkv, o, fused gate/up, down, and the 1B model's LM head; the 8B's also as one rank
+of TP=2 holds them) and 1-4 tokens:
 microseconds per call of ``F.linear`` and of the GEMV, timed as CUDA-graph replays over enough weight
 copies that they stream from memory, and each one's bandwidth against the measured copy bandwidth.
 Replayed back to back, the GEMV (a programmatic dependent) overlaps the call before it; run with
@@ -20,6 +21,7 @@ import triton
 
 SHAPES = {  # name: (n, k) of weight [n, k]
     "8b.qkv": (6144, 4096), "8b.o": (4096, 4096), "8b.gate_up": (28672, 4096), "8b.down": (4096, 14336),
+    "8b-tp2.qkv": (3072, 4096), "8b-tp2.o": (4096, 2048), "8b-tp2.gate_up": (14336, 4096), "8b-tp2.down": (4096, 7168),
     "1b.qkv": (3072, 2048), "1b.o": (2048, 2048), "1b.gate_up": (16384, 2048), "1b.down": (2048, 8192),
     "1b.lm_head": (128256, 2048),
 }
@@ -59,11 +61,11 @@ def main() -> None:
             gbs = n * k * 2 / gemv / 1e3
             rows.append({"layer": name, "n": n, "k": k, "m": m, "cublas_us": cublas, "gemv_us": gemv,
                          "speedup": cublas / gemv, "gemv_of_copy": gbs / copy, "cublas_of_copy": n * k * 2 / cublas / 1e3 / copy})
-            print(f"{name:11s} M={m} cuBLAS {cublas:7.1f} us ({rows[-1]['cublas_of_copy']:.0%}) | GEMV {gemv:7.1f} us "
+            print(f"{name:14s} M={m} cuBLAS {cublas:7.1f} us ({rows[-1]['cublas_of_copy']:.0%}) | GEMV {gemv:7.1f} us "
                   f"({rows[-1]['gemv_of_copy']:.0%}) | x{cublas / gemv:.2f}", flush=True)
         del weights
         torch.cuda.empty_cache()
-    for model in ("8b", "1b"):
+    for model in ("8b", "8b-tp2", "1b"):
         for m in sorted({r["m"] for r in rows}):
             sel = [r for r in rows if r["layer"].startswith(model + ".") and r["m"] == m and "lm_head" not in r["layer"]]
             cublas, gemv = sum(r["cublas_us"] for r in sel), sum(r["gemv_us"] for r in sel)

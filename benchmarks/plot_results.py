@@ -176,6 +176,54 @@ def awq_chart() -> None:
     fig.savefig(IMG / "awq_h100.png", dpi=110)
 
 
+def tp_chart() -> None:
+    """Llama-3.1-8B at TP=2 against TP=1 on 2 x H100 (2026-11-27, the LL all-reduce the default): the
+    batch-1 decode step of each run against its own TP=1 step, and the offline throughput."""
+    run = "h100x2_2026-11-27_ll_default"
+    step = {name: load(f"{run}/{name}.json")["steps"][0]["step_ms"] for name in (
+        "run1/work/tp1_8b_latency", "run1/work/tp2_8b_latency", "run2/work/tp1_8b_latency",
+        "run2/work/tp2_8b_latency", "run2/work/tp2_8b_latency_ll")}
+    pairs = [("run 1", step["run1/work/tp1_8b_latency"], step["run1/work/tp2_8b_latency"]),
+             ("run 2", step["run2/work/tp1_8b_latency"], step["run2/work/tp2_8b_latency"]),
+             ("run 2, =ll", step["run2/work/tp1_8b_latency"], step["run2/work/tp2_8b_latency_ll"])]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.38
+    for i, (label, tp1, tp2) in enumerate(pairs):
+        left.bar(i - width / 2, tp1, width, color="#999999", label="TP=1" if i == 0 else None)
+        left.bar(i + width / 2, tp2, width, color="#1d4e89", label="TP=2" if i == 0 else None)
+        left.hlines(0.6 * tp1, i, i + width, colors="#c44536", linestyles="--", label="goal 0.6x TP=1" if i == 0 else None)
+        left.text(i + width / 2, tp2 + 0.1, f"{tp2 / tp1:.3f}x", ha="center", fontsize=8)
+    left.set_xticks(range(len(pairs)), [p[0] for p in pairs])
+    left.set(ylabel="ms per batch-1 decode step", title="batch-1 decode step")
+    left.legend(fontsize=8)
+    rates = [load(f"{run}/run1/work/tp{n}_8b_1000x256.json")["pagoda"]["requests_per_s"] for n in (1, 2)]
+    right.bar(["TP=1", "TP=2"], rates, color=["#999999", "#1d4e89"])
+    for i, v in enumerate(rates):
+        right.text(i, v + 1, f"{v:.1f}", ha="center", fontsize=8)
+    right.set(ylabel="requests/s", title="bench throughput 1000 x 256/256 (run 1)")
+    fig.suptitle("Llama-3.1-8B dummy bf16, tensor parallelism on 2 x H100, LL all-reduce (2026-11-27)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(IMG / "tp_h100x2.png", dpi=110)
+
+
+def verify_chart() -> None:
+    """The verify step (1-5 query tokens) over the 1-token decode step, Llama-3.1-8B batch 1 on an H100,
+    Triton's short-query path against the prefill kernel (2026-11-27, one machine)."""
+    run = "h100_2026-11-27_round16"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for short, label, style in (("short1", "short-query path (decode kernel)", "o-"),
+                                ("short0", "PAGODA_TRITON_SHORT_QUERIES=0 (prefill kernel)", "x--")):
+        steps = sorted((s["query_len"], s["step_ms"]) for s in load(f"{run}/{short}/spec_costs.json")["costs"]["target_steps"]
+                       if s["batch"] == 1)
+        ax.plot([q for q, _ in steps], [ms / steps[0][1] for _, ms in steps], style, label=label)
+    ax.plot([5], [1.15], "v", color="#c44536", label="goal: 5 tokens <= 1.15x")
+    ax.set(xlabel="query tokens per request (k + 1)", ylabel="step / 1-token decode step", xticks=[1, 2, 3, 4, 5],
+           title="Verify step, Llama-3.1-8B dummy bf16, batch 1, H100")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "verify_h100.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
@@ -184,4 +232,6 @@ if __name__ == "__main__":
     flash_splits_chart()
     flash_decode_chart()
     awq_chart()
+    tp_chart()
+    verify_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))

@@ -3,8 +3,10 @@
 # and its ratio to TP=1 with a spread. Llama-3.1-8B dummy bf16, Triton attention, CUDA graphs:
 #   1. scripts/device/profile_decode.py at TP=1 and TP=2: step time and rank 0's kernel time per step
 #      by kind (linears, LL all-reduces, NCCL, attention, norms, ...) and the device's idle time;
-#   2. `pagoda bench latency` TP=1 / TP=2 alternated PAIRS times (default 3), each pair on one machine.
-# About 8 minutes. -> $OUT (profile JSON, gzipped traces, latency JSON, summary.txt)
+#   2. `pagoda bench latency` TP=1 / TP=2 alternated PAIRS times (default 2), each pair on one machine;
+#   3. the dense GEMV against cuBLAS at one token, with one and with two rows a warp (PAGODA_GEMV_ROWS), on
+#      GPU 0: the 8B's layers per TP=2 rank stream at about 85% of copy, against 95% at TP=1.
+# About 8-9 minutes (give the call 600 s). -> $OUT (profile JSON, gzipped traces, latency JSON, summary.txt)
 #   bash scripts/device/round17.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/round17_out}"; mkdir -p "$OUT"
@@ -20,12 +22,17 @@ done
 gzip -f "$OUT"/trace_*.json
 LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
      --max-model-len 2048 --log-level warning)
-for pair in $(seq "${PAIRS:-3}"); do
+for pair in $(seq "${PAIRS:-2}"); do
   for tp in 1 2; do
     timeout 150 pagoda bench latency "$M8" "${LAT[@]}" -tp "$tp" --result-file "$OUT/latency_p${pair}_tp$tp.json" \
       > "$OUT/latency_p${pair}_tp$tp.log" 2>&1
     echo "pair $pair tp=$tp: exit $? $(python3 scripts/device/summarize_bench.py "$OUT/latency_p${pair}_tp$tp.json" 2>/dev/null)"
   done
 done | tee "$OUT/summary.txt"
+for rows in 1 2; do
+  CUDA_VISIBLE_DEVICES=0 PAGODA_GEMV_ROWS=$rows timeout 120 python3 benchmarks/dense_gemv.py --tokens 1 \
+    --out "$OUT/dense_gemv_rows$rows.json" > "$OUT/dense_gemv_rows$rows.log" 2>&1
+  echo "dense gemv, $rows row(s) a warp: exit $?"; grep -E "^8b|decoder layer" "$OUT/dense_gemv_rows$rows.log"
+done | tee -a "$OUT/summary.txt"
 (cd "$OUT" && tar czf logs.tgz -- *.log && rm -f -- *.log)
 echo "total ${SECONDS} s"
