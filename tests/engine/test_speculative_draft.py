@@ -66,13 +66,13 @@ def test_draft_rounds_after_all_accepted_replay_two_slot_graphs(replay_plugins, 
     plain = _tokens(_llm(target, None, enforce_eager=True, **extra).generate(_prompts(), greedy, use_tqdm=False))
     llm = _llm(target, {"method": "draft", "model": target, "num_speculative_tokens": 2, "backoff": False}, **extra)
     chain = llm.engine.core.speculator.proposer.chain
-    chains, run, replay = [], chain.run, chain.steps.replay  # per round: (fed rows?, the q of each replay)
+    chains, queue, replay = [], chain.queue_steps, chain.steps.replay  # per round: (fed rows?, the q of each replay)
 
-    def run_round(rows, seed=None):
+    def queue_round(staged, size, graphed, tokens, seed=None, first_ids=None):
         chains.append((seed is None, []))
-        return run(rows, seed)
+        return queue(staged, size, graphed, tokens, seed, first_ids)
 
-    chain.run, chain.steps.replay = run_round, lambda size, q: chains[-1][1].append(q) or replay(size, q)
+    chain.queue_steps, chain.steps.replay = queue_round, lambda size, q: chains[-1][1].append(q) or replay(size, q)
     assert _tokens(llm.generate(_prompts(), greedy, use_tqdm=False)) == plain
     s = llm.engine.stats
     assert s.spec_num_accepted_tokens >= 0.95 * s.spec_num_draft_tokens > 0

@@ -143,6 +143,8 @@ class EngineCore:
         if self._inflight is not None:
             outputs += self._resolve(self._inflight)
         self._inflight = launched
+        if launched is not None and self._verifies(scheduled):
+            self.speculator.prelaunch(launched.pending)  # the next drafts, queued behind the verify step
         if launched is not None and (not self.overlap or self._verifies(scheduled) or self.beams.any_in(scheduled)):
             outputs += self._resolve(launched)
             self._inflight = None

@@ -54,6 +54,21 @@ class Proposal:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class VerifyOutcome:
+    """A verify step queued on the device, not yet read: what a proposer needs to start its next
+    round there (:meth:`Proposer.prelaunch`). Request ``i`` verified ``drafts[i]``; the target's
+    tokens sampled at its drafted positions and after them (``1 + len(drafts[i])``) start at
+    ``offsets[i]`` of ``sampled``. Its outcome is the usual one for deterministic drafts: the
+    leading drafts equal to the token sampled at their position are accepted, then the sampled
+    token after them."""
+
+    request_ids: list[str]
+    drafts: list[list[int]]
+    sampled: torch.Tensor  # [N] long, on the device
+    offsets: list[int]
+
+
 class Proposer(Capability, ABC):
     """Suggests draft tokens. ``config`` is the parsed ``--speculative-config``."""
 
@@ -74,6 +89,11 @@ class Proposer(Capability, ABC):
         """Up to ``k`` draft tokens per input, and at most ``input.max_drafts`` where set (fewer,
         or none, where the proposer has no guess). Called once per engine step with the requests
         that speculate in it; ``token_ids`` never contain unverified tokens."""
+
+    def prelaunch(self, outcome: VerifyOutcome, k: int) -> None:
+        """Optionally queue the next round's drafts behind a verify step (``outcome``), before the host
+        reads it, so that the device goes on from one to the other; the next :meth:`propose` then
+        returns the drafts queued for the requests whose outcome they assumed. Default: nothing."""
 
     def release(self, request_id: str) -> None:
         """Forget per-request state once the request finished (default: none kept)."""

@@ -21,6 +21,11 @@ have KV in its cache. Each step:
    of the draft's runner over its uncomputed tokens, which samples its first draft on the
    device; its other drafts follow in one-token steps.
 
+Where the engine has just queued a verify step, the next round of each shadow it verifies is
+queued right behind it, for whichever outcome the device finds
+(:mod:`pagoda.spec_decode.draft_prelaunch`, :meth:`DraftProposer.prelaunch`); step 2 then only
+reads its drafts.
+
 The drafts are the draft model's argmax, deterministic given the context (``q`` one-hot), so
 verification is exact for greedy and sampled requests alike. The cache holds as many tokens as
 the target's plus one block per sequence; a shadow that does not fit is dropped (it is rebuilt
@@ -33,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from typing import Callable
 
 import torch
@@ -41,9 +47,10 @@ from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.model_runner import ModelRunner, PendingStep
 from pagoda.engine.request import Request, RequestStatus
 from pagoda.errors import ConfigError
-from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
+from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
+from pagoda.spec_decode import draft_prelaunch
 from pagoda.spec_decode.draft_chain import ChainRow, DraftChain
 from pagoda.spec_decode.draft_steps import MAX_QUERY, DraftSteps
 
@@ -96,6 +103,9 @@ class DraftProposer(Proposer):
         self.kv_cache: KVCacheManager | None = None
         self.max_batch_tokens = 8192
         self._shadows: dict[str, _Shadow] = {}
+        self._prelaunched: draft_prelaunch.Prelaunched | None = None  # a round queued behind the verify step
+        self.prelaunching = os.environ.get("PAGODA_DRAFT_PRELAUNCH", "1") != "0"  # 0: every round after the read (A/B)
+        self.max_model_len = 0
 
     # -- set-up ------------------------------------------------------------------------------
     def attach(self, context: ProposerContext) -> None:
@@ -116,6 +126,7 @@ class DraftProposer(Proposer):
             kv_cache_memory=_cache_bytes(hf_config, context),
         )
         self.max_batch_tokens = max(engine.max_num_batched_tokens or 8192, engine.max_num_seqs)
+        self.max_model_len = context.max_model_len
         try:
             shard = build_model_shard(config, context.platform, source, hf_config)
         except torch.OutOfMemoryError as exc:
@@ -134,16 +145,33 @@ class DraftProposer(Proposer):
     def propose(self, inputs: list[ProposalInput], k: int) -> Proposal:
         if self.runner is None:
             raise RuntimeError("DraftProposer.attach() was not called (the engine calls it at start)")
-        shadows = [self._sync(inp) for inp in inputs]
         budgets = {inp.request_id: min(k, k if inp.max_drafts is None else inp.max_drafts) for inp in inputs}
+        drafts = self._take_prelaunched(inputs, budgets)
+        shadows = [self._sync(inp) for inp in inputs if inp.request_id not in drafts]
         drafting = [s.request for s in shadows if budgets[s.request.request_id] > 0]
         behind = [req for req in drafting if req.num_tokens - req.num_computed_tokens > MAX_FED_TOKENS]
         fed = [req for req in drafting if req.num_tokens - req.num_computed_tokens <= MAX_FED_TOKENS]
         launched = [self._launch_fed(fed, budgets), self._launch_behind(behind, budgets)]  # both queued, then read
-        drafts: dict[str, list[int]] = {}
         for chain in launched:
             drafts.update(chain.read())
         return Proposal([drafts.get(inp.request_id, []) for inp in inputs])
+
+    def prelaunch(self, outcome: VerifyOutcome, k: int) -> None:
+        """Queue the next round of the shadows that drafted what ``outcome`` verifies, for every
+        outcome at once, behind the verify step (:mod:`pagoda.spec_decode.draft_prelaunch`)."""
+        if not self.prelaunching or self.runner is None:
+            return
+        plans, index = [], []
+        for i, (rid, verified) in enumerate(zip(outcome.request_ids, outcome.drafts)):
+            plan = self._plan(rid, verified, k, len(plans))
+            if plan is not None:
+                plans.append(plan)
+                index.append(i)
+        if plans:
+            with self.runner.platform.inference_context():
+                wait = draft_prelaunch.queue(self.chain, plans, outcome, index, k)
+            self._prelaunched = draft_prelaunch.Prelaunched({outcome.request_ids[i]: p for i, p in zip(index, plans)},
+                                                            wait)
 
     def release(self, request_id: str) -> None:
         shadow = self._shadows.pop(request_id, None)
@@ -170,6 +198,57 @@ class DraftProposer(Proposer):
         self.kv_cache.trim(req, req.num_computed_tokens)
         shadow.num_synced = len(tokens)
         return shadow
+
+    def _plan(self, request_id: str, verified: list[int], k: int, column: int) -> "draft_prelaunch.PrelaunchedRow | None":
+        """The round of a shadow whose drafts are being verified (None: it is not in that state, or
+        its cache or context has no room for the round's worst case)."""
+        shadow = self._shadows.get(request_id)
+        if shadow is None:
+            return None
+        req, base = shadow.request, shadow.num_synced
+        held = req.num_tokens - base
+        if not 0 < len(verified) <= held or req.token_ids[base : base + len(verified)] != verified:
+            return None
+        if req.num_computed_tokens != req.num_tokens - 1 or req.num_tokens + k + 1 > self.max_model_len:
+            return None
+        if not self.kv_cache.allocate_slots(req, k + 1):  # the worst case: all accepted, k more drafts
+            return None
+        rows = draft_prelaunch.outcome_rows(base, verified, held, req.token_ids[-1], k,
+                                            self.kv_cache.block_ids(request_id))
+        return draft_prelaunch.PrelaunchedRow(shadow, base, verified, held, rows, column)
+
+    def _take_prelaunched(self, inputs: list[ProposalInput], budgets: dict[str, int]) -> dict[str, list[int]]:
+        """The drafts a prelaunched round computed for the outcome each input shows, the shadows moved
+        on as a round of theirs would have. A request that moved on since its verify step (a step
+        without proposals came between) takes the usual path; one whose outcome the device read
+        otherwise than the host (a bug) loses its shadow."""
+        prelaunched, self._prelaunched = self._prelaunched, None
+        taken: dict[str, list[int]] = {}
+        if prelaunched is None:
+            return taken
+        for inp in inputs:
+            plan = prelaunched.rows.get(inp.request_id)
+            if plan is None or self._shadows.get(inp.request_id) is not plan.shadow or budgets[inp.request_id] <= 0:
+                continue
+            tokens, req = inp.token_ids, plan.shadow.request
+            a = len(tokens) - plan.base - 1
+            if not 0 <= a <= len(plan.drafts) or list(tokens[plan.base : plan.base + a]) != plan.drafts[:a]:
+                continue  # stale: the request moved on since (a step without proposals); its shadow is cut back
+            columns, picked = prelaunched.read()
+            if picked[plan.column] != a:  # the device read the verify step otherwise: a bug
+                logger.warning("draft round queued behind the verify step assumed another outcome for %s: dropped",
+                               inp.request_id)
+                self._drop(req)
+                continue
+            row = plan.rows[a]
+            drafted = columns[plan.column][: min(row.steps, budgets[inp.request_id])]
+            del req.token_ids[plan.base :]
+            req.token_ids.extend(tokens[plan.base :])
+            req.token_ids.extend(drafted)
+            req.num_computed_tokens = min(row.start + row.computed, req.num_tokens - 1)
+            plan.shadow.num_synced = len(tokens)
+            taken[inp.request_id] = drafted
+        return taken
 
     def _launch_fed(self, requests: list[Request], budgets: dict[str, int]) -> _Launched:
         """Queue the round of requests that are one or two tokens behind: a first step over their

@@ -62,17 +62,19 @@ class RoundArrays:
     max_seq_lens: list[int]  # per step (eager steps hand it to the attention backend)
 
 
-def chain_arrays(rows: list[ChainRow], num_steps: int, size: int, block_size: int) -> RoundArrays:
-    """Each step's inputs: the first computes every row's known tokens in ``q`` slots (padding
-    slots: slot -1, position 0; length ``start + q`` so the real ones keep their positions),
-    the others one token per row; rows past their steps (and rows ``len(rows)..size``) are padding.
-    Computed for all rows at once (a round's host work before its first step is the device's idle time)."""
-    b, q = len(rows), first_slots(rows)
+def chain_arrays(rows: list[ChainRow], num_steps: int, size: int, block_size: int, q: int | None = None,
+                 columns: int | None = None) -> RoundArrays:
+    """Each step's inputs: the first computes every row's known tokens in ``q`` slots (default: the
+    most a row has; padding slots: slot -1, position 0; length ``start + q`` so the real ones keep
+    their positions), the others one token per row; rows past their steps (and rows
+    ``len(rows)..size``) are padding. Computed for all rows at once (a round's host work before its
+    first step is the device's idle time)."""
+    b, q = len(rows), q or first_slots(rows)
     start, n, steps = (np.zeros(size, dtype=np.int64) for _ in range(3))
     start[:b] = [r.start for r in rows]
     n[:b] = [r.first_len for r in rows]
     steps[:b] = [r.steps for r in rows]
-    table, row = block_tables(rows, size, block_size), np.arange(size)
+    table, row = block_tables(rows, size, block_size, columns), np.arange(size)
     offset = np.arange(q)
     real = (offset < n[:, None]) & (steps[:, None] > 0)  # [size, q]
     pos = np.where(real, start[:, None] + offset, 0)
@@ -98,9 +100,9 @@ def _kv_slots(table: np.ndarray, row: np.ndarray, pos: np.ndarray, real: np.ndar
     return np.where(real, table[row, column].astype(np.int64) * block_size + pos % block_size, -1)
 
 
-def block_tables(rows: list[ChainRow], size: int, block_size: int) -> np.ndarray:
-    """``[size, table_columns]`` int32: each row's blocks, 0 past them."""
-    table = np.zeros((size, table_columns(rows, block_size)), dtype=np.int32)
+def block_tables(rows: list[ChainRow], size: int, block_size: int, columns: int | None = None) -> np.ndarray:
+    """``[size, columns]`` int32 (default: table_columns): each row's blocks, 0 past them."""
+    table = np.zeros((size, columns or table_columns(rows, block_size)), dtype=np.int32)
     for i, row in enumerate(rows):
         table[i, : len(row.blocks)] = row.blocks
     return table
@@ -111,10 +113,10 @@ def first_slots(rows: list[ChainRow]) -> int:
     return max((r.first_len for r in rows if r.steps), default=1)
 
 
-def table_columns(rows: list[ChainRow], block_size: int) -> int:
+def table_columns(rows: list[ChainRow], block_size: int, q: int | None = None) -> int:
     """Block-table columns for every row's blocks and its first step's ``start + q`` keys (a
-    padding slot attends one key past the real ones)."""
-    q = first_slots(rows)
+    padding slot attends one key past the real ones; ``q`` default: the most known tokens a row has)."""
+    q = q or first_slots(rows)
     return max([1, *(max(len(r.blocks), -(-(r.start + q) // block_size)) for r in rows if r.steps)])
 
 
@@ -144,34 +146,61 @@ class DraftChain:
         size = self.steps.size_for(b, table_columns(rows, self.runner.block_size))
         graphed, size = size is not None, size or b
         arrays = chain_arrays(rows, num_steps, size, self.runner.block_size)
-        table, records = self._stage(arrays, size, num_steps)
-        table = self.steps.bind_table(table, graphed)
-        first, later = self.steps.buffers(size, arrays.q, graphed)
+        table, records, _ = self.stage([arrays], size, num_steps)
+        self.queue_steps(Staged(table, records[0], arrays.q, arrays.max_seq_lens), size, graphed, tokens, seed=seed)
+
+    def queue_steps(self, staged: "Staged", size: int, graphed: bool, tokens: torch.Tensor,
+                    seed: torch.Tensor | None = None, first_ids: torch.Tensor | None = None) -> None:
+        """Queue a staged round's steps, each step's argmax into ``tokens`` (``[steps, rows]``); the first
+        step's input ids from its record, or ``seed`` (rows' first drafts), or ``first_ids`` (all its slots)."""
+        num_steps, b = tokens.shape
+        table = self.steps.bind_table(staged.table, graphed)
+        first, later = self.steps.buffers(size, staged.q, graphed)
         for j in range(num_steps):
             step = first if j == 0 else later
-            step.load(records[j], with_ids=j == 0 and seed is None)  # later steps keep the argmax as input
+            step.load(staged.records[j], with_ids=j == 0 and seed is None)  # later steps keep the argmax as input
             if j == 0 and seed is not None:
                 step.next_ids[:b].copy_(seed)
-            self.steps.run(step, graphed, table, arrays.max_seq_lens[j])
+            if j == 0 and first_ids is not None:
+                step.inputs["input_ids"].copy_(first_ids)
+            self.steps.run(step, graphed, table, staged.max_seq_lens[j])
             tokens[j].copy_(step.next_ids[:b])
 
-    def _stage(self, arrays: RoundArrays, size: int, num_steps: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The round in one host buffer — block tables, then each step's record — copied to the
-        device at once; returns the device table and each step's record (views of that copy)."""
+    def stage(self, variants: list[RoundArrays], size: int,
+              num_steps: int) -> tuple[torch.Tensor, list[list[torch.Tensor]], torch.Tensor]:
+        """Rounds of one layout (the block tables of the first) in one host buffer — the table, then
+        each round's step records — copied to the device at once; returns the device table, each
+        round's step records and all of them ``[rounds, bytes]`` (views of that copy)."""
+        arrays = variants[0]
         first_dtype, later_dtype = record_dtype(size, arrays.q), record_dtype(size, 1)
         table_bytes = -(-arrays.table.nbytes // ALIGN) * ALIGN
-        record_bytes = [first_dtype.itemsize, *[later_dtype.itemsize] * (num_steps - 1)]
+        record_bytes = [first_dtype.itemsize, *[later_dtype.itemsize] * (num_steps - 1)] * len(variants)
         ends = list(itertools.accumulate([table_bytes, *record_bytes]))
         host = self.runner.platform.host_buffer(ends[-1])
         flat = host.numpy()
         flat[: arrays.table.nbytes] = arrays.table.reshape(-1).view(np.uint8)
-        first = flat[ends[0] : ends[1]].view(first_dtype)  # one record
-        for name, values in arrays.first.items():
-            first[name][0] = values
-        later = flat[ends[1] :].view(later_dtype)  # num_steps - 1 records; their input_ids are not read
-        for name, values in arrays.rest.items():
-            later[name] = values
+        for v, round_arrays in enumerate(variants):
+            base = ends[v * num_steps]
+            first = flat[base : base + first_dtype.itemsize].view(first_dtype)  # one record
+            for name, values in round_arrays.first.items():
+                first[name][0] = values
+            later = flat[base + first_dtype.itemsize : ends[(v + 1) * num_steps]].view(later_dtype)  # input_ids unread
+            for name, values in round_arrays.rest.items():
+                later[name] = values
         device = self.runner.platform.device()
         staged = host if device.type == "cpu" else host.to(device, non_blocking=True)
         table = staged[: arrays.table.nbytes].view(torch.int32).view(arrays.table.shape)
-        return table, [staged[ends[j] : ends[j + 1]] for j in range(num_steps)]
+        records = [staged[ends[j] : ends[j + 1]] for j in range(len(variants) * num_steps)]
+        return (table, [records[v * num_steps : (v + 1) * num_steps] for v in range(len(variants))],
+                staged[ends[0] :].view(len(variants), -1))
+
+
+@dataclass
+class Staged:
+    """A round's inputs on the device: block tables, one record per step, the first step's query
+    slots per row and each step's longest sequence."""
+
+    table: torch.Tensor
+    records: list[torch.Tensor]
+    q: int
+    max_seq_lens: list[int]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.request import Request, RequestStatus
 from pagoda.errors import ConfigError
-from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext
+from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.spec_decode.backoff import Backoff
 from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
@@ -109,6 +109,19 @@ class Speculator:
 
     def has_drafts(self, scheduled: SchedulerOutput) -> bool:
         return any(req.num_draft_tokens for req in scheduled.requests)
+
+    # -- after the launch --------------------------------------------------------------------
+    def prelaunch(self, pending: Any) -> None:
+        """A step that verifies drafts is queued: the proposer may queue its next round behind it, for
+        the requests whose back-off gives them drafts next step (as it stands before this outcome)."""
+        outcome = pending.outcome() if hasattr(pending, "outcome") else None
+        if outcome is None:
+            return
+        budgets = [self.backoff.budget(rid, self.step_index + 1) for rid in outcome.request_ids]
+        rows = [i for i, budget in enumerate(budgets) if budget > 0]
+        if rows:
+            self.proposer.prelaunch(VerifyOutcome([outcome.request_ids[i] for i in rows], [outcome.drafts[i] for i in rows],
+                                                  outcome.sampled, [outcome.offsets[i] for i in rows]), max(budgets))
 
     # -- after the step ----------------------------------------------------------------------
     def settle(self, req: Request, index: int, verified: "Verified") -> tuple[int, list[int]]:

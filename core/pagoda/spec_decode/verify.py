@@ -34,6 +34,7 @@ import torch
 from pagoda.engine.batch import to_device
 from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.sampler import SamplingRow, needs_output_history, prompt_logprobs
+from pagoda.interfaces.proposer import VerifyOutcome
 from pagoda.spec_decode.rejection import rejection_sample
 
 if TYPE_CHECKING:
@@ -198,6 +199,15 @@ class VerifyStep(PendingStep):
                 if verified.top_logprobs is not None and verified.top_logprobs[0] is not None:
                     result.top_logprobs[rid] = verified.top_logprobs[0]
         return result
+
+    def outcome(self) -> VerifyOutcome | None:
+        """The requests whose drafts the sampler verifies (not those with draft distributions), for
+        a proposer's next round on the device (None: none)."""
+        ids = [rid for rid in self.spans if self.drafts[rid]]
+        if self.sample is None or not ids:
+            return None
+        return VerifyOutcome(ids, [self.drafts[rid] for rid in ids], self.sample.token_ids,
+                             [self.spans[rid][0] for rid in ids])
 
     def _verified(self, rid: str, sampled) -> Verified:
         row, count = self.spans[rid]
