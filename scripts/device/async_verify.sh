@@ -8,12 +8,7 @@
 #   3. `pagoda serve` + `pagoda bench serve` on triton (500 x 256/256).
 # Logs and JSON in one tarball (8 files at most come back). About 6 minutes. -> $OUT
 #   bash scripts/device/async_verify.sh              (SKIP_TESTS=1: no tests; PAIRS=N: N pairs, default 2)
-set -uo pipefail
-OUT="${OUT:-$PWD/async_verify_out}"; mkdir -p "$OUT/r"
-export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton; echo "install: ${SECONDS} s"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-R="$OUT/r"
+source scripts/device/begin_cuda.sh async_verify
 if [ -z "${SKIP_TESTS:-}" ]; then
   timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/engine/test_speculative_prelaunch.py \
     tests/engine/test_speculative_draft_chain.py tests/engine/test_speculative_draft.py tests/layers/test_argmax.py \
@@ -32,5 +27,4 @@ S(2) {r['speedup']['S(2)']:.3f}, S(3) {r['speedup']['S(3)']:.3f}\")" "$dir/spec_
 done | tee "$OUT/summary.txt"
 source scripts/device/serve_bench.sh
 OUT="$R" serve_bench triton serve_triton | tee -a "$OUT/summary.txt"
-(cd "$OUT" && tar czf results.tgz r && rm -rf r)
-echo "total ${SECONDS} s"
+pack_results

@@ -9,12 +9,7 @@
 #   4. `pagoda serve` + `pagoda bench serve` on triton (500 x 256/256).
 # At most 8 files come back: the logs and JSON go into one tarball. About 8 minutes. -> $OUT
 #   bash scripts/device/round17_h100.sh
-set -uo pipefail
-OUT="${OUT:-$PWD/round17_h100_out}"; mkdir -p "$OUT/r"
-export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton; echo "install: ${SECONDS} s"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-R="$OUT/r"
+source scripts/device/begin_cuda.sh round17_h100
 timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/sampling/test_sampler.py tests/layers/test_argmax.py \
   plugins/platform_cuda/tests/test_dense_gemv.py tests/engine/test_speculative_prelaunch.py > "$R/tests.log" 2>&1
 echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))"; grep -E "^(FAILED|ERROR)|synchronising calls|^E .*:[0-9]+$" "$R/tests.log" | head -20
@@ -33,5 +28,4 @@ r = json.load(open(sys.argv[1])); print(f\"decode {r['decode_ms']:.3f} ms, itera
 done | tee "$OUT/summary.txt"
 source scripts/device/serve_bench.sh
 OUT="$R" serve_bench triton serve_triton | tee -a "$OUT/summary.txt"
-(cd "$OUT" && tar czf results.tgz r && rm -rf r)
-echo "total ${SECONDS} s"
+pack_results
