@@ -70,19 +70,28 @@ def kind_of(name: str) -> str:
 
 
 def step_summary(kernels: list[dict], steps: int) -> dict:
-    """Per decode step: each kind's summed kernel time, the kernels' span and the device's idle time."""
+    """Per decode step: each kind's summed kernel time (``by_kind_us``: raw, so a programmatic dependent
+    launched early counts its wait for the kernel before; ``exclusive_by_kind_us``: only the time past
+    the end of every earlier kernel, which sums to ``busy_us``), the kernels' span and the idle time."""
     kernels = sorted(kernels, key=lambda e: e["ts"])
     by_kind: dict[str, float] = defaultdict(float)
+    exclusive: dict[str, float] = defaultdict(float)
     busy, edge = 0.0, kernels[0]["ts"] if kernels else 0.0
     for e in kernels:
-        by_kind[kind_of(e["name"])] += e["dur"]
-        end = e["ts"] + e["dur"]
-        busy += max(0.0, end - max(edge, e["ts"]))  # union of the kernels (PDL overlaps them)
+        kind, end = kind_of(e["name"]), e["ts"] + e["dur"]
+        by_kind[kind] += e["dur"]
+        own = max(0.0, end - max(edge, e["ts"]))  # union of the kernels (PDL overlaps them)
+        exclusive[kind] += own
+        busy += own
         edge = max(edge, end)
     span = (edge - kernels[0]["ts"]) if kernels else 0.0
     return {"steps": steps, "span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps,
-            "kernels": len(kernels) / steps,
-            "by_kind_us": {k: round(v / steps, 1) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}}
+            "kernels": len(kernels) / steps, "by_kind_us": _per_step(by_kind, steps),
+            "exclusive_by_kind_us": _per_step(exclusive, steps)}
+
+
+def _per_step(times: dict[str, float], steps: int) -> dict[str, float]:
+    return {k: round(v / steps, 1) for k, v in sorted(times.items(), key=lambda kv: -kv[1])}
 
 
 def gemv_rates(model: torch.nn.Module, batch: int) -> list[dict]:

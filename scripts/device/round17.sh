@@ -15,9 +15,10 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/devic
 M8=benchmarks/configs/llama-3.1-8b
 for tp in 1 2; do
   timeout 200 python3 scripts/device/profile_decode.py "$M8" -tp "$tp" --out "$OUT" > "$OUT/profile_tp$tp.log" 2>&1
-  echo "profile tp=$tp: exit $?"; python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print(r['step_ms'], json.dumps(r['decode_by_kind']))" \
+  echo "profile tp=$tp: exit $?"; python3 -c "import json, sys; r = json.load(open(sys.argv[1])); k = r['decode_by_kind']; \
+print(r['step_ms'], 'busy', k['busy_us'], 'idle', k['idle_us'], 'exclusive', json.dumps(k['exclusive_by_kind_us']))" \
     "$OUT/profile_tp${tp}_b1.json" 2>/dev/null
-done
+done | tee "$OUT/summary.txt"
 gzip -f "$OUT"/trace_*.json
 LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
      --max-model-len 2048 --log-level warning)
@@ -27,6 +28,8 @@ for pair in $(seq "${PAIRS:-2}"); do
       > "$OUT/latency_p${pair}_tp$tp.log" 2>&1
     echo "pair $pair tp=$tp: exit $? $(python3 scripts/device/summarize_bench.py "$OUT/latency_p${pair}_tp$tp.json" 2>/dev/null)"
   done
-done | tee "$OUT/summary.txt"
-(cd "$OUT" && tar czf logs.tgz -- *.log && rm -f -- *.log)
+done | tee -a "$OUT/summary.txt"
+# at most 8 files come back: everything but the summary in one tarball
+(cd "$OUT" && tar czf results.tgz --exclude=summary.txt --exclude=results.tgz -- * && find . -mindepth 1 \
+  ! -name summary.txt ! -name results.tgz -delete)
 echo "total ${SECONDS} s"
