@@ -10,7 +10,9 @@ drops the drafts the step will not compute. The model runner samples the target 
 position and keeps the longest accepted prefix (:mod:`pagoda.spec_decode.verify`);
 :meth:`Speculator.settle` truncates the rejected drafts, rolls the computed count back and releases
 the KV blocks of the rejected positions. A step with drafts is read before the next one is
-scheduled (the proposer needs the tokens); steps without drafts overlap as usual.
+scheduled (the proposer needs the tokens); steps without drafts overlap as usual. Drafts a proposer
+is still computing on the device (``Proposal.on_device``) go into the verify step there, unread; the
+speculator reads them once that step is queued (:meth:`Speculator.read_drafts`).
 """
 
 from __future__ import annotations
