@@ -206,13 +206,14 @@ def _with_sync_warnings(call):
 def test_a_sampled_step_queues_without_waiting_for_the_device(nucleus):
     """Every kernel of a sampled step is queued without a synchronisation (torch's sync debug mode
     raises on one): a step's sampling then overlaps its forward pass instead of waiting for it.
-    Temperature, top-k/top-p, min-p, min_tokens, logit_bias, seeded and greedy rows together."""
+    Temperature, top-k/top-p, min-p, min_tokens, logit_bias, penalties, seeded and greedy rows together."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     last = SP(temperature=0.9, top_p=0.8) if nucleus else SP(temperature=0.9, top_k=7)
     params = [SP(temperature=0.8, top_k=5), SP(temperature=0), SP(temperature=0.7, min_p=0.1),
               SP(temperature=0.6, min_tokens=3, stop_token_ids=[5]), SP(temperature=1.0, logit_bias={3: 2.0}),
-              SP(temperature=0.5, seed=4), last]
+              SP(temperature=0.5, seed=4), SP(temperature=0.9, repetition_penalty=1.2, presence_penalty=0.3,
+                                                frequency_penalty=0.1), last]
     rows = [SamplingRow(p, [1, 2, 3], [4], torch.Generator("cuda").manual_seed(4) if p.seed is not None else None,
                         0, f"r{i}") for i, p in enumerate(params)]
     logits, sampler = random_logits(len(rows)).cuda(), Sampler()

@@ -99,11 +99,12 @@ def views(buffer: torch.Tensor, shapes: Shapes, offsets: dict[str, int]) -> dict
 
 
 def to_device(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """``torch.tensor(values, dtype=dtype, device=device)`` queued behind the device's work instead of
-    waiting for it: torch synchronises the stream for a copy from pageable memory, so the host would
-    idle until every kernel queued so far (a step's forward pass) had run; a copy from pinned memory
-    is queued (torch's host allocator keeps the buffer until the copy has run)."""
-    host = torch.tensor(values, dtype=dtype)
+    """``torch.tensor(values, dtype=dtype, device=device)`` (``values``: a list, or a CPU tensor kept in
+    its dtype) queued behind the device's work instead of waiting for it: torch synchronises the
+    stream for a copy from pageable memory, so the host would idle until every kernel queued so far (a
+    step's forward pass) had run; a copy from pinned memory is queued (torch's host allocator keeps
+    the buffer until the copy has run)."""
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
     return host if device.type == "cpu" else host.pin_memory().to(device, non_blocking=True)
 
 

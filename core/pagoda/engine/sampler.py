@@ -219,18 +219,19 @@ def _apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
         return
     vocab, device = x.shape[1], x.device
     params = [rows[i].params for i in picked]
-    sub = x[picked]  # [M, V]
+    index = to_device(picked, device)
+    sub = x.index_select(0, index)  # [M, V]
     counts = _token_counts([rows[i].output_token_ids for i in picked], vocab, device)  # [M, V]
-    rep = torch.tensor([p.repetition_penalty for p in params], device=device)[:, None]  # [M, 1]
-    if bool((rep != 1.0).any()):
+    if any(p.repetition_penalty != 1.0 for p in params):
+        rep = to_device([p.repetition_penalty for p in params], device, torch.float32)[:, None]  # [M, 1]
         seen = counts > 0
         seen |= _token_counts([rows[i].prompt_token_ids for i in picked], vocab, device) > 0
         penalised = torch.where(sub > 0, sub / rep, sub * rep)
         sub = torch.where(seen, penalised, sub)
-    freq = torch.tensor([p.frequency_penalty for p in params], device=device)[:, None]  # [M, 1]
-    pres = torch.tensor([p.presence_penalty for p in params], device=device)[:, None]  # [M, 1]
+    freq = to_device([p.frequency_penalty for p in params], device, torch.float32)[:, None]  # [M, 1]
+    pres = to_device([p.presence_penalty for p in params], device, torch.float32)[:, None]  # [M, 1]
     sub = sub - freq * counts - pres * (counts > 0).float()
-    x[picked] = sub
+    x.index_copy_(0, index, sub)
 
 
 def needs_output_history(p: SamplingParams) -> bool:
@@ -253,7 +254,7 @@ def _has_penalty(p: SamplingParams) -> bool:
 def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
     """How often each vocabulary entry occurs in each list: ``[len(token_lists), vocab]`` float."""
     seqs = [torch.tensor(t, dtype=torch.long) for t in token_lists]
-    ids = pad_sequence(seqs, batch_first=True, padding_value=vocab).to(device)  # [M, L]; pad -> spare column
+    ids = to_device(pad_sequence(seqs, batch_first=True, padding_value=vocab), device)  # [M, L]; pad -> spare column
     counts = torch.zeros((len(token_lists), vocab + 1), device=device)
     counts.scatter_add_(1, ids, torch.ones(ids.shape, device=device))
     return counts[:, :vocab]
