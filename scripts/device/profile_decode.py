@@ -9,6 +9,7 @@ TP=2 step is 0.59-0.60x TP=1's, 1.41-1.44x its per-rank floor against 1.19x) onl
 the per-kind split: a graph replayed on rank 0 alone would wait for the other ranks' collectives.
 
     python3 scripts/device/profile_decode.py benchmarks/configs/llama-3.1-8b --out $OUT/profile [-tp 2]
+    ... --batch 256 --temperature 0.7 --top-p 0.9     # a sampled step (files named *_sampled)
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ def events_ms(fn, reps: int = 50) -> float:
     return start.elapsed_time(end) / reps
 
 
+SAMPLING = {"temperature": 0.0, "top_p": 1.0}  # the decode steps' sampling (--temperature, --top-p)
+
+
+def sampling(tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=tokens, ignore_eos=True, **SAMPLING)
+
+
 def step_ms(llm: LLM, prompts: list[list[int]], n: int = 64) -> float:
     def timed(tokens: int) -> float:
         llm.engine.core.kv_cache.reset_prefix_cache()
         torch.cuda.synchronize()
         t = time.perf_counter()
-        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
+        llm.generate(prompts, sampling(tokens), use_tqdm=False)
         torch.cuda.synchronize()
         return time.perf_counter() - t
 
@@ -115,19 +123,23 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default="triton")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--temperature", type=float, default=0.0, help="the decode steps' temperature (0: greedy)")
+    p.add_argument("--top-p", type=float, default=1.0)
     args = p.parse_args()
+    SAMPLING.update(temperature=args.temperature, top_p=args.top_p)
     args.out.mkdir(parents=True, exist_ok=True)
     tp = args.tensor_parallel_size
     llm = LLM(model=args.model, load_format="dummy", attention_backend=args.backend, max_model_len=2048,
               skip_tokenizer_init=True, tensor_parallel_size=tp)
     engine = llm.engine
     prompts = random_prompts(args.batch, 128, engine.core.parts.hf_config.vocab_size, 0)
-    result = {"batch": args.batch, "tp": tp, "step_ms": step_ms(llm, prompts)}
-    result["decode_by_kind"] = kinds_per_step(llm, prompts, args.out / f"trace_tp{tp}_b{args.batch}.json")
+    result = {"batch": args.batch, "tp": tp, **SAMPLING, "step_ms": step_ms(llm, prompts)}
+    tag = f"tp{tp}_b{args.batch}" + ("_sampled" if args.temperature > 0 else "")
+    result["decode_by_kind"] = kinds_per_step(llm, prompts, args.out / f"trace_{tag}.json")
     print(json.dumps(result, indent=1), flush=True)
     if tp == 1:
         replay_parts(llm, prompts, args, result)
-    (args.out / f"profile_tp{tp}_b{args.batch}.json").write_text(json.dumps(result, indent=1))
+    (args.out / f"profile_{tag}.json").write_text(json.dumps(result, indent=1))
     llm.shutdown()
 
 
@@ -136,7 +148,7 @@ def kinds_per_step(llm: LLM, prompts: list[list[int]], trace: Path, steps: int =
     llm.engine.core.kv_cache.reset_prefix_cache()
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)  # the prefill, cached
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=steps + 1, ignore_eos=True), use_tqdm=False)
+        llm.generate(prompts, sampling(steps + 1), use_tqdm=False)
     prof.export_chrome_trace(str(trace))
     kernels = sorted((e for e in json.loads(trace.read_text())["traceEvents"]
                       if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
