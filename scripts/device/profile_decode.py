@@ -9,7 +9,7 @@ TP=2 step is 0.59-0.60x TP=1's, 1.41-1.44x its per-rank floor against 1.19x) onl
 the per-kind split: a graph replayed on rank 0 alone would wait for the other ranks' collectives.
 
     python3 scripts/device/profile_decode.py benchmarks/configs/llama-3.1-8b --out $OUT/profile [-tp 2]
-    ... --batch 256 --temperature 0.7 --top-p 0.9     # a sampled step (files named *_sampled)
+    ... --batch 256 --temperature 0.7 --top-p 0.9     # a sampled step (files named *_t0.7_p0.9)
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def main() -> None:
     engine = llm.engine
     prompts = random_prompts(args.batch, 128, engine.core.parts.hf_config.vocab_size, 0)
     result = {"batch": args.batch, "tp": tp, **SAMPLING, "step_ms": step_ms(llm, prompts)}
-    tag = f"tp{tp}_b{args.batch}" + ("_sampled" if args.temperature > 0 else "")
+    tag = f"tp{tp}_b{args.batch}" + (f"_t{args.temperature:g}_p{args.top_p:g}" if args.temperature > 0 else "")
     result["decode_by_kind"] = kinds_per_step(llm, prompts, args.out / f"trace_{tag}.json")
     print(json.dumps(result, indent=1), flush=True)
     if tp == 1:
