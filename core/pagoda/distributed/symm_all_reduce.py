@@ -32,6 +32,7 @@ from pagoda.distributed.parallel import FastAllReduce
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 _rendezvous_calls = 0  # this process's calls of torch's symmetric-memory rendezvous (see same_history)
+_history_warned = False
 
 WHAT = "one-shot all-reduce over symmetric memory (NCCL for every sum)"
 DEFAULT_MAX_BYTES = 8 << 20  # divided by the ranks: a rank reads (ranks - 1) x the message
@@ -91,9 +92,12 @@ def same_history(group, device: torch.device, what: str) -> bool:
     dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)  # [most, -fewest]
     if counts.tolist() == [_rendezvous_calls, -_rendezvous_calls]:
         return True
-    logger.warning("Tensor parallel: %s unavailable (an engine before this one in this process set symmetric "
-                   "memory up, and torch cannot set it up again with fresh workers). Start each "
-                   "tensor-parallel engine in a process of its own for the fast path.", what)
+    global _history_warned
+    log = logger.debug if _history_warned else logger.warning  # the LL path and its fallback both ask: warn once
+    _history_warned = True
+    log("Tensor parallel: %s unavailable (an engine before this one in this process set symmetric memory "
+        "up, and torch cannot set it up again with fresh workers); sums go over NCCL. Start each "
+        "tensor-parallel engine in a process of its own for the fast path.", what)
     return False
 
 
