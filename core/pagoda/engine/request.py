@@ -88,6 +88,12 @@ class Request:
         only these are hashed into the prefix cache."""
         return self.num_tokens - self.num_pending_tokens - self.num_draft_tokens
 
+    @property
+    def draft_span(self) -> slice:
+        """Where the drafts are in ``token_ids``: right after the known tokens, before the placeholder
+        that the step verifying them appends once it is launched."""
+        return slice(self.num_known_tokens, self.num_known_tokens + self.num_draft_tokens)
+
     def add_drafts(self, token_ids: list[int], probs: object = None) -> None:
         """Append proposed tokens, to be verified by the next step (``probs``: their ``[n, V]`` q)."""
         self.token_ids.extend(token_ids)

@@ -119,9 +119,8 @@ class Speculator:
         values = device.read()
         for i, req in requests.items():
             req.draft_source = None
-            d, end = req.num_draft_tokens, req.num_tokens - req.num_pending_tokens  # the step's token follows them
-            if d:
-                req.token_ids[end - d : end] = values[i][:d]
+            if req.num_draft_tokens:
+                req.token_ids[req.draft_span] = values[i][: req.num_draft_tokens]
 
     def fit(self, scheduled: SchedulerOutput) -> None:
         """Drop the drafts this step will not compute (cut by the token budget, unscheduled, preempted);

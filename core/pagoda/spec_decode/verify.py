@@ -184,14 +184,12 @@ class VerifyStep(PendingStep):
                  exact: dict[str, Verified]) -> None:
         super().__init__(requests, sample, wait, prompt_lps)  # (self.rows: never read, the step is resolved at once)
         self.spans, self.rewinds, self.exact = spans, rewinds, exact
-        self._draft_slices = {req.request_id: slice(req.num_tokens - req.num_draft_tokens, req.num_tokens)
-                              for req in requests}
 
     @functools.cached_property
     def drafts(self) -> dict[str, list[int]]:
         """Each request's drafts, taken from it when first needed: the values of drafts that went into
         the step on the device are filled in after its launch (:meth:`Speculator.read_drafts`)."""
-        return {req.request_id: req.token_ids[self._draft_slices[req.request_id]] for req in self.requests}
+        return {req.request_id: req.token_ids[req.draft_span] for req in self.requests}
 
     def result(self) -> RunnerOutput:
         result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)
