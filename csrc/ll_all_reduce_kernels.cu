@@ -64,10 +64,11 @@ void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::T
                   residual.device() == x.device() && weight.device() == x.device(),
               "ll_all_reduce_add_rms_norm: x, residual and weight must share a dtype and device");
   const int64_t nbytes = x.numel() * x.element_size();
-  TORCH_CHECK(x.size(1) * x.element_size() % 16 == 0 && aligned16(x.data_ptr()) && aligned16(residual.data_ptr()) &&
+  TORCH_CHECK(x.size(1) * x.element_size() % 16 == 0 && x.size(1) * x.element_size() <= kLLNormMaxRowBytes &&
+                  aligned16(x.data_ptr()) && aligned16(residual.data_ptr()) &&
                   aligned16(weight.data_ptr()) && nbytes <= max_bytes,
-              "ll_all_reduce_add_rms_norm: rows of a multiple of 16 bytes, 16-byte aligned tensors and at most ",
-              max_bytes, " bytes");
+              "ll_all_reduce_add_rms_norm: rows of a multiple of 16 bytes and at most ", kLLNormMaxRowBytes,
+              ", 16-byte aligned tensors and at most ", max_bytes, " bytes");
   const LLGroup group = ll_group(peers, state, rank, max_bytes, x.device());
   if (nbytes == 0) return;
   const c10::cuda::OptionalCUDAGuard guard(x.device());

@@ -56,8 +56,11 @@ PAGODA_INLINE Vec<T, N> bit_cast_vec(const Bits& bits) {
   return *reinterpret_cast<const Vec<T, N>*>(&bits);
 }
 
-// The last block to finish publishes the epoch for the next call (every thread has read it by then).
-PAGODA_INLINE void end_call(const LLGroup& g, uint32_t epoch) {
+// Called by every thread after its pushes, before it polls: once the block's threads have all read the
+// call's epoch, thread 0 counts the block in; the last block to arrive publishes the epoch for the next
+// call (which reads it only after this one ended) while every block goes on polling, so the count's
+// round trip overlaps the wait for the peers' lines instead of ending the call.
+PAGODA_INLINE void arrive(const LLGroup& g, uint32_t epoch) {
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(&g.state[1], 1u) == gridDim.x - 1) {
     g.state[1] = 0;
@@ -82,6 +85,7 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
       if (p < g.world_size && p != g.rank) push_line(line_at(buffer_of(g, p), g, epoch, g.rank, i), mine, epoch);
     }
   }
+  arrive(g, epoch);
   void* own = buffer_of(g, g.rank);
   for (int64_t i = first; i < lines; i += stride) {
     float acc[kPerLine];
@@ -100,7 +104,6 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
     for (int j = 0; j < kPerLine; ++j) sums.val[j] = from_float<T>(acc[j]);
     data[i] = *reinterpret_cast<const uint2*>(&sums);
   }
-  end_call(g, epoch);
 }
 
 // One thread's 16 bytes of this rank's row (two lines), summed with every peer's in rank order in fp32.
@@ -124,49 +127,69 @@ PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 
 }
 
 // Block b owns row b of x/residual [num_tokens, hidden]; thread i its 16-byte chunks i, i + blockDim, ...
-// (lines 2c and 2c + 1 of chunk c). Rounding and the order of the sums of squares follow the unfused
-// sequence (an all-reduce into the dtype, then kernels/layernorm.cu's fused_add_rms_norm with the same
-// block size), so at two ranks the result is bit for bit the unfused one. Each thread re-reads only
-// the chunks it wrote, so x can take the output in place.
-template <typename T>
+// (C at most; lines 2c and 2c + 1 of chunk c), held in registers from the first read to the last write:
+// the weights are requested before the wait, x and the residual together right after it, and nothing
+// is read twice. Rounding and the order of the sums of squares follow the unfused sequence (an all-reduce
+// into the dtype, then kernels/layernorm.cu's fused_add_rms_norm with the same block size), so at two
+// ranks the result is bit for bit the unfused one.
+template <typename T, int C>
 __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_kernel(
     T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int hidden, float eps,
     const LLGroup g) {
   constexpr int V = 16 / sizeof(T);
-  wait_for_prior_grids();  // x (partial sums) and residual come from kernels before
-  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
-  allow_dependents_to_start();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const int64_t first_line = base * static_cast<int64_t>(sizeof(T)) / 8;
   const int chunks = hidden / V;
   uint4* row = reinterpret_cast<uint4*>(x + base);
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const uint4 mine = row[c];
+  Vec<T, V> w[C], res[C];
+  uint4 mine[C];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c < chunks) w[j] = load_vec<T, V>(weight + c * V);  // written by no kernel
+  }
+  wait_for_prior_grids();  // x (partial sums), residual and state[0] come from kernels before
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
+  allow_dependents_to_start();
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= chunks) break;
+    mine[j] = row[c];
+    res[j] = load_vec<T, V>(residual + base + c * V);
 #pragma unroll
     for (int p = 0; p < kLLMaxRanks; ++p) {
       if (p < g.world_size && p != g.rank) {
         uint4* dst = line_at(buffer_of(g, p), g, epoch, g.rank, first_line + 2 * c);
-        push_line(dst, make_uint2(mine.x, mine.y), epoch);
-        push_line(dst + 1, make_uint2(mine.z, mine.w), epoch);
+        push_line(dst, make_uint2(mine[j].x, mine[j].y), epoch);
+        push_line(dst + 1, make_uint2(mine[j].z, mine[j].w), epoch);
       }
     }
   }
+  arrive(g, epoch);
   void* own = buffer_of(g, g.rank);
   float sum_sq = 0.0f;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    float acc[V];
-    sum_chunk<T, V>(g, own, epoch, row[c], first_line + 2 * c, acc);
-    Vec<T, V> res = load_vec<T, V>(residual + base + c * V);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      res.val[j] = from_float<T>(to_float(from_float<T>(acc[j])) + to_float(res.val[j]));
-      const float f = to_float(res.val[j]);
+  for (int j = 0; j < C; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= chunks) break;
+    float acc[V];
+    sum_chunk<T, V>(g, own, epoch, mine[j], first_line + 2 * c, acc);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      res[j].val[e] = from_float<T>(to_float(from_float<T>(acc[e])) + to_float(res[j].val[e]));
+      const float f = to_float(res[j].val[e]);
       sum_sq += f * f;
     }
-    store_vec<T, V>(residual + base + c * V, res);
   }
-  store_rms_normed_row<T, V>(x + base, residual + base, weight, chunks, rsqrtf(block_sum(sum_sq) / hidden + eps));
-  end_call(g, epoch);
+  const float inv_rms = rsqrtf(block_sum(sum_sq) / hidden + eps);
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= chunks) break;
+    store_vec<T, V>(residual + base + c * V, res[j]);
+    store_vec<T, V>(x + base + c * V, rms_normed(res[j], w[j], inv_rms));
+  }
 }
 
 }  // namespace
@@ -175,8 +198,12 @@ void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, con
                                        int hidden, float eps, const LLGroup& group, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const int threads = warp_threads(hidden / (16 / static_cast<int>(sizeof(T))), kLLNormThreads);
-    launch_dependent(ll_all_reduce_add_rms_norm_kernel<T>, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
+    const int chunks = hidden / (16 / static_cast<int>(sizeof(T)));
+    const int threads = warp_threads(chunks, kLLNormThreads);
+    static_assert(kLLNormMaxRowBytes == 2 * 16 * kLLNormThreads, "rows of up to two chunks a thread");
+    const auto kernel = chunks <= kLLNormThreads ? ll_all_reduce_add_rms_norm_kernel<T, 1>
+                                                 : ll_all_reduce_add_rms_norm_kernel<T, 2>;
+    launch_dependent(kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
                      stream, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden,
                      eps, group);
   });

@@ -18,7 +18,8 @@
 //   3. thread i then sums line i over ranks 0..n-1 in rank order in fp32 (the same bits on every
 //      rank): its own from x, every peer's from region (e % 2, peer) of its own buffer, polled until
 //      both flags say e; it writes the sum over x's line i (in place: only thread i touches line i);
-//   4. the last block to finish sets state[0] = e (an arrival count in state[1], reset to zero).
+//   4. once its threads have pushed, each block counts itself in (state[1]); the last to arrive sets
+//      state[0] = e and resets the count, while the blocks poll (every thread has read e by then).
 // Race freedom: rank r writes region (e % 2, r) of peer q again in call e + 2, which starts after its
 // call e + 1 ended; that call read q's lines of epoch e + 1, which q pushes only after its call e (its
 // reads of parity e % 2) ended. Flags are epochs, never reset: a stale line never carries the wanted
@@ -36,6 +37,7 @@ namespace pagoda {
 
 constexpr int kLLMaxRanks = 8;
 constexpr int kLLLineBytes = 16;  // carries 8 bytes of the message
+constexpr int kLLNormMaxRowBytes = 32768;  // the fused norm's rows: two 16-byte chunks a thread of 1024
 
 // One rank's view of the group.
 struct LLGroup {
@@ -55,9 +57,9 @@ inline int64_t ll_buffer_bytes(int64_t max_bytes, int world_size) {
 // every other call on `group`.
 void launch_ll_all_reduce(DType dtype, void* x, int64_t numel, const LLGroup& group, cudaStream_t stream);
 
-// In place on contiguous [num_tokens, hidden] (hidden a multiple of 16 bytes' elements, every pointer
-// 16-byte aligned, num_tokens * hidden * sizeof(dtype) <= 8 * max_lines): s = the sum of every rank's
-// x (rounded to the dtype, as an all-reduce returns it); residual <- s + residual; x <- weight *
+// In place on contiguous [num_tokens, hidden] (rows of a multiple of 16 bytes and at most
+// kLLNormMaxRowBytes, every pointer 16-byte aligned, num_tokens * hidden * sizeof(dtype) <= 8 *
+// max_lines): s = the sum of every rank's x (rounded to the dtype, as an all-reduce returns it); residual <- s + residual; x <- weight *
 // rms_norm(residual) (rounded like launch_fused_add_rms_norm). The same lines and epochs as
 // launch_ll_all_reduce: the two may alternate on one group.
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,

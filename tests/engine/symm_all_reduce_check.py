@@ -70,7 +70,7 @@ def check_fused(op, device: torch.device, g: torch.Generator) -> None:
     """The LL kernel fused with the residual add and RMSNorm against NCCL then the csrc fused norm, to the
     bit, eager and graph-replayed; plain and fused calls alternate (they share lines and epochs)."""
     for dtype in (torch.bfloat16, torch.float16):
-        for tokens, hidden in ((1, 4096), (3, 8192), (64, 4096)):
+        for tokens, hidden in ((1, 4096), (3, 8192), (64, 4096), (2, 16384)):  # (2, 16384): two chunks a thread
             def fresh() -> tuple[torch.Tensor, torch.Tensor]:
                 return (torch.randn(tokens, hidden, generator=g, device=device).to(dtype),
                         torch.randn(tokens, hidden, generator=g, device=device).to(dtype))

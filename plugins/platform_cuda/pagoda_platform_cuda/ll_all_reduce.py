@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BYTES = 512 << 10  # a multiple of 8
 MAX_RANKS = 8  # kLLMaxRanks in csrc/kernels/ll_all_reduce.h
+MAX_ROW_BYTES = 32768  # kLLNormMaxRowBytes there: the fused norm's rows (hidden 16384 in bf16)
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 WHAT = "low-latency all-reduce kernel"
 
@@ -65,8 +66,9 @@ class LLAllReduce(FastAllReduce):
         return x
 
     def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
-        return (self.fused_norm and self._takes(x) and x.dim() == 2 and x.shape[1] * x.element_size() % 16 == 0
-                and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
+        row_bytes = x.shape[-1] * x.element_size()
+        return (self.fused_norm and self._takes(x) and x.dim() == 2 and row_bytes % 16 == 0
+                and row_bytes <= MAX_ROW_BYTES and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
                 and weight.dtype == x.dtype and weight.is_contiguous()
                 and all(t.data_ptr() % 16 == 0 for t in (x, residual, weight)))
 

@@ -89,6 +89,8 @@ def test_the_fused_norm_takes_decode_rows_in_place(monkeypatch) -> None:
     assert not op.fits_add_rms_norm(torch.randn(2, 6), torch.randn(2, 6), torch.ones(6))  # 24-byte rows
     assert not op.fits_add_rms_norm(x, residual.half(), weight)
     assert not op.fits_add_rms_norm(torch.randn(64 << 10, 2), torch.randn(64 << 10, 2), torch.ones(2))  # too big
+    for hidden, fits in ((8192, True), (8196, False)):  # rows up to 32 KiB (two chunks a thread)
+        assert op.fits_add_rms_norm(torch.randn(1, hidden), torch.randn(1, hidden), torch.ones(hidden)) == fits
     monkeypatch.setenv("PAGODA_LL_FUSED_NORM", "0")
     assert not make(Fallback())[0].fits_add_rms_norm(x, residual, weight)  # the switch keeps them apart
 

@@ -1,0 +1,68 @@
+"""Per-kernel times of a decode-step trace from profile_decode.py (trace_*.json[.gz], rank 0's stream).
+
+For each kernel (the dense GEMVs named by their place in a decoder layer: qkv, o, gate_up, down; the
+LM head by its grid): how many a step, the mean duration, the mean exclusive time (the part past the
+end of every kernel before it: a programmatic dependent's wait for the kernel before counts there)
+and the mean idle gap before it. Runs here, on the traces that come back:
+
+    python scripts/device/trace_kernels.py benchmarks/results/.../trace_tp2_b1.json.gz --steps 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+
+
+
+def device_events(path: str) -> list[dict]:
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        trace = json.load(f)
+    events = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                    key=lambda e: e["ts"])
+    end = 0.0
+    for e in events:
+        e["exclusive"] = max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
+        e["gap"] = max(0.0, e["ts"] - end)
+        end = max(end, e["ts"] + e["dur"])
+    return events
+
+
+def label(events: list[dict], layer_gemvs: list[str]) -> dict[str, list[dict]]:
+    """Events by name; dense GEMVs by their place in a layer (the widest grid: the LM head)."""
+    gemv_grids = {e["args"].get("grid", [0])[0] for e in events if "dense_gemv" in e["name"]}
+    lm_head_grid = max(gemv_grids, default=None)
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    place = 0
+    for e in events:
+        name = e["name"]
+        if "dense_gemv" in name and e["args"].get("grid", [0])[0] == lm_head_grid:
+            groups["gemv lm_head"].append(e)
+            place = 0
+        elif "dense_gemv" in name:
+            groups[f"gemv {layer_gemvs[place % len(layer_gemvs)]}"].append(e)
+            place += 1
+        else:
+            groups[name.replace("(anonymous namespace)::", "").removeprefix("void ").split("(")[0][:70]].append(e)
+    return groups
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace")
+    parser.add_argument("--steps", type=int, default=32, help="decode steps in the trace")
+    parser.add_argument("--layer-gemvs", default="qkv,o,gate_up,down", help="a layer's dense GEMVs in launch order")
+    args = parser.parse_args()
+    groups = label(device_events(args.trace), args.layer_gemvs.split(","))
+    rows = sorted(groups.items(), key=lambda kv: -sum(e["exclusive"] for e in kv[1]))
+    print(f"{'per step':>8} {'mean us':>8} {'excl us':>8} {'gap us':>7}  kernel")
+    for name, evs in rows:
+        n = len(evs)
+        print(f"{n / args.steps:8.1f} {sum(e['dur'] for e in evs) / n:8.2f} {sum(e['exclusive'] for e in evs) / n:8.2f} "
+              f"{sum(e['gap'] for e in evs) / n:7.2f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
