@@ -59,9 +59,9 @@ void launch_ll_all_reduce(DType dtype, void* x, int64_t numel, const LLGroup& gr
 
 // In place on contiguous [num_tokens, hidden] (rows of a multiple of 16 bytes and at most
 // kLLNormMaxRowBytes, every pointer 16-byte aligned, num_tokens * hidden * sizeof(dtype) <= 8 *
-// max_lines): s = the sum of every rank's x (rounded to the dtype, as an all-reduce returns it); residual <- s + residual; x <- weight *
-// rms_norm(residual) (rounded like launch_fused_add_rms_norm). The same lines and epochs as
-// launch_ll_all_reduce: the two may alternate on one group.
+// max_lines): s = the sum of every rank's x (rounded to the dtype, as an all-reduce returns it);
+// residual <- s + residual; x <- weight * rms_norm(residual) (rounded like launch_fused_add_rms_norm).
+// The same lines and epochs as launch_ll_all_reduce: the two may alternate on one group.
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
                                        int hidden, float eps, const LLGroup& group, cudaStream_t stream);
 

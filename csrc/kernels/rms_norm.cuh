@@ -22,7 +22,8 @@ PAGODA_INLINE Vec<T, VEC> rms_normed(const Vec<T, VEC>& v, const Vec<T, VEC>& w,
 template <typename T, int VEC>
 PAGODA_INLINE void store_rms_normed_row(T* out, const T* x, const T* weight, int num_vecs, float inv_rms) {
   for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
-    store_vec<T, VEC>(out + i * VEC, rms_normed(load_vec<T, VEC>(x + i * VEC), load_vec<T, VEC>(weight + i * VEC), inv_rms));
+    const Vec<T, VEC> v = load_vec<T, VEC>(x + i * VEC), w = load_vec<T, VEC>(weight + i * VEC);
+    store_vec<T, VEC>(out + i * VEC, rms_normed(v, w, inv_rms));
   }
 }
 

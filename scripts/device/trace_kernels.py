@@ -60,8 +60,8 @@ def main() -> None:
     print(f"{'per step':>8} {'mean us':>8} {'excl us':>8} {'gap us':>7}  kernel")
     for name, evs in rows:
         n = len(evs)
-        print(f"{n / args.steps:8.1f} {sum(e['dur'] for e in evs) / n:8.2f} {sum(e['exclusive'] for e in evs) / n:8.2f} "
-              f"{sum(e['gap'] for e in evs) / n:7.2f}  {name}")
+        mean, exclusive, gap = (sum(e[key] for e in evs) / n for key in ("dur", "exclusive", "gap"))
+        print(f"{n / args.steps:8.1f} {mean:8.2f} {exclusive:8.2f} {gap:7.2f}  {name}")
 
 
 if __name__ == "__main__":

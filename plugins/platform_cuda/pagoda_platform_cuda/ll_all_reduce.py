@@ -68,8 +68,8 @@ class LLAllReduce(FastAllReduce):
     def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
         row_bytes = x.shape[-1] * x.element_size()
         return (self.fused_norm and self._takes(x) and x.dim() == 2 and row_bytes % 16 == 0
-                and row_bytes <= MAX_ROW_BYTES and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
-                and weight.dtype == x.dtype and weight.is_contiguous()
+                and row_bytes <= MAX_ROW_BYTES and residual.shape == x.shape and residual.dtype == x.dtype
+                and residual.is_contiguous() and weight.dtype == x.dtype and weight.is_contiguous()
                 and all(t.data_ptr() % 16 == 0 for t in (x, residual, weight)))
 
     def add_rms_norm(
