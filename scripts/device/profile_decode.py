@@ -144,7 +144,8 @@ def main() -> None:
 
 
 def kinds_per_step(llm: LLM, prompts: list[list[int]], trace: Path, steps: int = 32) -> dict:
-    """Rank 0's kernels of ``steps`` decode steps (after a prefill and its first token), summed by kind."""
+    """Rank 0's kernels of ``steps`` decode steps after a prefill and its first token, summed by kind
+    (the first of them left out: :func:`decode_window`)."""
     llm.engine.core.kv_cache.reset_prefix_cache()
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)  # the prefill, cached
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -152,8 +153,14 @@ def kinds_per_step(llm: LLM, prompts: list[list[int]], trace: Path, steps: int =
     prof.export_chrome_trace(str(trace))
     kernels = sorted((e for e in json.loads(trace.read_text())["traceEvents"]
                       if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-    first = next(i for i, e in enumerate(kernels) if kind_of(e["name"]) == "sampling")  # the first token's step
-    return step_summary(kernels[first + 1 :], steps)
+    return step_summary(*decode_window(kernels))
+
+
+def decode_window(kernels: list[dict]) -> tuple[list[dict], int]:
+    """The kernels of the decode steps after the first one, and their count. Each step ends with its
+    tokens' copy to the host; the host's start-up gap before the first decode step is not a step's."""
+    ends = [i for i, e in enumerate(kernels) if "DtoH" in e["name"]]  # the first token's step, then one a step
+    return kernels[ends[1] + 1 : ends[-1] + 1], len(ends) - 2
 
 
 def replay_parts(llm: LLM, prompts: list[list[int]], args, result: dict) -> None:
