@@ -24,6 +24,7 @@ import torch
 
 from pagoda import LLM, SamplingParams
 from pagoda.bench.common import random_prompts
+from trace_kernels import device_events, timed  # scripts/device: this script's own folder
 
 
 def events_ms(fn, reps: int = 50) -> float:
@@ -81,18 +82,15 @@ def step_summary(kernels: list[dict], steps: int) -> dict:
     """Per decode step: each kind's summed kernel time (``by_kind_us``: raw, so a programmatic dependent
     launched early counts its wait for the kernel before; ``exclusive_by_kind_us``: only the time past
     the end of every earlier kernel, which sums to ``busy_us``), the kernels' span and the idle time."""
-    kernels = sorted(kernels, key=lambda e: e["ts"])
+    kernels = timed(kernels)
     by_kind: dict[str, float] = defaultdict(float)
     exclusive: dict[str, float] = defaultdict(float)
-    busy, edge = 0.0, kernels[0]["ts"] if kernels else 0.0
     for e in kernels:
-        kind, end = kind_of(e["name"]), e["ts"] + e["dur"]
+        kind = kind_of(e["name"])
         by_kind[kind] += e["dur"]
-        own = max(0.0, end - max(edge, e["ts"]))  # union of the kernels (PDL overlaps them)
-        exclusive[kind] += own
-        busy += own
-        edge = max(edge, end)
-    span = (edge - kernels[0]["ts"]) if kernels else 0.0
+        exclusive[kind] += e["exclusive"]
+    busy = sum(exclusive.values())
+    span = max(e["ts"] + e["dur"] for e in kernels) - kernels[0]["ts"] if kernels else 0.0
     return {"steps": steps, "span_us": span / steps, "busy_us": busy / steps, "idle_us": (span - busy) / steps,
             "kernels": len(kernels) / steps, "by_kind_us": _per_step(by_kind, steps),
             "exclusive_by_kind_us": _per_step(exclusive, steps)}
@@ -151,9 +149,7 @@ def kinds_per_step(llm: LLM, prompts: list[list[int]], trace: Path, steps: int =
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         llm.generate(prompts, sampling(steps + 1), use_tqdm=False)
     prof.export_chrome_trace(str(trace))
-    kernels = sorted((e for e in json.loads(trace.read_text())["traceEvents"]
-                      if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-    return step_summary(*decode_window(kernels))
+    return step_summary(*decode_window(device_events(str(trace))))
 
 
 def decode_window(kernels: list[dict]) -> tuple[list[dict], int]:

@@ -17,12 +17,21 @@ import json
 
 
 
+DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")  # a torch profiler trace's events that run on the device
+
+
 def device_events(path: str) -> list[dict]:
+    """The trace's device events, :func:`timed`."""
     with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
         trace = json.load(f)
-    events = sorted((e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
-                    key=lambda e: e["ts"])
-    end = 0.0
+    return timed([e for e in trace["traceEvents"] if e.get("cat") in DEVICE_EVENTS])
+
+
+def timed(events: list[dict]) -> list[dict]:
+    """``events`` in time order, each given its ``exclusive`` time (the part past the end of every event
+    before it: their union, PDL overlaps counted once) and the idle ``gap`` before it (0 for the first)."""
+    events = sorted(events, key=lambda e: e["ts"])
+    end = events[0]["ts"] if events else 0.0
     for e in events:
         e["exclusive"] = max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
         e["gap"] = max(0.0, e["ts"] - end)
