@@ -183,18 +183,22 @@ inline int sm_count() {
   return known[device];
 }
 
+// Rows shorter than this (in 16-byte chunks: k < 7168) are not split: on an H100 (2026-11-27,
+// benchmarks/results/h100_2026-11-27_round17/dense_gemv.json) splitting them lost up to 12% (1B qkv,
+// TP=2 qkv: 2048- and 4096-wide rows), while long rows of few-row layers gained 5-10% (the down
+// projections: 8B 48.4 -> 43.7 us, a TP=2 rank's 25.2 -> 23.8, the 1B's 16.1 -> 15.3).
+constexpr int kMinSplitChunks = 7 * kStride;
+
 // Warps a row group (split-K): `requested` (1, 2 or 4; 0 for none), else PAGODA_GEMV_SPLIT=1, 2 or 4
-// (for timing each), else the rule. A layer of under 32 row groups an SM (4224 on an H100's 132) has
-// too few warps streaming (each with kBlock chunks of a row in flight) and each a long chain of blocks:
-// 2 warps a group (4 under 16 groups an SM) bring it to 32-64 warps an SM, each share keeping at least
-// one whole block of the loop (kStride chunks; fewer warps where k is too short for that).
+// (for timing each), else the rule. A layer of long rows and under 32 row groups an SM (4224 on an
+// H100's 132) has too few warps streaming (each with kBlock chunks of a row in flight), each with a
+// long chain of blocks: 2 warps a group (4 under 16 groups an SM) bring it to 32-64 warps an SM.
 inline int split_k(int groups, int chunks, int requested) {
   static const int forced = forced_by_env("PAGODA_GEMV_SPLIT", {1, 2, 4});
   if (requested != 0 || forced != 0) return requested != 0 ? requested : forced;
+  if (chunks < kMinSplitChunks) return 1;
   const int sms = sm_count();
-  int s = groups < 16 * sms ? 4 : groups < 32 * sms ? 2 : 1;
-  while (s > 1 && chunks / s < kStride) s /= 2;
-  return s;
+  return groups < 16 * sms ? 4 : groups < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
 }
 
 template <typename T, int M, int R, int S>

@@ -11,6 +11,9 @@ dependent kernels (each launched as a programmatic dependent of the one before i
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,11 +67,20 @@ def test_bias_and_strided_rows(ops, dtype, split):
     assert_within_bound(ops.linear(x, w, bias), x, w, bias)
 
 
-def test_split_must_be_1_2_or_4(ops):
-    x = torch.randn(1, 64, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="split must be 1, 2 or 4"):
-        ops.kernels.dense_gemv(x, w, None, 3)
+@pytest.mark.parametrize("call,message", [
+    ("dense_gemv(x, w, None, 3)", "split must be 1, 2 or 4"),
+    ("dense_gemv(torch.randn(1, 72, device='cuda', dtype=torch.bfloat16)[:, 1:65], w)", "16-byte aligned"),
+])
+def test_bad_arguments_raise_a_clear_error(ops, call, message):
+    """A RuntimeError naming the problem, in a child process: the first GPU run of the split check
+    crashed its process (SIGSEGV) instead, so a crash must fail this test, not end the session."""
+    code = ("import torch\nfrom pagoda_platform_cuda.build import load_extension\n"
+            "k = load_extension(); dense_gemv = k.dense_gemv\n"
+            "x = torch.randn(1, 64, device='cuda', dtype=torch.bfloat16)\n"
+            "w = torch.randn(32, 64, device='cuda', dtype=torch.bfloat16)\n"
+            f"try:\n    {call}\nexcept RuntimeError as exc:\n    print('RuntimeError:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and message in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
 
 
 def test_ops_route_by_shape(ops):
