@@ -4,9 +4,8 @@
 #   1. scripts/device/profile_decode.py at TP=1 and TP=2: step time and rank 0's kernel time per step
 #      by kind (linears, LL all-reduces, NCCL, attention, norms, ...) and the device's idle time;
 #   2. `pagoda bench latency` TP=1 / TP=2 alternated PAIRS times (default 2), each pair on one machine;
-#   3. the dense GEMV against cuBLAS at one token, with one and with two rows a warp (PAGODA_GEMV_ROWS), on
-#      GPU 0: the 8B's layers per TP=2 rank stream at about 85% of copy, against 95% at TP=1.
-# About 8-9 minutes (give the call 600 s). -> $OUT (profile JSON, gzipped traces, latency JSON, summary.txt)
+# (The dense GEMV at one TP=2 rank's shapes needs one GPU: benchmarks/dense_gemv.py in the one-GPU call.)
+# About 7 minutes (give the call 600 s). -> $OUT (profile JSON, gzipped traces, latency JSON, summary.txt)
 #   bash scripts/device/round17.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/round17_out}"; mkdir -p "$OUT"
@@ -29,10 +28,5 @@ for pair in $(seq "${PAIRS:-2}"); do
     echo "pair $pair tp=$tp: exit $? $(python3 scripts/device/summarize_bench.py "$OUT/latency_p${pair}_tp$tp.json" 2>/dev/null)"
   done
 done | tee "$OUT/summary.txt"
-for rows in 1 2; do
-  CUDA_VISIBLE_DEVICES=0 PAGODA_GEMV_ROWS=$rows timeout 120 python3 benchmarks/dense_gemv.py --tokens 1 \
-    --out "$OUT/dense_gemv_rows$rows.json" > "$OUT/dense_gemv_rows$rows.log" 2>&1
-  echo "dense gemv, $rows row(s) a warp: exit $?"; grep -E "^8b|decoder layer" "$OUT/dense_gemv_rows$rows.log"
-done | tee -a "$OUT/summary.txt"
 (cd "$OUT" && tar czf logs.tgz -- *.log && rm -f -- *.log)
 echo "total ${SECONDS} s"

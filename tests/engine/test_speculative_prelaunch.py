@@ -5,6 +5,7 @@ verification keeps the outputs right whatever the drafts, so the drafts themselv
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -14,16 +15,29 @@ from test_decode_graphs import replay_plugins  # noqa: F401 - the fixture
 from test_speculative_draft import _llm, _params, _prompts, _tokens
 
 
-def _run(target: str, spec: dict, monkeypatch, prelaunch: bool, **extra) -> tuple[list, list, int]:
-    """Outputs, every step's proposals ((tokens known, drafts) per input) and the rounds queued behind a verify."""
+def _run(target: str, spec: dict, monkeypatch, prelaunch: bool, **extra) -> tuple[list, list, int, int]:
+    """Outputs, every step's proposals ((tokens known, drafts) per input), the rows of rounds queued
+    behind a verify step, and the drafts that went into verify steps unread (on the device)."""
     monkeypatch.setenv("PAGODA_DRAFT_PRELAUNCH", "1" if prelaunch else "0")
     llm = _llm(target, spec, **extra)
-    proposer, proposals, queued = llm.engine.core.speculator.proposer, [], []
+    proposer, proposals, queued, on_device = llm.engine.core.speculator.proposer, [], [], []
     propose, queue = proposer.propose, draft_prelaunch.queue
 
     def logged(inputs, k):
         proposal = propose(inputs, k)
-        proposals.append([(len(i.token_ids), d) for i, d in zip(inputs, proposal.token_ids)])
+        step = [(len(i.token_ids), d) for i, d in zip(inputs, proposal.token_ids)]
+        proposals.append(step)
+        if proposal.on_device is not None:  # placeholders until the engine reads them after the verify launch
+            read = proposal.on_device.read
+            on_device.append(len(proposal.on_device.index))
+
+            def read_logged():
+                values = read()
+                for i, drafts in values.items():
+                    step[i] = (step[i][0], drafts)
+                return values
+
+            proposal.on_device = dataclasses.replace(proposal.on_device, read=read_logged)
         return proposal
 
     def counted(*args):
@@ -34,7 +48,7 @@ def _run(target: str, spec: dict, monkeypatch, prelaunch: bool, **extra) -> tupl
     monkeypatch.setattr(draft_prelaunch, "queue", counted)
     outputs = _tokens(llm.generate(_prompts(), _params(), use_tqdm=False))
     assert not proposer._shadows and proposer.kv_cache.num_free_blocks == proposer.kv_cache.num_blocks
-    return outputs, proposals, sum(queued)
+    return outputs, proposals, sum(queued), sum(on_device)
 
 
 @pytest.mark.parametrize("draft", ["qwen3", "llama"])  # another random model (few accepted); the target (all)
@@ -61,9 +75,10 @@ def _compare(tiny_models, monkeypatch, caplog, draft: str, extra: dict, queued_a
     target = tiny_models["llama"][0]
     spec = {"method": "draft", "model": tiny_models[draft][0], "num_speculative_tokens": 3, "backoff": False}
     with caplog.at_level(logging.WARNING, logger="pagoda"):
-        after_read, proposals_after, none_queued = _run(target, spec, monkeypatch, False, **extra)
-        behind, proposals_behind, queued = _run(target, spec, monkeypatch, True, **extra)
-    assert none_queued == 0 and queued >= queued_at_least  # rows of rounds queued behind verify steps
+        after_read, proposals_after, none_queued, none_unread = _run(target, spec, monkeypatch, False, **extra)
+        behind, proposals_behind, queued, unread = _run(target, spec, monkeypatch, True, **extra)
+    assert none_queued == none_unread == 0 and queued >= queued_at_least  # rows of rounds queued behind verify steps
+    assert unread >= queued_at_least // 2  # of them, taken into verify steps before the host read them
     assert proposals_behind == proposals_after
     assert behind == after_read
     assert "assumed another outcome" not in caplog.text

@@ -109,6 +109,7 @@ class ModelRunner:
                 self._unsampled.queue_sampling()
             if prev is not None:
                 self._fill_placeholders(out, inputs, prev)
+            self._fill_device_drafts(out, inputs)
             if self.pooler is not None:  # runner "pooling": whole prompts, pooled; nothing is sampled
                 from pagoda.pooling.runner import launch_pooling
 
@@ -166,12 +167,31 @@ class ModelRunner:
                 assert req.num_pending_tokens == 1 and 0 <= offset < out.num_tokens[i], "placeholder not at the end"
                 dst.append(inputs.query_starts[i] + offset)
                 src.append(prev.rows[req.request_id])
-        if not dst:
-            return
+        if dst:
+            self._copy_ids(inputs, dst, src, prev.sample.token_ids)
+
+    def _fill_device_drafts(self, out: SchedulerOutput, inputs: StepInputs) -> None:
+        """Copy the drafts a proposer is still computing on the device (``req.draft_source``, queued
+        before this step) into their places among this step's input ids."""
+        dst, src, source = [], [], None
+        for i, req in enumerate(out.requests):
+            if req.draft_source is None or not req.num_draft_tokens:
+                continue
+            tokens, positions = req.draft_source
+            assert source is None or tokens is source, "drafts on the device come from one round a step"
+            source, d = tokens, req.num_draft_tokens
+            first = inputs.query_starts[i] + out.num_tokens[i] - d  # the drafts end the request's query
+            dst.extend(range(first, first + d))
+            src.extend(positions[:d])
+        if dst:
+            self._copy_ids(inputs, dst, src, source)
+
+    def _copy_ids(self, inputs: StepInputs, dst: list[int], src: list[int], source: torch.Tensor) -> None:
+        """``input_ids[dst] = source[src]`` on the device, the indices staged from pinned memory."""
         host = self.platform.host_buffer(16 * len(dst))
         host.numpy()[:] = np.asarray(dst + src, dtype=np.int64).view(np.uint8)
         index = (host if self.device.type == "cpu" else host.to(self.device, non_blocking=True)).view(torch.int64)
-        inputs.input_ids.index_copy_(0, index[: len(dst)], prev.sample.token_ids.index_select(0, index[len(dst) :]))
+        inputs.input_ids.index_copy_(0, index[: len(dst)], source.index_select(0, index[len(dst) :]))
 
     def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
         for graphs in (self.graphs, self.verify_graphs):

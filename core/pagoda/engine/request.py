@@ -55,6 +55,9 @@ class Request:
     num_pending_tokens: int = 0  # trailing PLACEHOLDERs: sampled by a step whose tokens are not read yet
     num_draft_tokens: int = 0  # trailing proposed tokens this step verifies (speculative decoding)
     draft_probs: object = None  # [num_draft_tokens, V] tensor: the proposer's q; None: certain drafts
+    # drafts still on the device: (flat int64 tensor, positions of its drafts in it); their values in
+    # token_ids are placeholders until the speculator reads them (after the verify step is queued)
+    draft_source: object = None
     received_time: float | None = None  # when the engine core took it (time.monotonic)
     first_launch_time: float | None = None  # when its first step was launched
     pooling_params: "PoolingParams | None" = None  # a pooling request: one whole-prompt step, pooled, no tokens
@@ -98,6 +101,8 @@ class Request:
             del self.token_ids[self.num_tokens - cut :]
             self.num_draft_tokens = keep
             self.draft_probs = self.draft_probs[:keep] if keep and self.draft_probs is not None else None
+            if not keep:
+                self.draft_source = None
 
     def append_token(self, token_id: int) -> None:
         """Append a sampled token (``PLACEHOLDER`` while it is still on the device)."""

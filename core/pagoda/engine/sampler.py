@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from pagoda.engine.batch import fill_entries, to_device
 from pagoda.engine.token_controls import TokenControls, reads_output_tokens, uses_token_controls
+from pagoda.layers.argmax import argmax
 from pagoda.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
@@ -121,13 +122,13 @@ class Sampler:
 
     def _pick(self, x: torch.Tensor, rows: list[SamplingRow], plan: _Plan) -> torch.Tensor:
         if all(plan.greedy):
-            return x.argmax(dim=1)
+            return argmax(x)
         probs = x.softmax(dim=1)  # [N, V]
         noise = self._exponential_noise(x, rows, plan.greedy)  # [N, V]
-        sampled = probs.div_(noise).argmax(dim=1)  # [N]
+        sampled = argmax(probs.div_(noise))  # [N]
         if any(plan.greedy):
             greedy = to_device(plan.greedy, x.device, torch.bool)
-            sampled = torch.where(greedy, x.argmax(dim=1), sampled)
+            sampled = torch.where(greedy, argmax(x), sampled)
         return sampled
 
     def _exponential_noise(self, x: torch.Tensor, rows: list[SamplingRow], greedy: list[bool]) -> torch.Tensor:

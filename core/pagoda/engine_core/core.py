@@ -140,6 +140,8 @@ class EngineCore:
             self._inflight = None
             scheduled = _without_finished(scheduled)
         launched = self._launch(scheduled) if not scheduled.is_empty() else None
+        if self.speculator is not None:  # the verify step is queued: the drafts it took on the device are read
+            self.speculator.read_drafts()
         if self._inflight is not None:
             outputs += self._resolve(self._inflight)
         self._inflight = launched

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -52,6 +52,22 @@ class Proposal:
     # drafts (each one certain under the proposer, e.g. n-gram lookup)
     probs: torch.Tensor | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    # drafts still being computed on the device (a round queued behind the verify step): the inputs it
+    # names hold placeholders of the right count in ``token_ids``; None: every draft is known
+    on_device: DeviceDrafts | None = None
+
+
+@dataclass
+class DeviceDrafts:
+    """Drafts the device is still computing. Input ``i`` of :attr:`index` drafted the tokens at flat
+    positions ``index[i]`` of ``tokens``: the engine copies them into its verify step's input ids on the
+    device, queued behind the round, so it need not wait for the round before launching the step.
+    :attr:`read` waits for the round and returns each such input's drafts (called once, after that
+    launch; the proposer updates its own state then)."""
+
+    tokens: torch.Tensor  # on the device, int64, flat
+    index: dict[int, list[int]]
+    read: Callable[[], dict[int, list[int]]]
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,9 @@ import torch
 
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.model_runner import ModelRunner, PendingStep
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.errors import ConfigError
-from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext, VerifyOutcome
+from pagoda.interfaces.proposer import DeviceDrafts, Proposal, ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
 from pagoda.spec_decode import draft_prelaunch
@@ -64,6 +64,17 @@ MAX_FED_TOKENS = MAX_QUERY  # a shadow this many tokens behind (or fewer) is cau
 class _Shadow:
     request: Request  # the draft's copy: token_ids, num_computed_tokens
     num_synced: int  # leading tokens known equal to the target request's verified tokens
+
+
+@dataclasses.dataclass
+class _Taken:
+    """An input whose drafts a prelaunched round computes: its plan, the outcome its tokens show,
+    its tokens from the plan's base on, and how many drafts it takes."""
+
+    plan: "draft_prelaunch.PrelaunchedRow"
+    accepted: int
+    known: list[int]
+    count: int
 
 
 @dataclasses.dataclass
@@ -146,15 +157,19 @@ class DraftProposer(Proposer):
         if self.runner is None:
             raise RuntimeError("DraftProposer.attach() was not called (the engine calls it at start)")
         budgets = {inp.request_id: min(k, k if inp.max_drafts is None else inp.max_drafts) for inp in inputs}
-        drafts = self._take_prelaunched(inputs, budgets)
-        shadows = [self._sync(inp) for inp in inputs if inp.request_id not in drafts]
+        prelaunched, taken = self._take_prelaunched(inputs, budgets)
+        shadows = [self._sync(inp) for inp in inputs if inp.request_id not in taken]
         drafting = [s.request for s in shadows if budgets[s.request.request_id] > 0]
         behind = [req for req in drafting if req.num_tokens - req.num_computed_tokens > MAX_FED_TOKENS]
         fed = [req for req in drafting if req.num_tokens - req.num_computed_tokens <= MAX_FED_TOKENS]
         launched = [self._launch_fed(fed, budgets), self._launch_behind(behind, budgets)]  # both queued, then read
+        drafts = {rid: [PLACEHOLDER] * t.count for rid, t in taken.items()}  # still on the device
         for chain in launched:
             drafts.update(chain.read())
-        return Proposal([drafts.get(inp.request_id, []) for inp in inputs])
+        proposal = Proposal([drafts.get(inp.request_id, []) for inp in inputs])
+        if taken:
+            proposal.on_device = self._on_device(prelaunched, taken, inputs)
+        return proposal
 
     def prelaunch(self, outcome: VerifyOutcome, k: int) -> None:
         """Queue the next round of the shadows that drafted what ``outcome`` verifies, for every
@@ -169,9 +184,9 @@ class DraftProposer(Proposer):
                 index.append(i)
         if plans:
             with self.runner.platform.inference_context():
-                wait = draft_prelaunch.queue(self.chain, plans, outcome, index, k)
+                tokens, wait = draft_prelaunch.queue(self.chain, plans, outcome, index, k)
             self._prelaunched = draft_prelaunch.Prelaunched({outcome.request_ids[i]: p for i, p in zip(index, plans)},
-                                                            wait)
+                                                            tokens, wait)
 
     def release(self, request_id: str) -> None:
         shadow = self._shadows.pop(request_id, None)
@@ -217,38 +232,60 @@ class DraftProposer(Proposer):
                                             self.kv_cache.block_ids(request_id))
         return draft_prelaunch.PrelaunchedRow(shadow, base, verified, held, rows, column)
 
-    def _take_prelaunched(self, inputs: list[ProposalInput], budgets: dict[str, int]) -> dict[str, list[int]]:
-        """The drafts a prelaunched round computed for the outcome each input shows, the shadows moved
-        on as a round of theirs would have. A request that moved on since its verify step (a step
-        without proposals came between) takes the usual path; one whose outcome the device read
-        otherwise than the host (a bug) loses its shadow."""
+    def _take_prelaunched(self, inputs: list[ProposalInput], budgets: dict[str, int]
+                          ) -> tuple["draft_prelaunch.Prelaunched | None", dict[str, _Taken]]:
+        """The inputs whose drafts a prelaunched round is computing for the outcome they show (read
+        later: :meth:`_read_taken`). A request that moved on since its verify step (a step without
+        proposals came between) takes the usual path."""
         prelaunched, self._prelaunched = self._prelaunched, None
-        taken: dict[str, list[int]] = {}
+        taken: dict[str, _Taken] = {}
         if prelaunched is None:
-            return taken
+            return None, taken
         for inp in inputs:
             plan = prelaunched.rows.get(inp.request_id)
             if plan is None or self._shadows.get(inp.request_id) is not plan.shadow or budgets[inp.request_id] <= 0:
                 continue
-            tokens, req = inp.token_ids, plan.shadow.request
+            tokens = inp.token_ids
             a = len(tokens) - plan.base - 1
             if not 0 <= a <= len(plan.drafts) or list(tokens[plan.base : plan.base + a]) != plan.drafts[:a]:
                 continue  # stale: the request moved on since (a step without proposals); its shadow is cut back
-            columns, picked = prelaunched.read()
-            if picked[plan.column] != a:  # the device read the verify step otherwise: a bug
-                logger.warning("draft round queued behind the verify step assumed another outcome for %s: dropped",
-                               inp.request_id)
+            taken[inp.request_id] = _Taken(plan, a, list(tokens[plan.base :]),
+                                           min(plan.rows[a].steps, budgets[inp.request_id]))
+        return prelaunched, taken
+
+    def _on_device(self, prelaunched: "draft_prelaunch.Prelaunched", taken: dict[str, "_Taken"],
+                   inputs: list[ProposalInput]) -> DeviceDrafts:
+        """The taken drafts as the engine copies them on the device, and reads them after its launch."""
+        position = {inp.request_id: i for i, inp in enumerate(inputs)}
+        index = {position[rid]: prelaunched.positions(t.plan, t.count) for rid, t in taken.items()}
+
+        def read() -> dict[int, list[int]]:
+            return {position[rid]: drafted for rid, drafted in self._read_taken(prelaunched, taken).items()}
+
+        return DeviceDrafts(prelaunched.tokens.view(-1), index, read)
+
+    def _read_taken(self, prelaunched: "draft_prelaunch.Prelaunched", taken: dict[str, "_Taken"]) -> dict[str, list[int]]:
+        """Wait for the round; move each taken shadow on as a round of its own would have. One whose
+        outcome the device read otherwise than the host (a bug) loses its shadow (its drafts are still
+        the ones the verify step got)."""
+        columns, picked = prelaunched.read()
+        drafts = {}
+        for rid, t in taken.items():
+            drafts[rid] = drafted = columns[t.plan.column][: t.count]
+            if self._shadows.get(rid) is not t.plan.shadow:  # released meanwhile
+                continue
+            req = t.plan.shadow.request
+            if picked[t.plan.column] != t.accepted:
+                logger.warning("draft round queued behind the verify step assumed another outcome for %s: dropped", rid)
                 self._drop(req)
                 continue
-            row = plan.rows[a]
-            drafted = columns[plan.column][: min(row.steps, budgets[inp.request_id])]
-            del req.token_ids[plan.base :]
-            req.token_ids.extend(tokens[plan.base :])
+            row = t.plan.rows[t.accepted]
+            del req.token_ids[t.plan.base :]
+            req.token_ids.extend(t.known)
             req.token_ids.extend(drafted)
             req.num_computed_tokens = min(row.start + row.computed, req.num_tokens - 1)
-            plan.shadow.num_synced = len(tokens)
-            taken[inp.request_id] = drafted
-        return taken
+            t.plan.shadow.num_synced = t.plan.base + len(t.known)
+        return drafts
 
     def _launch_fed(self, requests: list[Request], budgets: dict[str, int]) -> _Launched:
         """Queue the round of requests that are one or two tokens behind: a first step over their

@@ -54,11 +54,17 @@ class PrelaunchedRow:
 
 @dataclass
 class Prelaunched:
-    """A round queued behind a verify step; ``wait`` returns ``[tokens [k, size], accepted [size]]`` on the host."""
+    """A round queued behind a verify step: its drafts ``tokens`` ``[k, size]`` on the device; ``wait``
+    returns ``[tokens, accepted [size]]`` on the host."""
 
     rows: dict[str, PrelaunchedRow]
+    tokens: torch.Tensor
     wait: Callable[[], list[torch.Tensor]]
     _read: tuple[list[list[int]], list[int]] | None = None
+
+    def positions(self, plan: PrelaunchedRow, count: int) -> list[int]:
+        """Where ``plan``'s first ``count`` drafts are in ``tokens.view(-1)``."""
+        return [j * self.tokens.shape[1] + plan.column for j in range(count)]
 
     def read(self) -> tuple[list[list[int]], list[int]]:
         """Each row's column of drafts, and the outcome ``a`` the device picked for it (waits once)."""
@@ -78,9 +84,10 @@ def outcome_rows(base: int, drafts: list[int], held: int, last_draft: int, k: in
 
 
 def queue(chain: DraftChain, plans: list[PrelaunchedRow], outcome: VerifyOutcome, index: list[int],
-          k: int) -> Callable[[], list[torch.Tensor]]:
+          k: int) -> tuple[torch.Tensor, Callable[[], list[torch.Tensor]]]:
     """Stage every outcome of ``plans`` (``index[i]``: plan i's position in ``outcome``), pick each
-    row's on the device and queue the round's ``k`` steps; returns the wait for its tokens and outcomes."""
+    row's on the device and queue the round's ``k`` steps; returns its drafts ``[k, size]`` on the
+    device and the wait for them and the outcomes on the host."""
     block_size, b = chain.runner.block_size, len(plans)
     variants = [[p.rows[min(v, len(p.drafts))] for p in plans] for v in range(k + 1)]  # variant v: outcome min(v, d)
     columns = max(table_columns(rows, block_size, MAX_QUERY) for rows in variants)
@@ -94,7 +101,7 @@ def queue(chain: DraftChain, plans: list[PrelaunchedRow], outcome: VerifyOutcome
     max_seq_lens = [max(a.max_seq_lens[j] for a in arrays) for j in range(k)]
     tokens = torch.empty((k, size), dtype=torch.long, device=accepted.device)
     chain.queue_steps(Staged(table, chosen, MAX_QUERY, max_seq_lens), size, graphed, tokens, first_ids=first_ids)
-    return chain.runner.platform.copy_to_host_async([tokens, accepted])
+    return tokens, chain.runner.platform.copy_to_host_async([tokens, accepted])
 
 
 def _outcomes(chain: DraftChain, plans: list[PrelaunchedRow], outcome: VerifyOutcome, index: list[int], size: int,

@@ -30,6 +30,7 @@ from pagoda.engine.batch import Shapes, layout, views
 from pagoda.engine.graphs import CAPTURE_SIZES
 from pagoda.interfaces.attention import AttentionMetadata
 from pagoda.interfaces.model import ForwardContext
+from pagoda.layers.argmax import argmax
 
 logger = logging.getLogger("pagoda")
 I64, I32 = np.dtype(np.int64), np.dtype(np.int32)
@@ -175,7 +176,7 @@ class DraftSteps:
         if buffers.q > 1:
             hidden = hidden.index_select(0, t["last_index"])  # [size, hidden]
         logits = model.compute_logits(hidden)  # [size, vocab] float32
-        return torch.argmax(logits, dim=-1, out=buffers.next_ids)  # [size]
+        return argmax(logits, out=buffers.next_ids)  # [size]
 
 
 def _region(size: int, q: int, device: torch.device) -> torch.Tensor:

@@ -30,6 +30,7 @@ import torch
 
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
+from pagoda.layers.argmax import argmax
 from pagoda.spec_decode.eagle_head import EagleHead, HeadCache, check_head_fits_target, load_head_checkpoint
 from pagoda.spec_decode.vocab import load_vocab_weights
 
@@ -104,7 +105,7 @@ class EagleProposer(Proposer):
         hidden = torch.stack([outputs[i] for i in active]) if active else None  # [B, H]
         step = 0
         while active:
-            tokens = self._logits(hidden.to(self._target_dtype)).argmax(dim=-1)  # [B]
+            tokens = argmax(self._logits(hidden.to(self._target_dtype)))  # [B]
             for i, token in zip(active, tokens.tolist()):
                 drafts[i].append(token)
             step += 1

@@ -15,12 +15,14 @@ scheduled (the proposer needs the tokens); steps without drafts overlap as usual
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Iterable
 
 from pagoda.engine.kv_cache import KVCacheManager
 from pagoda.engine.request import Request, RequestStatus
+from pagoda.engine.sampler import needs_output_history
 from pagoda.errors import ConfigError
-from pagoda.interfaces.proposer import ProposalInput, Proposer, ProposerContext, VerifyOutcome
+from pagoda.interfaces.proposer import DeviceDrafts, ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.spec_decode.backoff import Backoff
 from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 
 class Speculator:
     def __init__(self, config: SpeculativeConfig, proposer: Proposer, kv_cache: KVCacheManager,
-                 max_model_len: int, guided: Any = None) -> None:
+                 max_model_len: int, guided: Any = None, drafts_on_device: bool = True) -> None:
         self.config = config
         self.guided = guided  # the runner's GuidedSampling: grammars must roll back rejected drafts
         self.k = config.num_speculative_tokens
@@ -47,6 +49,9 @@ class Speculator:
         # the target's hidden states per request, for proposers that read them (EAGLE); the runner fills it
         self.hidden = HiddenStates() if proposer.needs_hidden_states else None
         self._drafted: list[Request] = []
+        # drafts the device is still computing may go into the verify step unread (this process runs it alone)
+        self.drafts_on_device = drafts_on_device
+        self._on_device: tuple[DeviceDrafts, dict[int, Request]] | None = None
         self.step_index = 0
         self.num_rounds = 0  # request-steps that verified drafts
         self.num_drafts = 0  # drafted tokens verified so far
@@ -85,14 +90,36 @@ class Speculator:
         if self.hidden is not None:
             self.hidden.compact(keep=(r.request_id for r in eligible))
         proposal = self.proposer.propose(inputs, max(budgets))
-        for i, (req, drafts, budget) in enumerate(zip(eligible, proposal.token_ids, budgets)):
+        token_ids, device = proposal.token_ids, proposal.on_device
+        if device is not None and not (self.drafts_on_device and all(_reads_no_drafts(r) for r in eligible)):
+            token_ids, device = _with_drafts(token_ids, device.read()), None  # wait for them now
+        on_device: dict[int, Request] = {}
+        for i, (req, drafts, budget) in enumerate(zip(eligible, token_ids, budgets)):
             n = min(len(drafts), budget)
             if n <= 0:
                 self.backoff.record(req.request_id, self.step_index, 0, 0)
                 continue
             probs = proposal.probs[i, :n] if proposal.probs is not None else None
             req.add_drafts([int(t) for t in drafts[:n]], probs)
+            if device is not None and i in device.index:
+                req.draft_source = (device.tokens, device.index[i])
+                on_device[i] = req
             self._drafted.append(req)
+        if device is not None:
+            self._on_device = (device, on_device)
+
+    def read_drafts(self) -> None:
+        """Put the values of the drafts the device computed in their requests (waiting for them): once
+        the step that verifies them is queued, before it is read."""
+        if self._on_device is None:
+            return
+        (device, requests), self._on_device = self._on_device, None
+        values = device.read()
+        for i, req in requests.items():
+            req.draft_source = None
+            d, end = req.num_draft_tokens, req.num_tokens - req.num_pending_tokens  # the step's token follows them
+            if d:
+                req.token_ids[end - d : end] = values[i][:d]
 
     def fit(self, scheduled: SchedulerOutput) -> None:
         """Drop the drafts this step will not compute (cut by the token budget, unscheduled, preempted);
@@ -196,6 +223,23 @@ class Speculator:
         return room
 
 
+def _drafts_on_device(parts: Any, runner: Any) -> bool:
+    """Whether verify steps may take drafts the device is still computing: the target's runner is in this
+    process alone (no tensor-parallel ranks to send the values to). ``PAGODA_DRAFTS_ON_DEVICE=0``: never
+    (for A/B timings)."""
+    return runner is not None and parts.config.tensor_parallel_size == 1 and os.environ.get("PAGODA_DRAFTS_ON_DEVICE") != "0"
+
+
+def _reads_no_drafts(req: Request) -> bool:
+    """Whether launching ``req``'s verify step reads no draft's value on the host (its sampling reads no
+    output history: no penalties, grammar or multi-token bad words)."""
+    return not needs_output_history(req.sampling_params)
+
+
+def _with_drafts(token_ids: list[list[int]], values: dict[int, list[int]]) -> list[list[int]]:
+    return [values.get(i, drafts) for i, drafts in enumerate(token_ids)]
+
+
 def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator | None:
     """The engine's Speculator for ``--speculative-config`` (``parts``: EngineParts), or None when
     it is not set. Builds the proposer (a draft model loads here) and, where the runner records
@@ -212,7 +256,8 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
                                     num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
     if runner is not None:
         capture_verify_graphs(runner, parts.config, parts.max_model_len)
-    speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None))
+    speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None),
+                            drafts_on_device=_drafts_on_device(parts, runner))
     if speculator.hidden is not None:
         if runner is None:
             raise ConfigError(f"the {config.method} proposer reads the target's hidden states, which this engine "

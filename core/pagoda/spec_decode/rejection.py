@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from pagoda.layers.argmax import argmax
+
 
 def rejection_sample(
     target_probs: torch.Tensor,  # [R, K + 1, V] float32: the target's processed distributions
@@ -38,17 +40,17 @@ def rejection_sample(
     ids = torch.where(valid, draft_ids, 0)
     p_x = target_probs[:, :k].gather(-1, ids[..., None])[..., 0]  # [R, K]
     q_x = draft_probs.gather(-1, ids[..., None])[..., 0] if draft_probs is not None else torch.ones_like(p_x)
-    argmax = target_probs.argmax(-1)  # [R, K + 1]
-    accept = torch.where(greedy[:, None], ids == argmax[:, :k], uniform * q_x < p_x) & valid
+    target_argmax = argmax(target_probs)  # [R, K + 1]
+    accept = torch.where(greedy[:, None], ids == target_argmax[:, :k], uniform * q_x < p_x) & valid
     num_accepted = accept.int().cumprod(dim=1).sum(dim=1)  # [R]: leading accepted drafts
-    final = _final_tokens(target_probs, ids, draft_probs, num_accepted, num_drafts, greedy, noise, argmax)
+    final = _final_tokens(target_probs, ids, draft_probs, num_accepted, num_drafts, greedy, noise, target_argmax)
     accepted, final = num_accepted.tolist(), final.tolist()
     return [ids[r, :accepted[r]].tolist() + [final[r]] for r in range(rows)]
 
 
 def _final_tokens(target_probs: torch.Tensor, ids: torch.Tensor, draft_probs: torch.Tensor | None,
                   num_accepted: torch.Tensor, num_drafts: torch.Tensor, greedy: torch.Tensor,
-                  noise: torch.Tensor, argmax: torch.Tensor) -> torch.Tensor:
+                  noise: torch.Tensor, target_argmax: torch.Tensor) -> torch.Tensor:
     """The token after the accepted drafts: from the residual at a rejection, else the bonus."""
     rows = torch.arange(target_probs.shape[0], device=target_probs.device)
     at = num_accepted  # [R]: position of the rejection, or num_drafts (the bonus)
@@ -64,5 +66,5 @@ def _final_tokens(target_probs: torch.Tensor, ids: torch.Tensor, draft_probs: to
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)  # p == q: nothing left, keep p
     dist = torch.where(rejected[:, None], residual, p)
-    sampled = (dist / noise).argmax(-1)
-    return torch.where(greedy, argmax[rows, at], sampled)
+    sampled = argmax(dist / noise)
+    return torch.where(greedy, target_argmax[rows, at], sampled)

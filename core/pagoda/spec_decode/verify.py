@@ -26,6 +26,7 @@ Drafts that come with the proposer's distributions (``req.draft_probs``, ``[d, V
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -116,8 +117,7 @@ def launch_verify(runner: "ModelRunner", out: "SchedulerOutput", hidden: torch.T
         logits = logits[to_device(keep, logits.device)]
     sample = runner.sampler.sample(logits, [rows[r] for r in keep]) if keep else None
     wait = runner.platform.copy_to_host_async(sample.tensors()) if sample is not None else (lambda: [])
-    drafts = {req.request_id: req.token_ids[req.num_tokens - req.num_draft_tokens:] for req in requests}
-    return VerifyStep(requests, sample, wait, prompt_lps, spans, drafts, rewinds, exact)
+    return VerifyStep(requests, sample, wait, prompt_lps, spans, rewinds, exact)
 
 
 def _position_logits(runner: "ModelRunner", out: "SchedulerOutput", hidden: torch.Tensor, sample_rows: list[int],
@@ -180,10 +180,18 @@ class VerifyStep(PendingStep):
     """A launched step with drafts: :meth:`result` decides how many drafts each request keeps."""
 
     def __init__(self, requests: list["Request"], sample: "DeviceSample | None", wait: Callable[[], list[torch.Tensor]],
-                 prompt_lps: dict, spans: dict[str, tuple[int, int]], drafts: dict[str, list[int]],
-                 rewinds: dict[str, _Rewind], exact: dict[str, Verified]) -> None:
+                 prompt_lps: dict, spans: dict[str, tuple[int, int]], rewinds: dict[str, _Rewind],
+                 exact: dict[str, Verified]) -> None:
         super().__init__(requests, sample, wait, prompt_lps)  # (self.rows: never read, the step is resolved at once)
-        self.spans, self.drafts, self.rewinds, self.exact = spans, drafts, rewinds, exact
+        self.spans, self.rewinds, self.exact = spans, rewinds, exact
+        self._draft_slices = {req.request_id: slice(req.num_tokens - req.num_draft_tokens, req.num_tokens)
+                              for req in requests}
+
+    @functools.cached_property
+    def drafts(self) -> dict[str, list[int]]:
+        """Each request's drafts, taken from it when first needed: the values of drafts that went into
+        the step on the device are filled in after its launch (:meth:`Speculator.read_drafts`)."""
+        return {req.request_id: req.token_ids[self._draft_slices[req.request_id]] for req in self.requests}
 
     def result(self) -> RunnerOutput:
         result = RunnerOutput(prompt_logprobs=self._prompt_logprobs)

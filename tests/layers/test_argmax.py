@@ -1,0 +1,60 @@
+"""The split argmax of a decode step's few rows against ``torch.argmax``: the same index for
+random rows, ties (the first of equals), NaN (the first NaN), every slice position of the max,
+rows past the split threshold, vocabularies that do not split, leading dimensions and ``out=``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pagoda.layers.argmax import SPLIT_ROWS, _groups, argmax
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _on(device: str) -> torch.device:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,vocab", [(1, 128256), (3, 151936), (8, 32000), (1, 50257), (SPLIT_ROWS, 4096), (2, 100)])
+def test_equals_torch_argmax(device, rows, vocab):
+    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows + vocab)).to(_on(device))
+    assert torch.equal(argmax(x), torch.argmax(x, dim=-1))
+
+
+def test_splits_a_batch_one_row():
+    assert _groups(1, 128256) == 256 and _groups(1, 151936) == 128 and _groups(1, 50257) == 1
+    assert _groups(SPLIT_ROWS, 128256) == 1 and _groups(1, 512) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ties_and_nan_take_the_first(device, dtype):
+    vocab = 128256
+    x = torch.zeros(4, vocab, dtype=dtype, device=_on(device))
+    x[0, [7, 501, 90000]] = 3.0  # a tie across slices: the first
+    x[1, [900, 901]] = 2.0  # a tie inside one slice
+    x[2, [5, 70000]] = float("nan")  # NaN wins, the first of them
+    x[3] = 1.0  # all equal: index 0
+    got = argmax(x)
+    assert got.tolist() == [7, 900, 5, 0] and torch.equal(got, torch.argmax(x, dim=-1))
+
+
+def test_the_max_at_every_slice_edge():
+    vocab = 128256
+    width = vocab // _groups(1, vocab)
+    for position in (0, width - 1, width, 5 * width + 3, vocab - width, vocab - 1):
+        x = torch.randn(1, vocab)
+        x[0, position] = 100.0
+        assert argmax(x).item() == position
+
+
+def test_leading_dimensions_and_out():
+    x = torch.randn(2, 3, 32000)
+    assert torch.equal(argmax(x), torch.argmax(x, dim=-1))
+    out = torch.empty(6, dtype=torch.long)
+    result = argmax(x.reshape(6, 32000), out=out)
+    assert result.data_ptr() == out.data_ptr() and torch.equal(out, torch.argmax(x.reshape(6, 32000), dim=-1))
