@@ -4,8 +4,10 @@ For each projection (fused qkv, o, fused gate/up, down, and the 1B model's LM he
 of TP=2 holds them) and 1-4 tokens:
 microseconds per call of ``F.linear`` and of the GEMV, timed as CUDA-graph replays over enough weight
 copies that they stream from memory, and each one's bandwidth against the measured copy bandwidth.
-Replayed back to back, the GEMV (a programmatic dependent) overlaps the call before it; run with
-``PAGODA_PDL=0`` for calls that do not. Writes JSON (``--out``).
+The GEMV is timed with its own choice of split-K and with each split forced (1, 2 or 4 warps a row,
+the binding's ``split``), so one run shows which split each shape wants; the layer sums add the best
+split of each projection too. Replayed back to back, the GEMV (a programmatic dependent) overlaps the
+call before it; run with ``PAGODA_PDL=0`` for calls that do not. Writes JSON (``--out``).
 
     python benchmarks/dense_gemv.py --out $OUT/dense_gemv.json
 """
@@ -26,6 +28,7 @@ SHAPES = {  # name: (n, k) of weight [n, k]
     "1b.lm_head": (128256, 2048),
 }
 STREAM_BYTES = 512 << 20  # weights touched per timed call: well past the 50 MB L2
+SPLITS = (1, 2, 4)  # warps sharing a row's k (the GEMV's split-K), each timed
 
 
 def graphed_us(fns) -> float:
@@ -38,6 +41,18 @@ def copy_gbs() -> float:
     dst = torch.empty_like(src)
     us = graphed_us([lambda: dst.copy_(src)])
     return 2 * src.numel() * 2 / us / 1e3
+
+
+def time_shape(kernels, x: torch.Tensor, weights: list[torch.Tensor], copy: float) -> dict:
+    """cuBLAS, the GEMV (its own split) and the GEMV at each forced split on x and every weight copy."""
+    cublas = graphed_us([lambda w=w: F.linear(x, w) for w in weights])
+    gemv = graphed_us([lambda w=w: kernels.dense_gemv(x, w, None) for w in weights])
+    split_us = {s: graphed_us([lambda w=w, s=s: kernels.dense_gemv(x, w, None, s) for w in weights]) for s in SPLITS}
+    best = min(split_us, key=split_us.get)
+    copy_us = weights[0].numel() * 2 / copy / 1e3  # one weight copy streamed at the copy bandwidth
+    return {"cublas_us": cublas, "gemv_us": gemv, "speedup": cublas / gemv, "gemv_of_copy": copy_us / gemv,
+            "cublas_of_copy": copy_us / cublas, "split_us": split_us, "best_split": best,
+            "best_split_of_copy": copy_us / split_us[best]}
 
 
 def main() -> None:
@@ -56,20 +71,21 @@ def main() -> None:
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5 for _ in range(copies)]
         for m in (int(t) for t in args.tokens.split(",")):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            cublas = graphed_us([lambda w=w: F.linear(x, w) for w in weights])
-            gemv = graphed_us([lambda w=w: kernels.dense_gemv(x, w, None) for w in weights])
-            gbs = n * k * 2 / gemv / 1e3
-            rows.append({"layer": name, "n": n, "k": k, "m": m, "cublas_us": cublas, "gemv_us": gemv,
-                         "speedup": cublas / gemv, "gemv_of_copy": gbs / copy, "cublas_of_copy": n * k * 2 / cublas / 1e3 / copy})
-            print(f"{name:14s} M={m} cuBLAS {cublas:7.1f} us ({rows[-1]['cublas_of_copy']:.0%}) | GEMV {gemv:7.1f} us "
-                  f"({rows[-1]['gemv_of_copy']:.0%}) | x{cublas / gemv:.2f}", flush=True)
+            row = time_shape(kernels, x, weights, copy)
+            rows.append({"layer": name, "n": n, "k": k, "m": m, **row})
+            splits = " ".join(f"{s}: {row['split_us'][s]:6.1f}" for s in SPLITS)
+            print(f"{name:14s} M={m} cuBLAS {row['cublas_us']:7.1f} us ({row['cublas_of_copy']:.0%}) | GEMV "
+                  f"{row['gemv_us']:7.1f} us ({row['gemv_of_copy']:.0%}) | x{row['speedup']:.2f} | split {splits} us, "
+                  f"best {row['best_split']} ({row['best_split_of_copy']:.0%})", flush=True)
         del weights
         torch.cuda.empty_cache()
     for model in ("8b", "8b-tp2", "1b"):
         for m in sorted({r["m"] for r in rows}):
             sel = [r for r in rows if r["layer"].startswith(model + ".") and r["m"] == m and "lm_head" not in r["layer"]]
             cublas, gemv = sum(r["cublas_us"] for r in sel), sum(r["gemv_us"] for r in sel)
-            print(f"{model} decoder layer M={m}: cuBLAS {cublas:.1f} us, GEMV {gemv:.1f} us, x{cublas / gemv:.2f}")
+            best = sum(r["split_us"][r["best_split"]] for r in sel)
+            print(f"{model} decoder layer M={m}: cuBLAS {cublas:.1f} us, GEMV {gemv:.1f} us, x{cublas / gemv:.2f} "
+                  f"(best split of each projection: {best:.1f} us, x{cublas / best:.2f})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy, "rows": rows}, f, indent=1)

@@ -1,10 +1,13 @@
 // Dense GEMV for decode steps of a few tokens: out [M, n] = x [M, k] @ w^T (+ bias), w [n, k] row major
 // (nn.Linear's layout), fp32 sums, M <= kDenseGemvMaxTokens. Streaming the weights is the whole cost:
-// one warp per R output rows over all of k, lane l reading 16-byte chunks l, l + 32, ... of each row,
-// kBlock chunks of each row in flight while the block before them is multiplied (x, a few KiB shared by
-// every warp, comes from L1). Launched as a programmatic dependent (dependent_launch.h): the first
+// S warps (1, 2 or 4, split-K) per R output rows, each over a contiguous share of k, lane l reading
+// 16-byte chunks l, l + 32, ... of its share of each row, kBlock chunks of each row in flight while the
+// block before them is multiplied (x, a few KiB shared by every warp, comes from L1); the S partial sums
+// of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // block of weights is requested before the wait, so a layer's weights stream while the kernel before
 // it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
+#include <initializer_list>
+
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
@@ -14,7 +17,9 @@ namespace pagoda {
 namespace {
 
 constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / PAGODA_WARP_SIZE;
 constexpr int kBlock = 4;  // 16-byte chunks of each row per lane in flight
+constexpr int kStride = kBlock * PAGODA_WARP_SIZE;  // chunks per block of a row
 
 template <typename T, int R>
 struct RowBlock {
@@ -37,13 +42,13 @@ PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr) {
 #endif
 }
 
-// Chunks base + u * warp size + lane of each of the warp's rows (a chunk past the row rereads its last:
-// loaded, never used).
+// Chunks base + u * warp size + lane of each of the warp's rows (a chunk from `end` on, past the warp's
+// share, rereads the one before `end`: loaded, never used).
 template <typename T, int R>
-PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows)[R], int base, int chunks, int lane) {
+PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows)[R], int base, int end, int lane) {
 #pragma unroll
   for (int u = 0; u < kBlock; ++u) {
-    const int c = min(base + u * PAGODA_WARP_SIZE + lane, chunks - 1);
+    const int c = min(base + u * PAGODA_WARP_SIZE + lane, end - 1);
 #pragma unroll
     for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T>(rows[r] + c);
   }
@@ -51,11 +56,11 @@ PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows
 
 template <typename T, int M, int R>
 PAGODA_INLINE void multiply_block(float (&acc)[M][R], const RowBlock<T, R>& w, const T* x, int64_t x_stride,
-                                  int base, int chunks, int lane) {
+                                  int base, int end, int lane) {
 #pragma unroll
   for (int u = 0; u < kBlock; ++u) {
     const int c = base + u * PAGODA_WARP_SIZE + lane;
-    if (c >= chunks) break;  // the chunks of a lane rise with u
+    if (c >= end) break;  // the chunks of a lane rise with u
     float wf[R][8];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -74,64 +79,160 @@ PAGODA_INLINE void multiply_block(float (&acc)[M][R], const RowBlock<T, R>& w, c
   }
 }
 
-template <typename T, int M, int R>
+// The chunks [begin, end) of each row that warp `part` of S sums: contiguous shares of whole 128-byte
+// lines (8 chunks), so that every share starts on a line where the row does; the last share is
+// shorter, a share past the row empty (begin = end = chunks). One warp takes the row whole.
+struct Share {
+  int begin, end;
+};
+template <int S>
+PAGODA_INLINE Share share_of(int chunks, int part) {
+  if constexpr (S == 1) return {0, chunks};
+  const int size = ((chunks + S - 1) / S + 7) / 8 * 8;
+  const int begin = min(part * size, chunks);
+  return {begin, min(begin + size, chunks)};
+}
+
+// The S warps of a row group hand their sums to the group's first warp, which adds them in the order of
+// k (S - 1 more fp32 additions). Every warp of the block reaches the barrier.
+template <int S, int M, int R>
+PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
+  __shared__ float partial[kGemvWarps][M][R];
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) partial[warp][m][r] = sum[m][r];
+  }
+  __syncthreads();
+  if (warp % S != 0) return;
+#pragma unroll
+  for (int p = 1; p < S; ++p)
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
+}
+
+template <typename T, int M, int R, int S>
 __global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
                                                                   const T* __restrict__ bias, int n, int k) {
+  static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
-  const int row0 = (blockIdx.x * (kGemvThreads / PAGODA_WARP_SIZE) + warp) * R;
-  const int chunks = k / 8;
+  const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
+  const auto [begin, end] = share_of<S>(k / 8, warp % S);  // end >= 1: k >= 8
   const Vec<T, 8>* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
-  load_block<T, R>(cur, rows, 0, chunks, lane);  // weights: written by no kernel, read before the wait
+  load_block<T, R>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
   start_as_dependent();
   float acc[M][R] = {};
-  constexpr int kStride = kBlock * PAGODA_WARP_SIZE;  // chunks per block of a row
-  for (int base = 0; base < chunks; base += kStride) {
-    load_block<T, R>(next, rows, base + kStride, chunks, lane);  // past the row: its last chunk, unused
-    multiply_block<T, M, R>(acc, cur, x, x_stride, base, chunks, lane);
+  for (int base = begin; base < end; base += kStride) {
+    load_block<T, R>(next, rows, base + kStride, end, lane);  // past the share: its last chunk, unused
+    multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
     cur = next;
   }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
+  if constexpr (S > 1) {
+    combine_split<S, M, R>(acc, warp, lane);
+    if (warp % S != 0) return;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float sum = warp_sum(acc[m][r]);
       const int row = row0 + r;
       if (lane == m * R + r && row < n) {
+        const float sum = acc[m][r];
         out[static_cast<int64_t>(m) * n + row] = from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
       }
     }
 }
 
-// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else 2 from 16384 rows on.
-inline int rows_per_warp(int n) {
-  static const int forced = [] {
-    const char* value = std::getenv("PAGODA_GEMV_ROWS");
-    return value == nullptr ? 0 : std::atoi(value);
-  }();
-  return forced == 1 || forced == 2 ? forced : n >= 16384 ? 2 : 1;
+// A forcing environment variable, read once: its value if one of `allowed`, else 0.
+inline int forced_by_env(const char* name, std::initializer_list<int> allowed) {
+  const char* value = std::getenv(name);
+  const int v = value == nullptr ? 0 : std::atoi(value);
+  for (const int a : allowed)
+    if (v == a) return v;
+  return 0;
 }
 
+// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else 2 from 16384 rows on.
+inline int rows_per_warp(int n) {
+  static const int forced = forced_by_env("PAGODA_GEMV_ROWS", {1, 2});
+  return forced != 0 ? forced : n >= 16384 ? 2 : 1;
+}
+
+// SMs of the current device, asked once per device (an H100's 132 if the runtime will not say: only the
+// choice of split rests on it).
+inline int sm_count() {
+  static int known[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 132;
+  if (known[device] == 0) {
+    int sms = 0;
+    const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0;
+    known[device] = ok ? sms : 132;
+  }
+  return known[device];
+}
+
+// Rows shorter than this (in 16-byte chunks: k < 7168) are not split: on an H100 (2026-11-27,
+// benchmarks/results/h100_2026-11-27_round17/dense_gemv.json) splitting them lost up to 12% (1B qkv,
+// TP=2 qkv: 2048- and 4096-wide rows), while long rows of few-row layers gained 5-10% (the down
+// projections: 8B 48.4 -> 43.7 us, a TP=2 rank's 25.2 -> 23.8, the 1B's 16.1 -> 15.3).
+constexpr int kMinSplitChunks = 7 * kStride;
+
+// Warps a row group (split-K): `requested` (1, 2 or 4; 0 for none), else PAGODA_GEMV_SPLIT=1, 2 or 4
+// (for timing each), else the rule. A layer of long rows and under 32 row groups an SM (4224 on an
+// H100's 132) has too few warps streaming (each with kBlock chunks of a row in flight), each with a
+// long chain of blocks: 2 warps a group (4 under 16 groups an SM) bring it to 32-64 warps an SM.
+inline int split_k(int groups, int chunks, int requested) {
+  static const int forced = forced_by_env("PAGODA_GEMV_SPLIT", {1, 2, 4});
+  if (requested != 0 || forced != 0) return requested != 0 ? requested : forced;
+  if (chunks < kMinSplitChunks) return 1;
+  const int sms = sm_count();
+  return groups < 16 * sms ? 4 : groups < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
+}
+
+template <typename T, int M, int R, int S>
+void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kGemvWarps / S * R;
+  const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
+  launch_dependent(dense_gemv_kernel<T, M, R, S>, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+}
+
+template <typename T, int M, int R>
+void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
+                 cudaStream_t stream) {
+  switch (split_k((n + R - 1) / R, k / 8, split)) {
+    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, stream); break;
+    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, stream); break;
+    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, stream); break;
+  }
+}
+
+// Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream.
 template <typename T, int M>
-void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
-  constexpr int kWarps = kGemvThreads / PAGODA_WARP_SIZE;
-  // two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream
+void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
+                   cudaStream_t stream) {
   if (rows_per_warp(n) == 2) {
-    const dim3 grid((n + 2 * kWarps - 1) / (2 * kWarps));
-    launch_dependent(dense_gemv_kernel<T, M, 2>, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, stream);
   } else {
-    const dim3 grid((n + kWarps - 1) / kWarps);
-    launch_dependent(dense_gemv_kernel<T, M, 1>, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, stream);
   }
 }
 
 }  // namespace
 
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                       int m, int n, int k, cudaStream_t stream) {
+                       int m, int n, int k, int split, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
@@ -140,10 +241,10 @@ void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, 
       const auto* w = static_cast<const T*>(weight);
       const auto* b = static_cast<const T*>(bias);
       switch (m) {
-        case 1: launch_rows<T, 1>(o, xp, x_stride, w, b, n, k, stream); break;
-        case 2: launch_rows<T, 2>(o, xp, x_stride, w, b, n, k, stream); break;
-        case 3: launch_rows<T, 3>(o, xp, x_stride, w, b, n, k, stream); break;
-        default: launch_rows<T, 4>(o, xp, x_stride, w, b, n, k, stream); break;
+        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, stream); break;
+        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, stream); break;
+        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, stream); break;
+        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, stream); break;
       }
     }
   });

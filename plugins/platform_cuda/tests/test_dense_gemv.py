@@ -1,14 +1,18 @@
 """The csrc dense GEMV (``CudaOps.linear`` for a decode step's token; the kernel takes 1-4 tokens) against
 float64, with a rounding-error bound.
 
-The kernel sums in fp32 (a lane's share of the row, then a 5-step warp reduction) and rounds once:
-|out - ref| <= (k / 32 + 8) * 2^-24 * sum|x||w| + u(T) * |ref| (u: fp16 2^-11, bf16 2^-8), plus
-slack for the fp32 bound itself. Rows and tokens at every tail, strided inputs, bias, CUDA graph
-replays, and a chain of dependent kernels (each launched as a programmatic dependent of the one
-before it, reading its output).
+The kernel sums in fp32 (a lane's share of the row, then a 5-step warp reduction; split-K over S warps,
+then S - 1 additions of their partial sums, a lane's share being no longer than unsplit) and rounds
+once: |out - ref| <= (k / 32 + 8 + S - 1) * 2^-24 * sum|x||w| + u(T) * |ref| (u: fp16 2^-11, bf16
+2^-8), plus slack for the fp32 bound itself; S = 4 (the most) where the kernel picks it. Every split,
+rows, tokens and shares at every tail, strided inputs, bias, CUDA graph replays, and a chain of
+dependent kernels (each launched as a programmatic dependent of the one before it, reading its output).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,12 +22,14 @@ pytest.importorskip("pagoda_platform_cuda", reason="pagoda-platform-cuda is not 
 pytestmark = pytest.mark.gpu
 
 UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+SPLITS = (1, 2, 4)  # warps sharing a row's k (the binding's split; 0: the kernel's rule)
 
 
-def assert_within_bound(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
+def assert_within_bound(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                        split: int = 0) -> None:
     ref = x.double() @ w.double().T + (0 if bias is None else bias.double())
     magnitude = x.double().abs() @ w.double().abs().T + (0 if bias is None else bias.double().abs())
-    fp32 = (x.shape[1] / 32 + 8) * 2.0**-24 * magnitude
+    fp32 = (x.shape[1] / 32 + 8 + (split or max(SPLITS)) - 1) * 2.0**-24 * magnitude
     bound = fp32 + UNIT[out.dtype] * (ref.abs() + fp32) + 1e-30
     worst = ((out.double() - ref).abs() / bound).max().item()
     assert worst <= 1.0, f"error {worst:.2f}x the bound"
@@ -38,23 +44,43 @@ def ops(cuda_ops):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (16392, 64), (100, 8),
-                                 (17, 1032)])
+                                 (17, 1032), (2048, 8192), (3072, 2048)])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_gemv_against_float64(ops, dtype, n, k, m):
+@pytest.mark.parametrize("split", SPLITS)
+def test_gemv_against_float64(ops, dtype, n, k, m, split):
+    """Each split forced: k = 8 leaves all but one share empty, k = 1032 (129 chunks) a short last one."""
     torch.manual_seed(n + k + m)
     x = torch.randn(m, k, device="cuda").to(dtype)
     w = (torch.randn(n, k, device="cuda") / k**0.5).to(dtype)
-    assert_within_bound(ops.kernels.dense_gemv(x, w, None), x, w, None)
+    assert_within_bound(ops.kernels.dense_gemv(x, w, None, split), x, w, None, split)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_bias_and_strided_rows(ops, dtype):
+@pytest.mark.parametrize("split", (0, *SPLITS))
+def test_bias_and_strided_rows(ops, dtype, split):
+    """The bias added once, whichever split (0: the kernel's rule; 4 for this shape on an H100)."""
     wide = torch.randn(3, 4096 + 64, device="cuda").to(dtype)
     x = wide[:, 8:4104]  # rows 4160 apart, starting 16 bytes in
     w = (torch.randn(2056, 4096, device="cuda") / 64).to(dtype)
     bias = torch.randn(2056, device="cuda").to(dtype)
-    assert_within_bound(ops.kernels.dense_gemv(x, w, bias), x, w, bias)
+    assert_within_bound(ops.kernels.dense_gemv(x, w, bias, split), x, w, bias, split)
     assert_within_bound(ops.linear(x, w, bias), x, w, bias)
+
+
+@pytest.mark.parametrize("call,message", [
+    ("dense_gemv(x, w, None, 3)", "split must be 1, 2 or 4"),
+    ("dense_gemv(torch.randn(1, 72, device='cuda', dtype=torch.bfloat16)[:, 1:65], w)", "16-byte aligned"),
+])
+def test_bad_arguments_raise_a_clear_error(ops, call, message):
+    """A RuntimeError naming the problem, in a child process: the first GPU run of the split check
+    crashed its process (SIGSEGV) instead, so a crash must fail this test, not end the session."""
+    code = ("import torch\nfrom pagoda_platform_cuda.build import load_extension\n"
+            "k = load_extension(); dense_gemv = k.dense_gemv\n"
+            "x = torch.randn(1, 64, device='cuda', dtype=torch.bfloat16)\n"
+            "w = torch.randn(32, 64, device='cuda', dtype=torch.bfloat16)\n"
+            f"try:\n    {call}\nexcept RuntimeError as exc:\n    print('RuntimeError:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and message in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
 
 
 def test_ops_route_by_shape(ops):
