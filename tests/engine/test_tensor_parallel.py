@@ -61,6 +61,26 @@ def test_tp2_greedy_equals_tp1(tiny_models, family):
         assert torch.allclose(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-4)
 
 
+def test_tp2_mixes_steps_that_skip_and_take_rank_0s_tokens(tiny_models):
+    """Greedy steps skip rank 0's token broadcast (``Sampler.picks_alike``); steps with a seeded draw or a
+    penalty take it. Every rank must decide alike (else a collective is missing): a batch where the
+    sampled requests end early runs both kinds of step, and its tokens equal TP=1's."""
+    path, _ = tiny_models["llama"]
+    prompts = shared_prefix_prompts()[:6]
+    params = [SamplingParams(temperature=0, max_tokens=20)] * 4 + [
+        SamplingParams(temperature=0.8, seed=7, max_tokens=5), SamplingParams(temperature=0, max_tokens=8,
+                                                                             repetition_penalty=1.5)]
+    tokens = {}
+    for tp in (1, 2):
+        llm = LLM(model=path, dtype="float32", block_size=8, max_num_seqs=8, tensor_parallel_size=tp)
+        try:
+            tokens[tp] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+        finally:
+            llm.shutdown()
+    assert tokens[2] == tokens[1]
+    assert [len(t) for t in tokens[2]] == [20] * 4 + [5, 8]
+
+
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
 
 

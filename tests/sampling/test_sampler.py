@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pagoda.engine.sampler import Sampler, SamplingRow, prompt_logprobs
+from pagoda.guided.params import GuidedDecodingParams
 from pagoda.sampling_params import SamplingParams as SP
 
 from .reference import assert_same_processing, reference_logits
@@ -222,3 +223,22 @@ def test_a_sampled_step_queues_without_waiting_for_the_device(nucleus):
     sample, syncs = _with_sync_warnings(lambda: sampler.sample(logits, rows))
     assert not syncs, "synchronising calls:\n" + "\n".join(syncs)
     assert sample.token_ids.shape == (len(rows),) and sample.token_ids[1].item() == logits[1].argmax().item()
+
+
+@pytest.mark.parametrize("rows,alike", [
+    ([row(SP(temperature=0)), row(SP(temperature=0, logprobs=3))], True),  # plain argmax: every rank's own
+    ([], True),
+    ([row(SP(temperature=0)), row(SP(temperature=0.7))], False),  # a draw
+    ([row(SP(temperature=0, top_k=5))], True),  # greedy ignores top-k
+    ([row(SP(temperature=0, repetition_penalty=1.3), output=[4])], False),
+    ([row(SP(temperature=0, min_tokens=2, stop_token_ids=[5]), output=[4])], False),  # still short of min_tokens
+    ([row(SP(temperature=0, min_tokens=1, stop_token_ids=[5]), output=[4])], True),  # reached: nothing masked
+    ([row(SP(temperature=0, logit_bias={3: 5.0}))], False),
+    ([row(SP(temperature=0, guided_decoding=GuidedDecodingParams(json_object=True)))], False),  # rank 0's grammar
+])
+def test_picks_alike_only_for_rows_whose_tokens_are_the_plain_argmax(rows, alike):
+    """Under tensor parallelism the ranks skip rank 0's token broadcast exactly when this holds."""
+    assert Sampler.picks_alike(rows) is alike
+    if alike and rows:  # what every rank then picks on its own is the argmax of the logits
+        logits = random_logits(len(rows), seed=4)
+        assert Sampler().sample(logits, rows).token_ids.tolist() == logits.argmax(dim=1).tolist()

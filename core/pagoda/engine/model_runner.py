@@ -144,7 +144,8 @@ class ModelRunner:
             if job is not None:
                 self.guided.apply(logits, job)
             sample = self.sampler.sample(logits, rows)
-            self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
+            if not self.sampler.picks_alike(rows):  # else every rank's argmax is rank 0's already
+                self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
             copies = self.platform.copy_to_host_async(sample.tensors())
         return sample, copies
 

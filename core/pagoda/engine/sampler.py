@@ -100,6 +100,14 @@ class Sampler:
             return DeviceSample(token_ids, ks)
         return _with_logprobs(logits, token_ids, ks)
 
+    @staticmethod
+    def picks_alike(rows: list[SamplingRow]) -> bool:
+        """Whether ranks holding the same logits pick the same tokens on their own: greedy rows that no
+        processing step changes take the argmax, which is exact. Otherwise (draws, penalties, token
+        controls, grammars: only rank 0 applies them) the tokens come from rank 0 under tensor
+        parallelism. Every rank answers alike: it reads only what the ranks' mirrored requests hold."""
+        return all(r.params.is_greedy and r.params.guided_decoding is None and not _row_processed(r) for r in rows)
+
     def process(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """The logits each row samples from (masked with -inf), before the random draw."""
         logits = logits.float()
@@ -184,8 +192,13 @@ def _changes_logits(rows: list[SamplingRow], plan: _Plan) -> bool:
     """Whether any processing step applies to any row (greedy rows without penalties need none)."""
     if any(t is not None for t in (plan.temperature, plan.top_k, plan.top_p, plan.min_p)):
         return True
-    return any(_has_penalty(r.params) or len(r.output_token_ids) < r.params.min_tokens
-               or uses_token_controls(r.params) for r in rows)
+    return any(_row_processed(r) for r in rows)
+
+
+def _row_processed(row: SamplingRow) -> bool:
+    """Whether a penalty, min_tokens or a token control changes this row's logits this step."""
+    params = row.params
+    return _has_penalty(params) or len(row.output_token_ids) < params.min_tokens or uses_token_controls(params)
 
 
 def _tensor_unless(values: list, neutral: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:

@@ -2,7 +2,8 @@
 
 It runs the same ModelRunner as the driver on the same scheduled steps (rebuilt by
 :class:`~pagoda.executor.messages.StepMirror`), so every rank issues the same collectives in
-the same order; the tokens it samples are replaced by rank 0's (``ModelRunner`` broadcasts them).
+the same order; the tokens it samples are replaced by rank 0's (``ModelRunner`` broadcasts them,
+except in steps of plain greedy rows: ``Sampler.picks_alike``).
 Errors go to the driver (rank, text) before the process exits with status 1.
 """
 
