@@ -12,6 +12,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotary_embedding", &rotary_embedding, "rotate query and key in place", py::arg("positions"),
         py::arg("query"), py::arg("key"), py::arg("head_size"), py::arg("cos_sin_cache"), py::arg("is_neox"));
   m.def("silu_and_mul", &silu_and_mul, "out = silu(input[:, :d]) * input[:, d:]", py::arg("out"), py::arg("input"));
+  m.def("masked_embedding", &masked_embedding, "out = this rank's embedding rows of ids (zeros for others')",
+        py::arg("out"), py::arg("ids"), py::arg("weight"), py::arg("start"));
   m.def("reshape_and_cache", &reshape_and_cache, "write key/value into the paged cache", py::arg("key"),
         py::arg("value"), py::arg("kv_cache"), py::arg("slot_mapping"));
   m.def("dense_gemv", &dense_gemv, "x @ weight^T (+ bias) for 1..4 tokens, weights streamed", py::arg("x"),

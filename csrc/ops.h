@@ -17,6 +17,10 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& query, at::Tensor
 // out [num_tokens, d] = silu(input[:, :d]) * input[:, d:]; input [num_tokens, 2 * d] (row stride free).
 void silu_and_mul(at::Tensor& out, const at::Tensor& input);
 
+// out [num_tokens, hidden] (contiguous): row ids[t] - start of weight [rows, hidden] (contiguous) where
+// 0 <= ids[t] - start < rows, else zeros; ids int64 [num_tokens] (a vocab-parallel rank's share of the embedding).
+void masked_embedding(at::Tensor& out, const at::Tensor& ids, const at::Tensor& weight, int64_t start);
+
 // out [m, n] = x [m, k] @ weight^T (+ bias) for 1..4 tokens of a dense layer (weight [n, k], nn.Linear's
 // layout), fp16/bf16, rows 16-byte aligned; the sum in fp32, rounded once. split: warps sharing each
 // row's k (1, 2 or 4; for tests and benchmarks), 0 for the kernel's rule.

@@ -30,6 +30,11 @@ void launch_rotary_embedding(DType dtype, bool float_cache, const int64_t* posit
 void launch_silu_and_mul(DType dtype, void* out, const void* input, int64_t input_stride, int64_t num_tokens, int d,
                          cudaStream_t stream);
 
+// out [num_tokens, hidden] contiguous: row t = weight [rows, hidden] (contiguous) row ids[t] - start where
+// 0 <= ids[t] - start < rows, else zeros; copied bit for bit.
+void launch_masked_embedding(DType dtype, void* out, const int64_t* ids, const void* weight, int64_t start,
+                             int64_t rows, int64_t num_tokens, int hidden, cudaStream_t stream);
+
 // out [m, n] contiguous = x [m, k] (rows x_stride apart) @ weight^T (+ bias [n] when not null); weight
 // [n, k] contiguous; fp16/bf16 only (fp32 does nothing), 1 <= m <= kDenseGemvMaxTokens, k % 8 == 0 and
 // every row 16-byte aligned. split: warps sharing each row's k (1, 2 or 4), 0 for the kernel's rule.

@@ -73,6 +73,15 @@ class CsrcOps(CustomOps):
         self.kernels.silu_and_mul(out, x)
         return out
 
+    def masked_embedding(self, ids: torch.Tensor, weight: torch.Tensor, start: int) -> torch.Tensor:
+        """[num_tokens] int ids -> [num_tokens, hidden]: this rank's rows, zeros for the others' (one kernel)."""
+        if not (_same_kernel_dtype(weight) and weight.dim() == 2 and weight.is_contiguous() and ids.dim() == 1
+                and ids.device == weight.device and not ids.is_floating_point()):
+            return super().masked_embedding(ids, weight, start)
+        out = torch.empty(ids.shape[0], weight.shape[1], dtype=weight.dtype, device=weight.device)
+        self.kernels.masked_embedding(out, ids.long().contiguous(), weight, start)
+        return out
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):

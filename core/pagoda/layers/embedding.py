@@ -41,21 +41,20 @@ class VocabEmbedding(nn.Module):
     """``input_ids`` [num_tokens] -> [num_tokens, hidden_size]."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype,
-                 tp: TensorParallel = SINGLE) -> None:
+                 tp: TensorParallel = SINGLE, ops: CustomOps | None = None) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         self.tp = tp
+        self.ops = ops or CustomOps()  # its vocab-parallel lookup: the platform's one-kernel masked embedding
         self.rows = VocabRows(num_embeddings, tp)
         self.weight = nn.Parameter(torch.empty(self.rows.per_rank, embedding_dim, dtype=dtype), requires_grad=False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
             return F.embedding(input_ids, self.weight)
-        local = input_ids - self.rows.start
-        mine = (local >= 0) & (local < self.rows.per_rank)  # [num_tokens]
-        x = F.embedding(local.masked_fill(~mine, 0), self.weight)  # [num_tokens, hidden]
-        return self.tp.all_reduce(x.masked_fill_(~mine.unsqueeze(-1), 0))
+        x = self.ops.masked_embedding(input_ids, self.weight, self.rows.start)  # [num_tokens, hidden], others' zero
+        return self.tp.all_reduce(x)
 
     def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
         self.rows.load(getattr(self, param_name).data, tensor)

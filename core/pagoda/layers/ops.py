@@ -48,6 +48,14 @@ class CustomOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    def masked_embedding(self, ids: torch.Tensor, weight: torch.Tensor, start: int) -> torch.Tensor:
+        """[num_tokens] int ids -> [num_tokens, hidden]: row ``ids[t] - start`` of ``weight`` [rows, hidden] where
+        ``0 <= ids[t] - start < rows``, else zeros (a vocab-parallel rank's share of the embedding)."""
+        local = ids.long() - start  # [num_tokens]
+        mine = (local >= 0) & (local < weight.shape[0])  # [num_tokens]
+        rows = F.embedding(local.masked_fill(~mine, 0), weight)  # [num_tokens, hidden]
+        return rows.masked_fill_(~mine.unsqueeze(-1), 0)
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer."""
         return F.linear(x, weight, bias)

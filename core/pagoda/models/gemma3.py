@@ -63,7 +63,7 @@ class Gemma3Model(nn.Module):
 
     def __init__(self, cfg: Any, ctx: BuildContext) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp)
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp, ctx.ops)
         # sqrt(hidden) rounded to the weight dtype, as transformers scales (e.g. 25.25 for 640 in bfloat16)
         self.embed_scale = float(torch.tensor(float(cfg.hidden_size) ** 0.5).to(ctx.dtype))
         d = spec.head_dim(cfg)

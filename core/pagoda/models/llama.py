@@ -141,7 +141,7 @@ class DecoderModel(nn.Module):
 
     def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp)
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp, ctx.ops)
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
         self.rotary_emb = rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
         self.layers = nn.ModuleList(
