@@ -36,6 +36,9 @@ using bf16_t = __hip_bfloat16;
 using bf16_t = hip_bfloat16;
 #endif
 
+// Device code from here on: the torch layer (*.cpp, compiled by the host compiler) sees only the types.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+
 // float <-> storage conversions; rounding to nearest even, as torch does.
 PAGODA_INLINE float to_float(float x) { return x; }
 PAGODA_INLINE float to_float(half_t x) { return __half2float(x); }
@@ -87,5 +90,7 @@ PAGODA_INLINE float block_sum(float value) {
   value = lane < num_warps ? partial[lane] : 0.0f;
   return warp_sum(value);
 }
+
+#endif  // __CUDACC__ || __HIPCC__
 
 }  // namespace pagoda

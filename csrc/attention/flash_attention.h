@@ -1,5 +1,5 @@
 // Host entry points of the flash attention kernels (torch-free: raw pointers, a DType, a stream).
-// The torch layer (attention_flash_kernels.cu) checks tensors and fills these structs.
+// The torch layer (attention_flash_kernels.cpp) checks tensors and fills these structs.
 //
 // Layouts (strides in elements, the last dimension contiguous, rows 16-byte aligned):
 //   query / out   [num_tokens, num_heads, head_size]

@@ -1,5 +1,5 @@
 // The kernel layer's entry points: raw pointers, a DType and a stream; no torch headers, so these
-// files compile with nvcc or hipcc alone. The torch layer (*_kernels.cu) checks tensors and calls them.
+// files compile with nvcc or hipcc alone. The torch layer (*_kernels.cpp) checks tensors and calls them.
 // Pointers to half/bfloat16 data point at half_t/bf16_t (the same bits as at::Half/at::BFloat16).
 #pragma once
 

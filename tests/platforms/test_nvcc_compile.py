@@ -1,9 +1,9 @@
 """The csrc sources compile with nvcc, without a GPU: the flash attention device code
 (csrc/attention/*.cu) and the kernel layer (csrc/kernels/*.cu but awq_tiles.cu, which
 plugins/quant_awq/tests/test_awq_tiles_compile.py checks) for sm_80 and sm_90 (plus compute_75
-PTX: the pre-sm_80 fallback path), the torch layer of the NVIDIA-only kernels (TORCH_LAYER) against
-torch's headers, and bindings.cpp with the host compiler. A syntax or template error fails here, not on
-the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
+PTX: the pre-sm_80 fallback path), and the torch layer (csrc/*.cpp: the bindings and their argument
+checks, host code only) with the host compiler against torch's headers. A syntax or template error fails
+here, not on the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
 the hipified ROCm compile).
 
 Without nvcc these tests skip, except in CI (``CI=true``), where a missing compiler is a failure.
@@ -27,8 +27,6 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
          "-gencode", "arch=compute_75,code=compute_75")
 NVCC_FLAGS = ("-std=c++20", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v")
-# torch-layer sources of NVIDIA-only kernels (the others compile hipified in the ROCm plugin's test)
-TORCH_LAYER = ("attention_flash_kernels.cu", "ll_all_reduce_kernels.cu")
 # the CPU wheel of torch ships c10/cuda headers but not the one CMake generates for CUDA builds
 CMAKE_MACROS = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
 
@@ -49,6 +47,12 @@ def flash_sources() -> list[str]:
     return [s.path for s in read_manifest(CSRC) if s.path.startswith("attention/")]
 
 
+def torch_layer_sources() -> list[str]:
+    """The torch layer: host code, built by the host compiler (nvcc's host pass once mis-built a failed
+    check's message: a segfault on the GPU machine; docs/cuda.md)."""
+    return [s.path for s in read_manifest(CSRC) if s.path.endswith(".cpp")]
+
+
 def kernel_sources() -> list[str]:
     return [s.path for s in read_manifest(CSRC) if s.path.startswith("kernels/") and s.path != "kernels/awq_tiles.cu"]
 
@@ -63,6 +67,15 @@ def torch_includes(stub: Path) -> list[str]:
             f"-I{sysconfig.get_paths()['include']}"]
 
 
+def cuda_include_dir(compiler: str, scratch: Path) -> Path:
+    """The toolkit's include folder, where nvcc itself looks (nvcc may be a wrapper script elsewhere)."""
+    (scratch / "empty.cu").write_text("")
+    plan = subprocess.run([compiler, "--dryrun", "-c", str(scratch / "empty.cu")], capture_output=True, text=True)
+    here = next((line.split("=", 1)[1].strip() for line in plan.stderr.splitlines() if line.startswith("#$ _HERE_=")),
+                str(Path(compiler).resolve().parent))
+    return Path(here).parent / "include"
+
+
 @pytest.fixture(scope="module")
 def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Popen]:
     """name -> a running compile (started together; the machine's cores share them)."""
@@ -72,15 +85,12 @@ def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.P
     for source in flash_sources() + kernel_sources():
         jobs[source] = [compiler, *NVCC_FLAGS, *ARCHS, "-c", str(CSRC / source), "-o", str(out / (Path(source).stem + ".o"))]
     includes = torch_includes(out / "stub")
-    for source in TORCH_LAYER:
-        jobs[source] = [compiler, "-std=c++20", "-O1", "--expt-relaxed-constexpr", "-gencode",
-                        "arch=compute_80,code=sm_80", *includes, "-w", "-c", str(CSRC / source), "-o",
-                        str(out / (Path(source).stem + ".o"))]
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx and Path(sysconfig.get_paths()["include"], "Python.h").is_file():
-        cuda_include = Path(compiler).resolve().parent.parent / "include"
-        jobs["bindings.cpp"] = [cxx, "-std=c++20", "-fsyntax-only", "-w", *includes, f"-I{cuda_include}",
-                                "-DTORCH_EXTENSION_NAME=_C", str(CSRC / "bindings.cpp")]
+        cuda_include = cuda_include_dir(compiler, out)
+        for source in torch_layer_sources():
+            jobs[source] = [cxx, "-std=c++20", "-fsyntax-only", "-w", *includes, f"-I{cuda_include}",
+                            "-DTORCH_EXTENSION_NAME=_C", str(CSRC / source)]
     return {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for name, cmd in jobs.items()}
 
@@ -103,12 +113,8 @@ def test_kernels_compile_for_sm80_and_sm90(compiles, source: str) -> None:
     sys.stdout.write(output)  # register and spill counts (pytest -s shows them)
 
 
-@pytest.mark.parametrize("source", TORCH_LAYER)
-def test_torch_layer_compiles_against_torch_headers(compiles, source: str) -> None:
-    _finish(compiles[source])
-
-
-def test_bindings_compile(compiles) -> None:
-    if "bindings.cpp" not in compiles:
+@pytest.mark.parametrize("source", torch_layer_sources() if (CSRC / "manifest.txt").is_file() else [])
+def test_torch_layer_compiles_with_the_host_compiler(compiles, source: str) -> None:
+    if source not in compiles:
         pytest.skip("no host C++ compiler or Python headers")
-    _finish(compiles["bindings.cpp"])
+    _finish(compiles[source])

@@ -70,10 +70,12 @@ def test_bias_and_strided_rows(ops, dtype, split):
 @pytest.mark.parametrize("call,message", [
     ("dense_gemv(x, w, None, 3)", "split must be 1, 2 or 4"),
     ("dense_gemv(torch.randn(1, 72, device='cuda', dtype=torch.bfloat16)[:, 1:65], w)", "16-byte aligned"),
+    ("dense_gemv(torch.randn(5, 64, device='cuda', dtype=torch.bfloat16), w)", "1 to 4 tokens, not 5"),
 ])
 def test_bad_arguments_raise_a_clear_error(ops, call, message):
-    """A RuntimeError naming the problem, in a child process: the first GPU run of the split check
-    crashed its process (SIGSEGV) instead, so a crash must fail this test, not end the session."""
+    """A RuntimeError naming the problem, in a child process: checks whose message formats an integer
+    crashed the process (SIGSEGV) while nvcc built the torch layer, so a crash must fail this test, not
+    end the session."""
     code = ("import torch\nfrom pagoda_platform_cuda.build import load_extension\n"
             "k = load_extension(); dense_gemv = k.dense_gemv\n"
             "x = torch.randn(1, 64, device='cuda', dtype=torch.bfloat16)\n"
