@@ -67,6 +67,7 @@ def cuda_extensions() -> tuple[list, dict]:
         sources=[f"{staged}/{s.path}" for s in tools.read_manifest(CSRC)],
         include_dirs=[str(HERE / staged)],
         extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "--expt-relaxed-constexpr"]},
+        extra_link_args=tools.SHARED_CXX_RUNTIME,
     )
     return [ext], {"build_ext": tools.deferring_build_ext(BuildExtension, "pagoda-platform-cuda")}
 

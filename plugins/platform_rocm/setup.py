@@ -67,6 +67,7 @@ def rocm_extensions() -> tuple[list, dict]:
         sources=[path.relative_to(HERE).as_posix() for path in sources],
         include_dirs=[str(staged)],
         extra_compile_args={"cxx": CXX_FLAGS, "nvcc": HIPCC_FLAGS},
+        extra_link_args=tools.SHARED_CXX_RUNTIME,
     )
     return [ext], {"build_ext": tools.deferring_build_ext(BuildExtension, "pagoda-platform-rocm")}
 

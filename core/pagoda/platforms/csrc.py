@@ -19,6 +19,10 @@ from typing import Callable
 MANIFEST = "manifest.txt"
 KERNEL_LAYER = ("kernels/", "attention/")  # sources here include no torch header
 NVIDIA_ONLY = "nvidia_only:"
+# Link flags of both extensions: the process's shared C++ runtime (libstdc++.so.6), ahead of any static
+# copy a compiler adds by default. The GPU machine's g++ (/opt/gcc) linked libstdc++ statically, and the
+# extension's own copy of the streams crashed (SIGSEGV) formatting an integer into a failed check's message.
+SHARED_CXX_RUNTIME = ["-Wl,-Bdynamic", "-l:libstdc++.so.6"]
 
 
 class ExtensionUnavailable(RuntimeError):

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pagoda.platforms.csrc import (
+    SHARED_CXX_RUNTIME,
     ExtensionUnavailable,
     find_csrc,
     first_line,
@@ -58,6 +59,7 @@ def _jit_build(aot_error: ImportError) -> ModuleType:
             sources=[str(sources / s.path) for s in read_manifest(sources)],
             extra_cflags=CXX_FLAGS,
             extra_cuda_cflags=NVCC_FLAGS,
+            extra_ldflags=SHARED_CXX_RUNTIME,
             extra_include_paths=[str(sources)],
             verbose=os.environ.get("PAGODA_CUDA_BUILD_VERBOSE") == "1",
         )

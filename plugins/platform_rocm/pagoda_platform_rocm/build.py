@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pagoda.platforms.csrc import (
+    SHARED_CXX_RUNTIME,
     ExtensionUnavailable,
     find_csrc,
     first_line,
@@ -72,6 +73,7 @@ def _jit_build(arch: str, aot_error: ImportError) -> ModuleType:
             sources=[str(path) for path in sources],
             extra_cflags=CXX_FLAGS,
             extra_cuda_cflags=HIPCC_FLAGS + arch_flags,
+            extra_ldflags=SHARED_CXX_RUNTIME,
             extra_include_paths=[str(out)],
             verbose=os.environ.get("PAGODA_ROCM_BUILD_VERBOSE") == "1",
         )
