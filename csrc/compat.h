@@ -1,9 +1,17 @@
 // Portability layer between CUDA and HIP, so pagoda-platform-rocm can hipify these kernels.
 // Everything vendor-specific (warp size, shuffles, half/bfloat16 types) goes through here.
-// Torch-free: the kernel layer (kernels/) compiles with nvcc or hipcc alone.
+// Torch-free: the kernel layer (kernels/) compiles with nvcc or hipcc alone. The torch layer
+// (*_kernels.cpp, host compiler) sees only the host parts: the stream type, the warp size.
 #pragma once
 
-#ifdef USE_ROCM
+#if defined(__CUDACC__) || defined(__HIP__)
+#define PAGODA_DEVICE_CODE 1
+#endif
+
+#if defined(USE_ROCM) && !defined(PAGODA_DEVICE_CODE)
+#include <hip/hip_runtime_api.h>  // the host API alone (hipStream_t)
+#define PAGODA_WARP_SIZE 64
+#elif defined(USE_ROCM)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 #if __has_include(<hip/hip_bf16.h>)  // newer ROCm: the CUDA-like __hip_bfloat16
@@ -26,6 +34,8 @@
 
 namespace pagoda {
 
+#ifdef PAGODA_DEVICE_CODE
+
 // The 16-bit storage types of the kernels (same bits as torch's at::Half and at::BFloat16).
 using half_t = __half;
 #if !defined(USE_ROCM)
@@ -35,9 +45,6 @@ using bf16_t = __hip_bfloat16;
 #else
 using bf16_t = hip_bfloat16;
 #endif
-
-// Device code from here on: the torch layer (*.cpp, compiled by the host compiler) sees only the types.
-#if defined(__CUDACC__) || defined(__HIPCC__)
 
 // float <-> storage conversions; rounding to nearest even, as torch does.
 PAGODA_INLINE float to_float(float x) { return x; }
@@ -91,6 +98,6 @@ PAGODA_INLINE float block_sum(float value) {
   return warp_sum(value);
 }
 
-#endif  // __CUDACC__ || __HIPCC__
+#endif  // PAGODA_DEVICE_CODE
 
 }  // namespace pagoda

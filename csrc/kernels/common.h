@@ -16,6 +16,7 @@ struct TypeTag {
   using type = T;
 };
 
+#ifdef PAGODA_DEVICE_CODE  // the storage types exist for device compilers only (compat.h)
 // Calls fn(TypeTag<T>{}) with T the storage type of dtype (float, half_t or bf16_t).
 template <typename Fn>
 void dispatch_dtype(DType dtype, Fn&& fn) {
@@ -25,6 +26,7 @@ void dispatch_dtype(DType dtype, Fn&& fn) {
     case DType::kBFloat16: return fn(TypeTag<bf16_t>{});
   }
 }
+#endif
 
 inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 

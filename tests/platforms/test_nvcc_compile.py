@@ -48,8 +48,7 @@ def flash_sources() -> list[str]:
 
 
 def torch_layer_sources() -> list[str]:
-    """The torch layer: host code, built by the host compiler (nvcc's host pass once mis-built a failed
-    check's message: a segfault on the GPU machine; docs/cuda.md)."""
+    """The torch layer: host code, built by the host compiler."""
     return [s.path for s in read_manifest(CSRC) if s.path.endswith(".cpp")]
 
 

@@ -74,8 +74,8 @@ def test_bias_and_strided_rows(ops, dtype, split):
 ])
 def test_bad_arguments_raise_a_clear_error(ops, call, message):
     """A RuntimeError naming the problem, in a child process: checks whose message formats an integer
-    crashed the process (SIGSEGV) while nvcc built the torch layer, so a crash must fail this test, not
-    end the session."""
+    crashed the process (SIGSEGV) while the extension carried its own static libstdc++ (docs/cuda.md),
+    so a crash must fail this test, not end the session."""
     code = ("import torch\nfrom pagoda_platform_cuda.build import load_extension\n"
             "k = load_extension(); dense_gemv = k.dense_gemv\n"
             "x = torch.randn(1, 64, device='cuda', dtype=torch.bfloat16)\n"
