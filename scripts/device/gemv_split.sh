@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On one H100 (tool `run`, carry [".whl"]), branch h-gemv-split: split-K for the dense GEMV's long rows.
+# On one H100 (tool `run`, carry [".whl"]): split-K for the dense GEMV's long rows (merged in session 19).
 #   1. the plugin's dense GEMV gpu tests (every split against float64; bad arguments in a child process);
 #   2. benchmarks/dense_gemv.py at one token: each split of each shape, and the rule's pick;
 #   3. `pagoda bench latency` batch 1, dummy Llama-3.1-8B and Llama-3.2-1B: the rule against
