@@ -4,7 +4,7 @@
 #include "ops.h"
 
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                      int64_t split) {
+                      int64_t split, int64_t rows) {
   using namespace pagoda;
   check_cuda(x, "x");
   check_cuda(weight, "weight");
@@ -23,6 +23,8 @@ at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::
   TORCH_CHECK(n <= INT32_MAX && k <= INT32_MAX, "dense_gemv: n and k must fit in int32");
   TORCH_CHECK(split == 0 || split == 1 || split == 2 || split == 4,
               "dense_gemv: split must be 1, 2 or 4 (0: the kernel's rule), not ", split);
+  TORCH_CHECK(rows == 0 || rows == 1 || rows == 2,
+              "dense_gemv: rows (weight rows a warp) must be 1 or 2 (0: the kernel's rule), not ", rows);
   const void* bias_ptr = nullptr;
   if (bias.has_value()) {
     TORCH_CHECK(bias->is_contiguous() && bias->numel() == n && bias->scalar_type() == x.scalar_type() &&
@@ -35,7 +37,7 @@ at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_dense_gemv(kernel_dtype(x, "dense_gemv"), out.data_ptr(), x.data_ptr(), x.stride(0), weight.data_ptr(),
                     bias_ptr, static_cast<int>(x.size(0)), static_cast<int>(n), static_cast<int>(k),
-                    static_cast<int>(split), c10::cuda::getCurrentCUDAStream());
+                    static_cast<int>(split), static_cast<int>(rows), c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

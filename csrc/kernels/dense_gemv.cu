@@ -163,10 +163,11 @@ inline int forced_by_env(const char* name, std::initializer_list<int> allowed) {
   return 0;
 }
 
-// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else 2 from 16384 rows on.
-inline int rows_per_warp(int n) {
+// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else `requested` (1 or 2: the
+// choice CsrcOps.tune timed for this shape), else 2 from 16384 rows on.
+inline int rows_per_warp(int n, int requested) {
   static const int forced = forced_by_env("PAGODA_GEMV_ROWS", {1, 2});
-  return forced != 0 ? forced : n >= 16384 ? 2 : 1;
+  return forced != 0 ? forced : requested != 0 ? requested : n >= 16384 ? 2 : 1;
 }
 
 // SMs of the current device, asked once per device (an H100's 132 if the runtime will not say: only the
@@ -221,8 +222,8 @@ void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias
 // Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream.
 template <typename T, int M>
 void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
-                   cudaStream_t stream) {
-  if (rows_per_warp(n) == 2) {
+                   int rows, cudaStream_t stream) {
+  if (rows_per_warp(n, rows) == 2) {
     launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, stream);
   } else {
     launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, stream);
@@ -232,7 +233,7 @@ void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bi
 }  // namespace
 
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                       int m, int n, int k, int split, cudaStream_t stream) {
+                       int m, int n, int k, int split, int rows, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
@@ -241,10 +242,10 @@ void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, 
       const auto* w = static_cast<const T*>(weight);
       const auto* b = static_cast<const T*>(bias);
       switch (m) {
-        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, stream); break;
-        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, stream); break;
-        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, stream); break;
-        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, stream); break;
+        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
       }
     }
   });

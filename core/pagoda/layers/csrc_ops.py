@@ -13,6 +13,8 @@ torch reference, so every call is answered.
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from types import ModuleType
 
 import torch
@@ -30,6 +32,22 @@ class CsrcOps(CustomOps):
 
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
+        self.gemv_rows: dict[tuple[int, int, torch.dtype], int] = {}  # weight shape -> rows a warp (tune)
+
+    def tune(self, model: torch.nn.Module) -> str:
+        """Times one and two weight rows a warp of the GEMV for each dense weight shape (pagoda.layers.gemv_tuning);
+        PAGODA_GEMV_TUNE=0 leaves the kernel's own rule."""
+        if self.dense_gemv_tokens == 0 or os.environ.get("PAGODA_GEMV_TUNE") == "0":
+            return ""
+        from pagoda.layers.gemv_tuning import choose_rows, graph_timer
+
+        begin = time.perf_counter()
+        chosen = choose_rows(model, graph_timer(self.kernels))
+        if not chosen:
+            return ""
+        self.gemv_rows.update(chosen)  # the ops object is shared by every model of the process
+        summary = ", ".join(f"{n}x{k}: {rows}" for (n, k, _), rows in chosen.items())
+        return f"dense GEMV rows a warp timed in {time.perf_counter() - begin:.2f} s: {summary}"
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """``x``: [..., hidden] (last dim contiguous) -> a new contiguous tensor."""
@@ -85,7 +103,8 @@ class CsrcOps(CustomOps):
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
-            return self.kernels.dense_gemv(x, weight, bias)
+            rows = self.gemv_rows.get((weight.shape[0], weight.shape[1], weight.dtype), 0)  # 0: the kernel's rule
+            return self.kernels.dense_gemv(x, weight, bias, 0, rows)
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

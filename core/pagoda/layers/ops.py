@@ -14,6 +14,11 @@ import torch.nn.functional as F
 class CustomOps:
     name = "torch"
 
+    def tune(self, model: torch.nn.Module) -> str:
+        """Choose launch parameters for the loaded ``model``'s shapes by timing them (called once, before the KV
+        cache takes the free memory); returns a line for the log, empty when nothing was tuned (as here)."""
+        return ""
+
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """``x``: [num_tokens, hidden]. Computed in float32, like HF."""
         xf = x.float()

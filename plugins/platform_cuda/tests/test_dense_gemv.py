@@ -11,6 +11,7 @@ dependent kernels (each launched as a programmatic dependent of the one before i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -67,8 +68,56 @@ def test_bias_and_strided_rows(ops, dtype, split):
     assert_within_bound(ops.linear(x, w, bias), x, w, bias)
 
 
+@pytest.mark.skipif(bool(os.environ.get("PAGODA_GEMV_ROWS")), reason="PAGODA_GEMV_ROWS forces one choice")
+@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (17, 1032), (100, 8)])
+@pytest.mark.parametrize("m", [1, 4])
+@pytest.mark.parametrize("split", (0, 4))
+def test_one_or_two_rows_a_warp_give_the_same_bits(ops, n, k, m, split):
+    """CsrcOps.tune may pick either for speed: the sums must not change."""
+    torch.manual_seed(n + k + m)
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda") / k**0.5).to(torch.bfloat16)
+    one, two = (ops.kernels.dense_gemv(x, w, None, split, rows) for rows in (1, 2))
+    assert torch.equal(one, two)
+    assert_within_bound(two, x, w, None, split)
+
+
+@pytest.mark.skipif(os.environ.get("PAGODA_GEMV_TUNE") == "0", reason="PAGODA_GEMV_TUNE=0 turns the tuning off")
+def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
+    from torch import nn
+
+    from pagoda.layers.embedding import LMHead
+    from pagoda.layers.linear import Linear
+    from pagoda.quantization.unquantized import UnquantizedMethod
+
+    launched = []
+
+    class Recording:  # the kernels, noting the rows each GEMV launch asks for
+        def __getattr__(self, name):
+            return getattr(ops.kernels, name)
+
+        def dense_gemv(self, x, w, bias=None, split=0, rows=0):
+            launched.append(rows)
+            return ops.kernels.dense_gemv(x, w, bias, split, rows)
+
+    tuned = type(ops)(Recording())
+    dense = [Linear(4096, n, bias=False, quant_method=UnquantizedMethod(), dtype=torch.bfloat16) for n in (4096, 6144)]
+    model = nn.ModuleList([*dense, LMHead(32000, 4096, torch.bfloat16)]).cuda()
+    for layer in dense:
+        layer.weight.data.normal_(0, 4096**-0.5)
+    summary = tuned.tune(model)
+    assert set(tuned.gemv_rows) == {(n, 4096, torch.bfloat16) for n in (4096, 6144, 32000)}, summary
+    assert set(tuned.gemv_rows.values()) <= {1, 2} and set(launched) == {1, 2}  # both timed
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    for layer in dense:
+        launched.clear()
+        assert torch.equal(tuned.linear(x, layer.weight), ops.linear(x, layer.weight))
+        assert launched == [tuned.gemv_rows[(layer.weight.shape[0], 4096, torch.bfloat16)]]
+
+
 @pytest.mark.parametrize("call,message", [
     ("dense_gemv(x, w, None, 3)", "split must be 1, 2 or 4"),
+    ("dense_gemv(x, w, None, 0, 3)", "rows (weight rows a warp) must be 1 or 2"),
     ("dense_gemv(torch.randn(1, 72, device='cuda', dtype=torch.bfloat16)[:, 1:65], w)", "16-byte aligned"),
     ("dense_gemv(torch.randn(5, 64, device='cuda', dtype=torch.bfloat16), w)", "1 to 4 tokens, not 5"),
 ])
