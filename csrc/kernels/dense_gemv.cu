@@ -191,15 +191,16 @@ inline int sm_count() {
 constexpr int kMinSplitChunks = 7 * kStride;
 
 // Warps a row group (split-K): `requested` (1, 2 or 4; 0 for none), else PAGODA_GEMV_SPLIT=1, 2 or 4
-// (for timing each), else the rule. A layer of long rows and under 32 row groups an SM (4224 on an
-// H100's 132) has too few warps streaming (each with kBlock chunks of a row in flight), each with a
-// long chain of blocks: 2 warps a group (4 under 16 groups an SM) bring it to 32-64 warps an SM.
-inline int split_k(int groups, int chunks, int requested) {
+// (for timing each), else the rule. A layer of long rows and under 32 rows an SM (4224 on an H100's 132)
+// has too few warps streaming (each with kBlock chunks of a row in flight), each with a long chain of
+// blocks: 2 warps a row group (4 under 16 rows an SM) bring it to 32-64 warps an SM. Counted in rows, not
+// row groups, so that one or two rows a warp (CsrcOps.tune times both) sum in the same order.
+inline int split_k(int rows, int chunks, int requested) {
   static const int forced = forced_by_env("PAGODA_GEMV_SPLIT", {1, 2, 4});
   if (requested != 0 || forced != 0) return requested != 0 ? requested : forced;
   if (chunks < kMinSplitChunks) return 1;
   const int sms = sm_count();
-  return groups < 16 * sms ? 4 : groups < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
+  return rows < 16 * sms ? 4 : rows < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
 }
 
 template <typename T, int M, int R, int S>
@@ -212,7 +213,7 @@ void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bia
 template <typename T, int M, int R>
 void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
                  cudaStream_t stream) {
-  switch (split_k((n + R - 1) / R, k / 8, split)) {
+  switch (split_k(n, k / 8, split)) {
     case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, stream); break;
     case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, stream); break;
     default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, stream); break;
