@@ -136,11 +136,17 @@ def gemv_fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     16-byte aligned rows (``in`` and ``x``'s row stride multiples of 8, ``weight`` contiguous)."""
     tensors = (x, weight) if bias is None else (x, weight, bias)
     return (
-        x.dim() == 2 and 1 <= x.shape[0] <= max_tokens and x.dtype in (torch.float16, torch.bfloat16)
-        and _same_kernel_dtype(*tensors) and weight.is_contiguous() and x.stride(-1) == 1
-        and x.shape[1] % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
+        x.dim() == 2 and 1 <= x.shape[0] <= max_tokens and _same_kernel_dtype(*tensors) and gemv_weight_fits(weight)
+        and x.stride(-1) == 1 and x.shape[1] % 8 == 0 and x.stride(0) % 8 == 0 and x.data_ptr() % 16 == 0
         and (bias is None or bias.is_contiguous())
     )
+
+
+def gemv_weight_fits(weight: torch.Tensor) -> bool:
+    """The GEMV's part of ``gemv_fits`` that rests on the weight alone: [n, k] fp16/bf16, contiguous, rows of a
+    multiple of 16 bytes from a 16-byte aligned start (any device: the tuning reads it too)."""
+    return (weight.dim() == 2 and weight.dtype in (torch.float16, torch.bfloat16) and weight.is_contiguous()
+            and weight.shape[1] % 8 == 0 and weight.data_ptr() % 16 == 0)
 
 
 def _same_kernel_dtype(*tensors: torch.Tensor) -> bool:

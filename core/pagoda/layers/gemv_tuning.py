@@ -26,6 +26,7 @@ Timer = Callable[[list[torch.Tensor]], dict[int, float]]  # weights of one shape
 def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
     """The model's dense fp16/bf16 weights a one-token step multiplies through ``CustomOps.linear`` and the GEMV
     takes (contiguous, 16-byte aligned rows), by shape."""
+    from pagoda.layers.csrc_ops import gemv_weight_fits
     from pagoda.layers.embedding import LMHead
     from pagoda.layers.linear import LinearBase
     from pagoda.quantization.unquantized import UnquantizedMethod
@@ -35,8 +36,7 @@ def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
         dense = isinstance(module, LMHead) or (
             isinstance(module, LinearBase) and isinstance(module.quant_method, UnquantizedMethod))
         weight = getattr(module, "weight", None) if dense else None
-        if (weight is not None and weight.dim() == 2 and weight.dtype in (torch.float16, torch.bfloat16)
-                and weight.is_contiguous() and weight.shape[1] % 8 == 0 and weight.data_ptr() % 16 == 0):
+        if weight is not None and gemv_weight_fits(weight):
             shapes.setdefault((weight.shape[0], weight.shape[1], weight.dtype), []).append(weight)
     return shapes
 
