@@ -267,12 +267,13 @@ constexpr int kReduceThreads = 128;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kReduceThreads)
-    flash_decode_reduce_kernel(FlashAttentionArgs p, int num_splits, const float* part_out, const float* part_lse) {
+    flash_decode_reduce_kernel(FlashAttentionArgs p, int num_splits, const float* part_out, const float* part_lse,
+                               bool trigger_first) {
   constexpr int kCols = D / 4, kGroups = kReduceThreads / kCols, kBatch = 8;
   static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
-  start_as_dependent();  // launched as a dependent of the decode kernel: its partials are complete after this
+  start_as_dependent(trigger_first);  // a dependent of the decode kernel: its partials are complete after this
   const int seq = blockIdx.x, head = blockIdx.y;
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
@@ -369,7 +370,7 @@ void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int n
     const auto* out = static_cast<const float*>(part_out);
     const auto* lse = static_cast<const float*>(part_lse);
     launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(num_decodes, args.num_heads), dim3(kReduceThreads), 0,
-                     stream, args, num_splits, out, lse);
+                     stream, args, num_splits, out, lse, trigger_first_enabled());
   }
 }
 

@@ -4,8 +4,8 @@
 // 16-byte chunks l, l + 32, ... of its share of each row, kBlock chunks of each row in flight while the
 // block before them is multiplied (x, a few KiB shared by every warp, comes from L1); the S partial sums
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
-// block of weights is requested before the wait, so a layer's weights stream while the kernel before
-// it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
+// two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
+// before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
 #include <initializer_list>
 
 #include "../vec.cuh"
@@ -114,11 +114,12 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-template <typename T, int M, int R, int S>
+template <typename T, int M, int R, int S, int P>
 __global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
                                                                   const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
+  static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
   const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
   const auto [begin, end] = share_of<S>(k / 8, warp % S);  // end >= 1: k >= 8
@@ -127,9 +128,16 @@ __global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict_
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
   load_block<T, R>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
+  if constexpr (P == 2) load_block<T, R>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
   float acc[M][R] = {};
-  for (int base = begin; base < end; base += kStride) {
+  int base = begin;
+  if constexpr (P == 2) {  // the first block, its successor already requested
+    multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
+    cur = next;
+    base += kStride;
+  }
+  for (; base < end; base += kStride) {
     load_block<T, R>(next, rows, base + kStride, end, lane);  // past the share: its last chunk, unused
     multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
     cur = next;
@@ -203,11 +211,20 @@ inline int split_k(int rows, int chunks, int requested) {
   return rows < 16 * sms ? 4 : rows < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
 }
 
+// Blocks of each row requested before the kernel waits for the one before it: two (a TP=2 rank's o
+// projection, 256 chunks a row, then has all of its weights in flight while attention ends), or one with
+// PAGODA_GEMV_PRELOAD=1. The same loads in the same order either way, so the same bits.
+inline int preload_blocks() {
+  static const int forced = forced_by_env("PAGODA_GEMV_PRELOAD", {1, 2});
+  return forced != 0 ? forced : 2;
+}
+
 template <typename T, int M, int R, int S>
 void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
-  launch_dependent(dense_gemv_kernel<T, M, R, S>, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2> : dense_gemv_kernel<T, M, R, S, 1>;
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R>

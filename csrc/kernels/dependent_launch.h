@@ -31,10 +31,26 @@ PAGODA_INLINE void start_as_dependent() {
   allow_dependents_to_start();
 }
 
+// Let the next kernel be scheduled first, then wait: its blocks become resident and read what no kernel
+// writes (a GEMV's weights) while this kernel runs; it still waits before reading this kernel's output.
+// Worth it before a long kernel (attention) followed by one that streams weights.
+PAGODA_INLINE void start_as_dependent(bool trigger_first) {
+  if (trigger_first) allow_dependents_to_start();
+  wait_for_prior_grids();
+  if (!trigger_first) allow_dependents_to_start();
+}
+
 // An on-by-default switch: off only when the environment variable is "0".
 inline bool env_switch_on(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// Whether the kernels that take it (the flash split reduction; the Triton attention kernels ask the same
+// variable) start with the trigger: on unless PAGODA_PDL_EARLY=0.
+inline bool trigger_first_enabled() {
+  static const bool enabled = env_switch_on("PAGODA_PDL_EARLY");
+  return enabled;
 }
 
 #ifndef USE_ROCM

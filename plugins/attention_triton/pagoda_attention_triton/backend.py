@@ -39,7 +39,7 @@ class TritonAttentionBackend(AttentionBackend):
         super().__init__(spec, platform)
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
-        self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
+        self.pdl = _pdl_mode(platform.dependent_launch() and not _interpreting())  # kv write and decode kernels
         self.short_queries = os.environ.get("PAGODA_TRITON_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
 
     @classmethod
@@ -103,6 +103,14 @@ def _spec_reason(spec: AttentionSpec) -> str | None:
     if spec.block_size & (spec.block_size - 1):
         return f"triton attention needs a power-of-two block size, not {spec.block_size}"
     return None
+
+
+def _pdl_mode(enabled: bool) -> int:
+    """The kernels' ``PDL`` (tile.dependent_start): 0 plain launches, else 2 (let the next kernel be
+    scheduled, then wait), or 1 (wait, then let it be scheduled) with ``PAGODA_PDL_EARLY=0``."""
+    if not enabled:
+        return 0
+    return 1 if os.environ.get("PAGODA_PDL_EARLY") == "0" else 2
 
 
 def _splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:

@@ -1,6 +1,7 @@
 """The kv-write, decode and split-reduction kernels compile for sm_90 as programmatic dependents: with
-``PDL`` their PTX waits for the kernel before them (``griddepcontrol.wait``) and lets the next one
-start (``griddepcontrol.launch_dependents``); without it, neither. Compiled here, no GPU needed, in a
+``PDL`` their PTX waits for the kernel before them (``griddepcontrol.wait``) before any global load and
+lets the next one start (``griddepcontrol.launch_dependents``), after the wait with ``PDL=1`` and
+before it with ``PDL=2``; without it, neither. Compiled here, no GPU needed, in a
 subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile). The GPU run
 (``launch_pdl``) is covered by the kernel tests on an sm_90 device."""
 
@@ -48,7 +49,7 @@ def kernels() -> dict:
     }
 
 
-def sm90_ptx(name: str, pdl: bool) -> str:
+def sm90_ptx(name: str, pdl: int) -> str:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -70,16 +71,19 @@ def compiled_facts(name: str) -> dict[str, bool]:
 @pytest.mark.parametrize("name", ["kv_write", "decode", "reduce"])
 def test_dependent_launch_instructions(name: str) -> None:
     facts = compiled_facts(name)
-    assert facts["wait"] and facts["launch_dependents"], facts
-    assert facts["wait_before_first_load"], facts
+    for pdl, trigger_first in ((1, False), (2, True)):
+        f = facts[str(pdl)]
+        assert f["wait"] and f["launch_dependents"], facts
+        assert f["wait_before_first_load"], facts
+        assert f["trigger_before_wait"] == trigger_first, facts
     assert not facts["any_without_pdl"], facts
 
 
 if __name__ == "__main__":
-    with_pdl, without = sm90_ptx(sys.argv[1], True), sm90_ptx(sys.argv[1], False)
-    print(json.dumps({
-        "wait": "griddepcontrol.wait" in with_pdl,
-        "launch_dependents": "griddepcontrol.launch_dependents" in with_pdl,
-        "wait_before_first_load": with_pdl.find("griddepcontrol.wait") < with_pdl.find("ld.global"),
-        "any_without_pdl": "griddepcontrol" in without,
-    }))
+    def facts_of(ptx: str) -> dict[str, bool]:
+        wait, trigger = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
+        return {"wait": wait >= 0, "launch_dependents": trigger >= 0, "trigger_before_wait": 0 <= trigger < wait,
+                "wait_before_first_load": wait < ptx.find("ld.global")}
+
+    facts = {str(pdl): facts_of(sm90_ptx(sys.argv[1], pdl)) for pdl in (1, 2)}
+    print(json.dumps({**facts, "any_without_pdl": "griddepcontrol" in sm90_ptx(sys.argv[1], 0)}))
