@@ -6,9 +6,10 @@ batch), flash and triton over the paged cache, torch ``scaled_dot_product_attent
 flash backend (FlashAttention-2 in torch) on contiguous tensors, timed launch by launch (the
 engine runs prefills eagerly). Decode: KV bytes read per second at batch 1..256 and context
 1k..32k against the measured device copy bandwidth (read + write), timed as CUDA-graph replays
-(as the engine runs decode steps), with each backend's own split-KV choice.
+(as the engine runs decode steps), with each backend's own split-KV choice. ``--verify``: verify
+steps of speculative decoding (4-token queries) on each path, graph replays.
 
-    python benchmarks/attention_flash.py --out benchmarks/results/attention_flash_h100.json [--quick]
+    python benchmarks/attention_flash.py --out benchmarks/results/attention_flash_h100.json [--quick | --verify]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from attention_triton import bench, copy_bandwidth, paged_cache  # noqa: E402 - 
 from pagoda.attention.split_kv import balance_waves, choose_num_splits, decode_scratch  # noqa: E402
 from pagoda_attention_flash.backend import DECODE_ROWS  # noqa: E402
 from pagoda_attention_flash.kernels import decode_programs_per_sm, extension  # noqa: E402
-from pagoda_attention_triton.decode import decode_attention  # noqa: E402
+from pagoda_attention_triton.decode import decode_attention, short_query_attention  # noqa: E402
 from pagoda_attention_triton.prefill import prefill_attention  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 32, 8, 128, 16
@@ -100,10 +101,42 @@ def decode_row(ext, batch: int, ctx: int, copy_gbs: float, sms: int) -> dict:
     return row
 
 
+def verify_row(ext, batch: int, ctx: int, q_len: int, sms: int) -> dict:
+    """A verify step: ``batch`` queries of ``q_len`` tokens after ``ctx - q_len`` cached ones, as CUDA-graph
+    replays: flash on its decode kernel (the backend's plan), flash on its prefill kernel (the path
+    before short queries), triton on its short-query path (its backend's plan)."""
+    cache, table = paged_cache([ctx] * batch, KV_HEADS)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * q_len
+    q = torch.randn(batch * q_len, HEADS, HEAD, dtype=DT, device="cuda")
+    out = torch.empty_like(q)
+    programs = KV_HEADS * -(-(q_len * HEADS // KV_HEADS) // DECODE_ROWS)
+    n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,
+                            decode_programs_per_sm(HEAD, DT, torch.cuda.current_device()))
+    n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
+    s_flash = decode_scratch(batch * q_len, HEADS, HEAD, n_flash, q.device) or (None, None)
+    s_triton = decode_scratch(batch * q_len, HEADS, HEAD, n_triton, q.device)
+    torch.cuda.synchronize()
+    ms_short = bench(lambda: ext.flash_attention(out, q, cache, table, qsl, seq_lens, 0, SCALE, 0, n_flash, *s_flash,
+                                                 q_len), graphed=True)
+    ms_prefill = bench(flash_call(ext, out, q, cache, table, qsl, seq_lens, 0), graphed=True)
+    ms_triton = bench(lambda: short_query_attention(q, out, cache, table, qsl, seq_lens, 0, q_len, SCALE, None,
+                                                    n_triton, s_triton), graphed=True)
+    row = dict(batch=batch, ctx=ctx, q_len=q_len, flash_splits=n_flash, triton_splits=n_triton,
+               flash_us=ms_short * 1e3, flash_prefill_us=ms_prefill * 1e3, triton_us=ms_triton * 1e3)
+    print(f"verify b {batch:3d} x {q_len} ctx {ctx:5d}: flash decode kernel {row['flash_us']:7.1f} us ({n_flash:2d} splits)"
+          f"  flash prefill kernel {row['flash_prefill_us']:7.1f} us  triton {row['triton_us']:7.1f} us "
+          f"({n_triton:2d} splits) | flash/triton {ms_triton / ms_short:.2f}x", flush=True)
+    del cache
+    torch.cuda.empty_cache()
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="fewer shapes (about a minute)")
+    parser.add_argument("--verify", action="store_true", help="only verify steps (4-token queries, batch 1-64)")
     args = parser.parse_args()
     ext, reason = extension()
     if ext is None:
@@ -115,6 +148,11 @@ def main() -> None:
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                   copy_gbs=copy_gbs, shape=dict(heads=HEADS, kv_heads=KV_HEADS, head=HEAD, block=BLOCK, dtype="bf16"),
                   timing="prefill: launches; decode: CUDA-graph replays")
+    if args.verify:
+        result["verify"] = [verify_row(ext, b, ctx, 4, sms) for ctx in (1024, 4096) for b in (1, 16, 64)]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        return
     seqs = (512, 2048, 8192, 16384) if args.quick else (512, 1024, 2048, 4096, 8192, 16384)
     result["prefill"] = [prefill_row(ext, seq, 16384) for seq in seqs]
     rows = []

@@ -28,7 +28,8 @@ void check_int32(const at::Tensor& t, const char* name, int64_t dim) {
 void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& kv_cache,
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
-                     const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse) {
+                     const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse,
+                     int64_t short_query_len) {
   using namespace pagoda;
   TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes(), "flash_attention: query and out must be [num_tokens, num_heads, head_size]");
   TORCH_CHECK(kv_cache.dim() == 5 && kv_cache.size(0) == 2 && kv_cache.size(4) == query.size(2),
@@ -54,17 +55,21 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
   TORCH_CHECK(0 <= num_decodes && num_decodes <= num_seqs && num_decodes <= num_tokens,
               "flash_attention: num_decodes out of range");
   TORCH_CHECK(num_splits >= 1 && num_splits <= 1024, "flash_attention: num_splits must be in 1..1024");
+  TORCH_CHECK(0 <= short_query_len && short_query_len <= 64, "flash_attention: short_query_len must be in 0..64");
+  // short queries: every sequence (at most short_query_len query tokens each) on the decode kernel
+  const int64_t split_tokens = short_query_len > 0 ? num_tokens : num_decodes;
   float* part_out_ptr = nullptr;
   float* part_lse_ptr = nullptr;
-  if (num_splits > 1 && num_decodes > 0) {
+  if (num_splits > 1 && split_tokens > 0) {
     TORCH_CHECK(part_out.has_value() && part_lse.has_value(), "flash_attention: split-KV needs part_out and part_lse");
-    const int64_t rows = num_decodes * num_heads * num_splits;
+    const int64_t rows = split_tokens * num_heads * num_splits;
     TORCH_CHECK(part_out->is_cuda() && part_out->scalar_type() == at::kFloat && part_out->is_contiguous() &&
                     part_out->numel() >= rows * head_size,
-                "flash_attention: part_out must be contiguous float32 with num_decodes * num_heads * num_splits * head_size elements");
+                "flash_attention: part_out must be contiguous float32 with tokens * num_heads * num_splits * head_size "
+                "elements (tokens: num_decodes, or every token with short_query_len)");
     TORCH_CHECK(part_lse->is_cuda() && part_lse->scalar_type() == at::kFloat && part_lse->is_contiguous() &&
                     part_lse->numel() >= rows,
-                "flash_attention: part_lse must be contiguous float32 with num_decodes * num_heads * num_splits elements");
+                "flash_attention: part_lse must be contiguous float32 with tokens * num_heads * num_splits elements");
     part_out_ptr = part_out->data_ptr<float>();
     part_lse_ptr = part_lse->data_ptr<float>();
   }
@@ -96,7 +101,14 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
   const DType dtype = query.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
   const c10::cuda::OptionalCUDAGuard guard(query.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  launch_flash_decode(dtype, args, static_cast<int>(num_decodes), static_cast<int>(num_splits), part_out_ptr,
+  if (short_query_len > 0) {
+    const DecodeRange all{0, static_cast<int>(num_seqs), 0, static_cast<int>(num_tokens), static_cast<int>(short_query_len)};
+    launch_flash_decode(dtype, args, all, static_cast<int>(num_splits), part_out_ptr, part_lse_ptr, stream);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  const int decodes = static_cast<int>(num_decodes);
+  launch_flash_decode(dtype, args, DecodeRange{0, decodes, 0, decodes, 1}, static_cast<int>(num_splits), part_out_ptr,
                       part_lse_ptr, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_flash_prefill(dtype, args, static_cast<int>(num_decodes), static_cast<int>(num_seqs),

@@ -6,7 +6,8 @@
 //   cache halves  [num_blocks, block_size, num_kv_heads, head_size] (K at k_cache, V at v_cache)
 //   block_tables  [num_seqs, max_blocks] int32, query_start_loc [num_seqs + 1] int32, seq_lens [num_seqs] int32
 // Sequence i owns query tokens query_start_loc[i]..query_start_loc[i+1], the last of its seq_lens[i]
-// context positions (causal). The first num_decodes sequences have one query token each.
+// context positions (causal). The first num_decodes sequences have one query token each, at tokens
+// 0..num_decodes-1.
 #pragma once
 
 #include <cstdint>
@@ -40,12 +41,19 @@ constexpr int kFlashPrefillBlockM = 128;  // query tokens per prefill program (g
 void launch_flash_prefill(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_seqs,
                           int64_t num_prefill_tokens, cudaStream_t stream);
 
-// Decode of sequences [0, num_decodes): grid (num_decodes, num_kv_heads * ceil(group / 16),
-// num_splits). With num_splits > 1 each split writes fp32 partial outputs part_out
-// [num_decodes, num_heads, num_splits, head_size] and log2-sum-exp part_lse [num_decodes,
-// num_heads, num_splits], and a second kernel combines them. Launch shapes depend only on
-// (num_decodes, num_splits) and the spec: safe to capture in a CUDA graph.
-void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_splits,
+// What one launch of the decode kernel covers: sequences [seq_lo, seq_lo + num_seqs), whose query tokens
+// are [token_lo, token_lo + num_tokens), each sequence at most query_p of them (1: decodes; a verify
+// step's k + 1: short queries, causal among themselves).
+struct DecodeRange {
+  int seq_lo, num_seqs, token_lo, num_tokens, query_p;
+};
+
+// Decode (or short queries) of a DecodeRange: grid (num_seqs, num_kv_heads * ceil(query_p * group / 16),
+// num_splits). With num_splits > 1 each split writes fp32 partial outputs part_out [num_tokens,
+// num_heads, num_splits, head_size] and log2-sum-exp part_lse [num_tokens, num_heads, num_splits],
+// and a second kernel combines them. Launch shapes depend only on the range's sizes, num_splits and
+// the spec: safe to capture in a CUDA graph.
+void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, const DecodeRange& range, int num_splits,
                          float* part_out, float* part_lse, cudaStream_t stream);
 
 // Decode programs resident per SM of the current device (the occupancy the runtime reports for the

@@ -1,9 +1,10 @@
 // Paged decode attention on tensor cores (mma.sync m16n8k16, sm_80+), GQA-aware, with split-KV.
 //
-// A program (128 threads, 4 warps) owns one decode sequence, one kv head, up to 16 of the q heads
-// that share it (the rows of one m16 fragment; a group of more than 16 heads takes several
-// programs) and one of `num_splits` slices of the context: every K/V byte is read once for all the
-// q heads of a kv head. Within the slice, warp w takes the 16-key tiles w, w + 4, w + 8, ...; each
+// A program (128 threads, 4 warps) owns one sequence, one kv head, up to 16 of the (query token, q head)
+// rows that share it (the rows of one m16 fragment, token-major; more rows take several programs) and
+// one of `num_splits` slices of the context: every K/V byte is read once for all the q heads of a kv
+// head. A decode has one query token; a short query (a verify step's k + 1 tokens, DecodeRange's
+// query_p at most) is causal within itself, so the keys of its last tokens are masked row by row. Within the slice, warp w takes the 16-key tiles w, w + 4, w + 8, ...; each
 // warp streams its tiles through its own STAGES-deep cp.async ring in shared memory (no block-wide
 // barrier in the loop) and keeps its own running max, sum and fp32 output rows. At the end the four
 // warps are merged through shared memory. With one split the program writes the output; otherwise
@@ -90,8 +91,8 @@ PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const u
 
 template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads)
-    flash_decode_kernel(FlashAttentionArgs p, FastDiv block_div, bool skip_rescale, int num_splits, float* part_out,
-                        float* part_lse) {
+    flash_decode_kernel(FlashAttentionArgs p, DecodeRange range, FastDiv block_div, bool skip_rescale, int num_splits,
+                        float* part_out, float* part_lse) {
 #if PAGODA_FLASH_ENABLED
   using Tile = DecodeTile<D, STAGES>;
   extern __shared__ __align__(16) uint16_t smem[];
@@ -100,17 +101,19 @@ __global__ void __launch_bounds__(kDecodeThreads)
   uint16_t* ring = smem + kDecodeRows * D + warp * STAGES * Tile::kStageElems;
   wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
 
-  const int seq = blockIdx.x;
+  const int seq = range.seq_lo + blockIdx.x;
   const int group = p.num_heads / p.num_kv_heads;
-  const int row_blocks = (group + kDecodeRows - 1) / kDecodeRows;
+  const int row_blocks = (range.query_p * group + kDecodeRows - 1) / kDecodeRows;
   const int kv_head = blockIdx.y / row_blocks;
-  const int first_row = (blockIdx.y % row_blocks) * kDecodeRows;  // within the group
-  const int rows = min(group - first_row, kDecodeRows);
-  const int head0 = kv_head * group + first_row;  // q head of row 0
+  const int first_row = (blockIdx.y % row_blocks) * kDecodeRows;  // row f: token f / group, q head f % group
+  const int q_start = p.query_start_loc[seq];
+  const int q_len = p.query_start_loc[seq + 1] - q_start;
+  const int rows = min(q_len * group - first_row, kDecodeRows);  // <= 0: a row block past this query
   const int split = blockIdx.z;
 
   const int seq_len = p.seq_lens[seq];
-  const int lo = p.window > 0 ? max(seq_len - p.window, 0) : 0;
+  const int first_pos = seq_len - q_len;  // the first query token's position; keys up to it are seen by every row
+  const int lo = p.window > 0 ? max(first_pos + 1 - p.window, 0) : 0;
   const int per_split = ((seq_len - lo + num_splits - 1) / num_splits + 63) / 64 * 64;
   const int key_lo = lo + split * per_split;
   const int key_hi = min(key_lo + per_split, seq_len);
@@ -118,15 +121,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
 
   allow_dependents_to_start();  // the split reduction (or the next kernel) may be scheduled now; it waits for this grid
-  // Q rows of this program (zeros for rows past the group), then the first tiles of each warp
-  const auto* q_base = static_cast<const uint16_t*>(p.query) + seq * p.q_stride_token;
+  if (rows <= 0) return;  // every row past the query (a shorter query than query_p)
+  // Q rows of this program (zeros for rows past the query), then the first tiles of each warp
+  const auto* q_base = static_cast<const uint16_t*>(p.query) + kv_head * group * p.q_stride_head;
   constexpr int kChunks = D / 8;
 #pragma unroll
   for (int pass = 0; pass < kDecodeRows * kChunks / kDecodeThreads; ++pass) {
     const int i = threadIdx.x + pass * kDecodeThreads;
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = r < rows;
-    cp_async16(s_q + swizzle<D>(r, c), q_base + (valid ? (head0 + r) * p.q_stride_head + c * 8 : 0), valid);
+    const int f = first_row + r;
+    const int64_t offset = static_cast<int64_t>(q_start + f / group) * p.q_stride_token + (f % group) * p.q_stride_head;
+    cp_async16(s_q + swizzle<D>(r, c), q_base + (valid ? offset + c * 8 : 0), valid);
   }
   cp_async_commit();
 
@@ -158,6 +164,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: scaled (log2 domain)
   const float scale = p.scale * kLog2e;
+  int row_pos[2];  // the positions of this lane's rows' query tokens (lane / 4 and lane / 4 + 8)
+#pragma unroll
+  for (int half = 0; half < 2; ++half) row_pos[half] = first_pos + (first_row + lane / 4 + 8 * half) / group;
+  // tiles every row sees whole: below key_hi and the first token's position + 1, and (window) from the
+  // last token's first visible key on; only the others are masked key by key
+  const int seen_hi = min(key_hi, first_pos + 1);
+  const int seen_lo = p.window > 0 ? seq_len - p.window : 0;
 
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done with the stage the next issue overwrites
@@ -180,14 +193,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     const int key0 = tile_key0(i);
     float alpha[2];
-    if (key0 + kDecodeKeys <= key_hi) {
+    if (key0 + kDecodeKeys <= seen_hi && key0 >= seen_lo) {
       softmax_update<kDecodeKeys, false>(s, m, l, alpha, scale);
-    } else {  // the slice's last tile: keys from key_hi on are not in it (every key before is visible)
+    } else {  // the slice's last tile (keys from key_hi on), or keys past a row's token or before its window
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (key0 + 8 * nt + 2 * (lane % 4) + (e & 1) >= key_hi) s[nt][e] = -INFINITY;
+          const int key = key0 + 8 * nt + 2 * (lane % 4) + (e & 1), pos = row_pos[e >> 1];
+          if (key >= key_hi || key > pos || (p.window > 0 && key <= pos - p.window)) s[nt][e] = -INFINITY;
         }
       }
       softmax_update<kDecodeKeys, true>(s, m, l, alpha, scale);
@@ -240,15 +254,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
       acc.x += weight * part.x, acc.y += weight * part.y, acc.z += weight * part.z, acc.w += weight * part.w;
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int head = head0 + r;
+    const int f = first_row + r, token = q_start + f / group, head = kv_head * group + f % group;
     if (num_splits == 1) {
       uint2 packed;
       packed.x = pack2<T>(acc.x * inv, acc.y * inv);
       packed.y = pack2<T>(acc.z * inv, acc.w * inv);
-      auto* out = static_cast<uint16_t*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + c;
+      auto* out = static_cast<uint16_t*>(p.out) + token * p.o_stride_token + head * p.o_stride_head + c;
       *reinterpret_cast<uint2*>(out) = packed;
     } else {
-      const int64_t slot = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits + split;
+      const int64_t slot = (static_cast<int64_t>(token - range.token_lo) * p.num_heads + head) * num_splits + split;
       *reinterpret_cast<float4*>(part_out + slot * D + c) =
           make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
       if (c == 0) part_lse[slot] = sum > 0.0f ? row_max + log2f(sum) : -INFINITY;
@@ -267,16 +281,16 @@ constexpr int kReduceThreads = 128;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kReduceThreads)
-    flash_decode_reduce_kernel(FlashAttentionArgs p, int num_splits, const float* part_out, const float* part_lse,
-                               bool trigger_first) {
+    flash_decode_reduce_kernel(FlashAttentionArgs p, int token_lo, int num_splits, const float* part_out,
+                               const float* part_lse, bool trigger_first) {
   constexpr int kCols = D / 4, kGroups = kReduceThreads / kCols, kBatch = 8;
   static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
   start_as_dependent(trigger_first);  // a dependent of the decode kernel: its partials are complete after this
-  const int seq = blockIdx.x, head = blockIdx.y;
+  const int row = blockIdx.x, head = blockIdx.y;  // query token token_lo + row
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
-  const int64_t first = (static_cast<int64_t>(seq) * p.num_heads + head) * num_splits;
+  const int64_t first = (static_cast<int64_t>(row) * p.num_heads + head) * num_splits;
   float row_max = -INFINITY, sum = 0.0f;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int s0 = grp; s0 < num_splits; s0 += kGroups * kBatch) {
@@ -324,7 +338,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     out4.x += weight * a.x, out4.y += weight * a.y, out4.z += weight * a.z, out4.w += weight * a.w;
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  T* out = static_cast<T*>(p.out) + seq * p.o_stride_token + head * p.o_stride_head + col * 4;
+  T* out = static_cast<T*>(p.out) + (token_lo + row) * p.o_stride_token + head * p.o_stride_head + col * 4;
   out[0] = from_float<T>(out4.x * inv);
   out[1] = from_float<T>(out4.y * inv);
   out[2] = from_float<T>(out4.z * inv);
@@ -356,40 +370,40 @@ auto with_decode_stages(Fn&& fn) {
 }
 
 template <typename T, int D, int STAGES>
-void launch_decode_stages(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+void launch_decode_stages(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                           float* part_lse, cudaStream_t stream) {
   const int bytes = DecodeTile<D, STAGES>::kSmemBytes;
   auto kernel = flash_decode_kernel<T, D, STAGES>;
   allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(bytes);
-  const int group = args.num_heads / args.num_kv_heads;
-  const dim3 grid(num_decodes, args.num_kv_heads * ((group + kDecodeRows - 1) / kDecodeRows), num_splits);
+  const int rows = range.query_p * (args.num_heads / args.num_kv_heads);  // (token, q head) rows a kv head
+  const dim3 grid(range.num_seqs, args.num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows), num_splits);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
-  launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, block_div, skip_rescale_enabled(),
+  launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, range, block_div, skip_rescale_enabled(),
                    num_splits, part_out, part_lse);
   if (num_splits > 1) {
     const auto* out = static_cast<const float*>(part_out);
     const auto* lse = static_cast<const float*>(part_lse);
-    launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(num_decodes, args.num_heads), dim3(kReduceThreads), 0,
-                     stream, args, num_splits, out, lse, trigger_first_enabled());
+    launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(range.num_tokens, args.num_heads), dim3(kReduceThreads), 0,
+                     stream, args, range.token_lo, num_splits, out, lse, trigger_first_enabled());
   }
 }
 
 template <typename T, int D>
-void launch_decode(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+void launch_decode(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                    float* part_lse, cudaStream_t stream) {
   with_decode_stages<D>([&](auto stages) {
-    launch_decode_stages<T, D, decltype(stages)::value>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    launch_decode_stages<T, D, decltype(stages)::value>(args, range, num_splits, part_out, part_lse, stream);
   });
 }
 
 template <typename T>
-void launch_decode_head(const FlashAttentionArgs& args, int num_decodes, int num_splits, float* part_out,
+void launch_decode_head(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                         float* part_lse, cudaStream_t stream) {
   switch (args.head_size) {
-    case 64: return launch_decode<T, 64>(args, num_decodes, num_splits, part_out, part_lse, stream);
-    case 128: return launch_decode<T, 128>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    case 64: return launch_decode<T, 64>(args, range, num_splits, part_out, part_lse, stream);
+    case 128: return launch_decode<T, 128>(args, range, num_splits, part_out, part_lse, stream);
 #ifndef PAGODA_FLASH_MINIMAL  // CI's compile check builds fewer head sizes
-    case 256: return launch_decode<T, 256>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    case 256: return launch_decode<T, 256>(args, range, num_splits, part_out, part_lse, stream);
 #endif
     default: return;  // the torch layer checks flash_supports_head_size first
   }
@@ -431,13 +445,13 @@ int flash_decode_programs_per_sm(DType dtype, int head_size) {
                                   : flash::programs_per_sm_of_head<bf16_t>(head_size);
 }
 
-void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_splits,
+void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, const DecodeRange& range, int num_splits,
                          float* part_out, float* part_lse, cudaStream_t stream) {
-  if (num_decodes <= 0) return;
+  if (range.num_seqs <= 0 || range.num_tokens <= 0) return;
   if (dtype == DType::kBFloat16) {
-    flash::launch_decode_head<bf16_t>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    flash::launch_decode_head<bf16_t>(args, range, num_splits, part_out, part_lse, stream);
   } else if (dtype == DType::kFloat16) {
-    flash::launch_decode_head<half_t>(args, num_decodes, num_splits, part_out, part_lse, stream);
+    flash::launch_decode_head<half_t>(args, range, num_splits, part_out, part_lse, stream);
   }
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -14,17 +16,27 @@ from pagoda_attention_flash import kernels
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_SIZES = (64, 128, 256)
 MIN_CAPABILITY = (8, 0)  # mma.sync m16n8k16 on bf16, ldmatrix, cp.async
-DECODE_ROWS = 16  # q heads per decode program (a larger GQA group takes several programs)
+DECODE_ROWS = 16  # (query token, q head) rows per decode program (more take several programs)
+SHORT_QUERY = 8  # most query tokens a sequence may have for the decode kernel to take the step
 # Shared memory the decode kernel of head size 256 asks for (csrc/attention/flash_decode.cu,
 # DecodeTile<256>): sm_80/sm_90 have it, the 99 KiB GPUs (sm_86, sm_89) do not.
 HEAD256_SHARED_MEMORY = 16 * 256 * 2 + 4 * 2 * 2 * 16 * 256 * 2
+
+
+@dataclass
+class FlashStepPlan(StepPlan):
+    """The decode kernel's split and scratch; ``short_query_len > 0``: it takes every sequence of the
+    step (each at most that many query tokens), with the scratch per token; 0: decodes, then prefill."""
+
+    short_query_len: int = 0
 
 
 class FlashAttentionBackend(AttentionBackend):
     """FlashAttention-2-style kernels: tiled prefill over cached prefixes, GQA split-KV decode.
 
     Same metadata contract as ``triton``: ``forward`` writes this step's K/V (the platform's csrc
-    KV write), then one op runs the decodes (tokens ``:num_decodes``) and the prefills. Graph
+    KV write), then one op runs the decodes (tokens ``:num_decodes``) and the prefills, or, in a step
+    of short queries only (speculative decoding's verify steps), every sequence on the decode kernel. Graph
     safety: launch shapes depend on the token count, ``num_decodes`` and ``num_splits`` (chosen in
     ``prepare()`` from ``metadata.max_seq_len``, an upper bound, or ``force_num_splits``); the
     kernels read lengths and block tables on the device; no host synchronisation.
@@ -45,6 +57,7 @@ class FlashAttentionBackend(AttentionBackend):
         self.num_sms = platform.compute_units()
         self.ops = platform.custom_ops()  # the csrc KV write
         self.programs_per_sm = kernels.decode_programs_per_sm(spec.head_size, spec.dtype, platform.device().index or 0)
+        self.short_queries = os.environ.get("PAGODA_FLASH_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -56,22 +69,32 @@ class FlashAttentionBackend(AttentionBackend):
         return reason
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
-        s, d = self.spec, metadata.num_decodes
-        programs_per_seq = s.num_kv_heads * -(-(s.num_heads // s.num_kv_heads) // DECODE_ROWS)
+        s, m = self.spec, metadata
+        query_len = self._short_query_len(m)
+        seqs, tokens = (m.num_seqs, m.slot_mapping.shape[0]) if query_len else (m.num_decodes, m.num_decodes)
+        rows = (query_len or 1) * (s.num_heads // s.num_kv_heads)  # (token, q head) rows of a kv head
+        programs_per_seq = s.num_kv_heads * -(-rows // DECODE_ROWS)
         splits = self.force_num_splits or balance_waves(
-            d * programs_per_seq, choose_num_splits(d, programs_per_seq, metadata.max_seq_len, self.num_sms),
-            metadata.max_seq_len, self.num_sms, self.programs_per_sm)
-        scratch = decode_scratch(d, s.num_heads, s.head_size, splits, metadata.seq_lens.device)
-        metadata.extra = StepPlan(num_splits=splits, decode_scratch=scratch)
-        return metadata
+            seqs * programs_per_seq, choose_num_splits(seqs, programs_per_seq, m.max_seq_len, self.num_sms),
+            m.max_seq_len, self.num_sms, self.programs_per_sm)
+        scratch = decode_scratch(tokens, s.num_heads, s.head_size, splits, m.seq_lens.device)
+        m.extra = FlashStepPlan(num_splits=splits, decode_scratch=scratch, short_query_len=query_len)
+        return m
+
+    def _short_query_len(self, m: AttentionMetadata) -> int:
+        """The most query tokens of a sequence where all are short (a verify step's k + 1, at most
+        SHORT_QUERY) and some sequence has more than one: then the decode kernel takes every sequence."""
+        short = self.short_queries and m.num_seqs > m.num_decodes and m.max_query_len <= SHORT_QUERY
+        return m.max_query_len if short else 0
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
-        plan = metadata.extra if isinstance(metadata.extra, StepPlan) else self.prepare(metadata).extra
+        plan = metadata.extra if isinstance(metadata.extra, FlashStepPlan) else self.prepare(metadata).extra
         m = metadata
         self.ops.reshape_and_cache(key, value, kv_cache, m.slot_mapping)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # [num_tokens, num_heads, head_size]
         kernels.flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
-                        self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch)
+                                self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch,
+                                plan.short_query_len)
         return out
 
 

@@ -2,8 +2,9 @@
 flash_decode.cu), program by program: the query-block search, key ranges, block-table addressing
 with zero-filled rows past the range, the prefill warps' rows (two m16 row tiles per warp for head
 64/128, one for 256), which key tiles each warp skips or masks (with the kernel's mask arithmetic),
-split-KV slices, the decode loader's one-lookup tiles, the per-warp online softmax, the merge of the
-warps and the split reduction's groups. Tensor-core products are plain fp32
+split-KV slices, the decode kernel's (token, q head) rows and short queries' causal masks, the decode
+loader's one-lookup tiles, the per-warp online softmax, the merge of the warps and the split reduction's
+groups. Tensor-core products are plain fp32
 matmuls here (their lane layouts are tested in test_fragment_layouts.py); probabilities are rounded
 to the cache dtype before P @ V, as in the kernels.
 """
@@ -182,27 +183,38 @@ def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_d
             out[tokens, head] = result[:rows].to(out.dtype)
 
 
-def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, scale, window, num_splits) -> None:
+def emulate_decode(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, seqs: range, query_p: int, scale, window,
+                   num_splits) -> None:
+    """flash_decode_kernel over a DecodeRange (sequences ``seqs``, each at most ``query_p`` query tokens):
+    rows f = token * group + q head of a kv head, 16 a program; tiles every row sees whole unmasked,
+    the others masked key by key (past the slice, past a row's token, before its window)."""
     _, num_heads, d = query.shape
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
-    row_blocks = -(-group // DECODE_ROWS)
-    seq_lens = seq_lens_t.tolist()
-    part_o = torch.full((num_decodes, num_heads, num_splits, d), float("nan"))
-    part_lse = torch.full((num_decodes, num_heads, num_splits), float("nan"))
-    for seq in range(num_decodes):
-        seq_len = seq_lens[seq]
-        lo = max(seq_len - window, 0) if window > 0 else 0
+    row_blocks = -(-(query_p * group) // DECODE_ROWS)
+    qsl, seq_lens = qsl_t.tolist(), seq_lens_t.tolist()
+    token_lo, num_tokens = qsl[seqs.start], qsl[seqs.stop] - qsl[seqs.start]
+    part_o = torch.full((num_tokens, num_heads, num_splits, d), float("nan"))
+    part_lse = torch.full((num_tokens, num_heads, num_splits), float("nan"))
+    for seq in seqs:
+        seq_len, q_start, q_len = seq_lens[seq], qsl[seq], qsl[seq + 1] - qsl[seq]
+        first_pos = seq_len - q_len
+        lo = max(first_pos + 1 - window, 0) if window > 0 else 0
         per_split = ((seq_len - lo + num_splits - 1) // num_splits + 63) // 64 * 64
         for y in range(num_kv_heads * row_blocks):
             kv_head, first_row = y // row_blocks, (y % row_blocks) * DECODE_ROWS
-            rows = min(group - first_row, DECODE_ROWS)
-            head0 = kv_head * group + first_row
+            rows = min(q_len * group - first_row, DECODE_ROWS)
+            if rows <= 0:
+                continue
+            f = first_row + torch.arange(DECODE_ROWS)
+            tokens, heads = q_start + f // group, kv_head * group + f % group
+            pos = first_pos + f // group  # [16] each row's query position
             q = torch.zeros(DECODE_ROWS, d)
-            q[:rows] = query[seq, head0 : head0 + rows].float()
+            q[:rows] = query[tokens[:rows], heads[:rows]].float()
             for split in range(num_splits):
                 key_lo = lo + split * per_split
                 key_hi = min(key_lo + per_split, seq_len)
+                seen_hi, seen_lo = min(key_hi, first_pos + 1), seq_len - window if window > 0 else 0
                 num_tiles = -(-(key_hi - key_lo) // DECODE_KEYS) if key_hi > key_lo else 0
                 warps = [Softmax(DECODE_ROWS, d) for _ in range(DECODE_WARPS)]
                 for w, state in enumerate(warps):
@@ -211,7 +223,12 @@ def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, 
                         keys = key0 + torch.arange(DECODE_KEYS)
                         k = decode_tile_rows(kv_cache[0], block_tables[seq], key0, key_hi, kv_head)
                         v = decode_tile_rows(kv_cache[1], block_tables[seq], key0, key_hi, kv_head)
-                        s = torch.where(keys[None, :] < key_hi, (q @ k.T) * (scale * LOG2E), NEG_INF)
+                        s = (q @ k.T) * (scale * LOG2E)
+                        if not (key0 + DECODE_KEYS <= seen_hi and key0 >= seen_lo):
+                            hidden = (keys[None, :] >= key_hi) | (keys[None, :] > pos[:, None])
+                            if window > 0:
+                                hidden |= keys[None, :] <= pos[:, None] - window
+                            s = torch.where(hidden, NEG_INF, s)
                         state.update(s, v, kv_cache.dtype)
                 row_max = torch.stack([w.m for w in warps]).max(0).values
                 base = torch.where(row_max == NEG_INF, 0.0, row_max)
@@ -220,20 +237,28 @@ def emulate_decode(out, query, kv_cache, block_tables, seq_lens_t, num_decodes, 
                 acc = sum(wt[:, None] * w.o for wt, w in zip(weights, warps))
                 inv = torch.where(total > 0, 1.0 / total, 0.0)
                 result = (acc * inv[:, None])[:rows]
+                t, h = tokens[:rows], heads[:rows]
                 if num_splits == 1:
-                    out[seq, head0 : head0 + rows] = result.to(out.dtype)
+                    out[t, h] = result.to(out.dtype)
                 else:
-                    part_o[seq, head0 : head0 + rows, split] = result
+                    part_o[t - token_lo, h, split] = result
                     lse = torch.where(total > 0, row_max + torch.log2(torch.where(total > 0, total, 1.0)), NEG_INF)
-                    part_lse[seq, head0 : head0 + rows, split] = lse[:rows]
-    if num_splits > 1:
-        out[:num_decodes] = reduce_splits(part_o, part_lse, d).to(out.dtype)
+                    part_lse[t - token_lo, h, split] = lse[:rows]
+    if num_splits > 1 and num_tokens > 0:
+        out[token_lo : token_lo + num_tokens] = reduce_splits(part_o, part_lse, d).to(out.dtype)
 
 
-def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_splits: int) -> torch.Tensor:
-    """What ``flash_attention`` writes for a whole mixed batch (the KV already written)."""
+def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_splits: int,
+            short_query_len: int = 0) -> torch.Tensor:
+    """What ``flash_attention`` writes for a whole mixed batch (the KV already written); with
+    ``short_query_len``, every sequence on the decode kernel."""
     out = torch.full(query.shape, float("nan"), dtype=query.dtype)
-    m = metadata
-    emulate_decode(out, query, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, scale, window or 0, num_splits)
-    emulate_prefill(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, scale, window or 0)
+    m, w = metadata, window or 0
+    if short_query_len:
+        emulate_decode(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, range(m.num_seqs),
+                       short_query_len, scale, w, num_splits)
+        return out
+    emulate_decode(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, range(m.num_decodes), 1,
+                   scale, w, num_splits)
+    emulate_prefill(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, scale, w)
     return out

@@ -55,14 +55,14 @@ def poison_unused_slots(batch, spec: AttentionSpec) -> None:
         half.view(-1, spec.num_kv_heads, spec.head_size)[~used] = float("nan")
 
 
-def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None) -> torch.Tensor:
+def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_queries: bool = True) -> torch.Tensor:
     """KV write, then the attention op into a NaN-filled output (NaN-filled scratch too)."""
     from pagoda_attention_flash.backend import FlashAttentionBackend
     from pagoda_attention_flash.kernels import flash_attention
 
     platform, _ = cuda
     backend = FlashAttentionBackend(spec, platform)
-    backend.force_num_splits = splits
+    backend.force_num_splits, backend.short_queries = splits, short_queries
     m = backend.prepare(batch.metadata)
     plan = m.extra
     if plan.decode_scratch is not None:
@@ -71,18 +71,20 @@ def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None) -> torch.
     backend.ops.reshape_and_cache(batch.key, batch.value, batch.kv_cache, m.slot_mapping)
     out = torch.full(batch.query.shape, float("nan"), dtype=spec.dtype, device="cuda")
     flash_attention(out, batch.query, batch.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
-                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch)
+                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch, plan.short_query_len)
     torch.cuda.synchronize()
     return out
 
 
-def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = None) -> None:
+def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = None,
+               short_queries: bool = True) -> torch.Tensor:
     batch = make_batch(spec, seqs, "cuda", seed=seed)
     poison_unused_slots(batch, spec)
-    first = run_poisoned(cuda, spec, batch, splits)
+    first = run_poisoned(cuda, spec, batch, splits, short_queries)
     assert rel_error(first, reference(spec, batch, "cuda")) < TOLS[spec.dtype]
-    again = run_poisoned(cuda, spec, batch, splits)
+    again = run_poisoned(cuda, spec, batch, splits, short_queries)
     assert torch.equal(first, again), "two runs differ: a race or an uninitialised read"
+    return first
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -143,3 +145,42 @@ def test_decode_replays_in_a_cuda_graph(cuda) -> None:
     assert torch.equal(out, expected)
     assert rel_error(expected, reference(spec, shortened, "cuda")) < TOLS[spec.dtype]
 
+
+
+# a verify step: decodes, then queries of 2-8 tokens (one of 1) after short and long contexts
+SHORT = [(1, 3000), (1, 40), (4, 700), (2, 17), (8, 5000), (3, 3), (1, 1), (5, 64), (8, 8)]
+
+
+@pytest.mark.parametrize("splits", [None, 1, 8])
+@pytest.mark.parametrize(
+    "heads,kv_heads,head,window",
+    [(32, 8, 128, None), (32, 32, 64, None), (32, 4, 128, None), (40, 2, 64, None), (16, 2, 256, None),
+     (32, 8, 128, 300)],
+    ids=["gqa4-d128", "mha-d64", "gqa8-d128", "group20-d64", "gqa8-d256", "gqa4-window300"],
+)
+def test_short_queries_on_the_decode_kernel(cuda, splits, heads, kv_heads, head, window) -> None:
+    """A step of queries of at most SHORT_QUERY tokens goes to the decode kernel (each query's tokens
+    causal among themselves, rows of (token, q head) over one or more programs): against the float64
+    reference, and equal within tolerance to the prefill kernel's output for the same batch."""
+    from pagoda_attention_flash.backend import FlashAttentionBackend
+
+    spec = AttentionSpec(heads, kv_heads, head, head**-0.5, 16, torch.bfloat16, window)
+    plan = FlashAttentionBackend(spec, cuda[0]).prepare(make_batch(spec, SHORT, "cuda", seed=1).metadata).extra
+    assert plan.short_query_len == 8
+    short = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits)
+    prefill = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits, short_queries=False)
+    assert rel_error(short, prefill) < TOLS[spec.dtype]
+
+
+def test_short_queries_replay_in_a_cuda_graph(cuda) -> None:
+    """Capture one verify-sized step; replay after shortening the contexts in place: equal to eager."""
+    from pagoda_attention_flash.backend import FlashAttentionBackend
+
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+    batch = make_batch(spec, [(5, 3000), (5, 100), (5, 5000), (5, 64)], "cuda", seed=14)
+    backend = FlashAttentionBackend(spec, cuda[0])
+    backend.force_num_splits = 8
+    out, expected, shortened = replay_after_shortening(backend, batch, [1000, 50, 7, 1])
+    assert backend.prepare(batch.metadata).extra.short_query_len == 5
+    assert torch.equal(out, expected)
+    assert rel_error(expected, reference(spec, shortened, "cuda")) < TOLS[spec.dtype]

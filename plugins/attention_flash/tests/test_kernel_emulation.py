@@ -23,14 +23,14 @@ CSRC = Path(__file__).resolve().parents[3] / "csrc" / "attention"
 MIXED = [(1, 37), (1, 5), (1, 300), (9, 9), (70, 70), (130, 200), (1 + 16, 50), (3, 180), (40, 73), (50, 80)]
 
 
-def _check(spec: AttentionSpec, seqs, splits: int, seed: int, tol: float) -> None:
+def _check(spec: AttentionSpec, seqs, splits: int, seed: int, tol: float, short_query_len: int = 0) -> None:
     batch = make_batch(spec, seqs, "cpu", seed=seed)
     m = batch.metadata
     slots = m.slot_mapping
     kv = batch.kv_cache
     kv[0].view(-1, spec.num_kv_heads, spec.head_size)[slots] = batch.key  # the KV write runs first
     kv[1].view(-1, spec.num_kv_heads, spec.head_size)[slots] = batch.value
-    out = emulate(batch.query, kv, m, spec.scale, spec.sliding_window, splits)
+    out = emulate(batch.query, kv, m, spec.scale, spec.sliding_window, splits, short_query_len)
     assert rel_error(out, reference(spec, batch)) < tol
 
 
@@ -63,6 +63,24 @@ def test_emulated_reduction_of_more_splits_than_one_batch_per_group(head, splits
     """Past 8 splits per reduction group (4 groups at head 128, 8 at 64) the running max rescales the sums."""
     spec = AttentionSpec(8, 2, head, head**-0.5, 16, torch.float32)
     _check(spec, [(1, 64 * splits - 20), (1, 300)], splits, seed=head + splits, tol=1e-5)
+
+
+# a verify step: decodes, then queries of up to 8 tokens; (5, 20) and (8, 37) end mid-tile, (3, 3) is
+# all query, (1, 1) a one-token sequence after the decodes
+SHORT = [(1, 37), (1, 300), (4, 70), (8, 37), (3, 3), (1, 1), (5, 20), (8, 200), (6, 65)]
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,head,block,window,splits",
+    [(4, 4, 64, 16, None, 1), (8, 2, 128, 16, None, 4), (8, 1, 64, 32, None, 3), (20, 1, 64, 16, None, 2),
+     (4, 1, 64, 8, 40, 4), (4, 2, 128, 16, 7, 1), (6, 2, 64, 24, None, 16)],
+    ids=["mha", "gqa4-split4", "gqa8-b32-split3", "group20-split2", "window40-b8-split4", "window7", "block24-split16"],
+)
+def test_emulated_short_queries_on_the_decode_kernel(heads, kv_heads, head, block, window, splits) -> None:
+    """Every sequence of a verify-sized step on the decode kernel: rows of (token, q head) over one to
+    eleven programs a kv head (group 20 x 8 tokens), causal within each query, windows shorter than it."""
+    spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, torch.float32, window)
+    _check(spec, SHORT, splits, seed=heads + head + splits, tol=1e-5, short_query_len=8)
 
 
 @pytest.mark.skipif(not CSRC.is_dir(), reason="needs the repository's csrc/")
