@@ -101,14 +101,39 @@ def test_auto_keeps_triton_ahead_of_flash_until_flash_is_faster(gpu) -> None:
 def test_split_plan_counts_programs_per_sequence() -> None:
     """A group of 20 q heads per kv head takes two decode programs: the plan sees 2 x kv heads."""
     spec = AttentionSpec(40, 2, 64, 0.125, 16, torch.float16)
-    backend = FlashAttentionBackend.__new__(FlashAttentionBackend)
-    backend.spec, backend.force_num_splits, backend.num_sms, backend.programs_per_sm = spec, None, 132, 4
+    backend = _planning_backend(spec)
     from pagoda.interfaces.attention import AttentionMetadata
 
     seq_lens = torch.tensor([32768], dtype=torch.int32)
     meta = AttentionMetadata(torch.zeros(1, dtype=torch.long), torch.zeros(1, 2048, dtype=torch.int32),
                              torch.tensor([0, 1], dtype=torch.int32), seq_lens, 1, 32768, num_decodes=1)
     plan = backend.prepare(meta).extra
-    assert plan.num_splits == 64  # ceil(2 * 132 / 4) = 66 -> 64 (the cap)
+    assert plan.num_splits == 64 and plan.short_query_len == 0  # ceil(2 * 132 / 4) = 66 -> 64 (the cap)
     part_o, part_lse = plan.decode_scratch
     assert part_o.shape == (1, 40, 64, 64) and part_lse.shape == (1, 40, 64)
+
+
+def _planning_backend(spec: AttentionSpec) -> FlashAttentionBackend:
+    """The backend's planning state without a GPU: 132 SMs, 4 decode programs an SM."""
+    backend = FlashAttentionBackend.__new__(FlashAttentionBackend)
+    backend.spec, backend.force_num_splits, backend.num_sms, backend.programs_per_sm = spec, None, 132, 4
+    backend.short_queries = True
+    return backend
+
+
+@pytest.mark.parametrize("query_lens,short", [((4, 4, 4), 4), ((1, 1, 3), 3), ((1, 9, 2), 0), ((1, 1, 1), 0)])
+def test_verify_steps_go_to_the_decode_kernel(query_lens, short) -> None:
+    """Steps whose queries are all of at most SHORT_QUERY tokens (not pure decodes) take the decode kernel
+    for every sequence: its rows are tokens x q heads (4 x 4 = one program a kv head, 8 x 4 = two), its
+    scratch per token; a longer query keeps decodes + prefill."""
+    from pagoda.interfaces.attention import AttentionMetadata
+
+    spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+    qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
+    decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
+    meta = AttentionMetadata(torch.zeros(int(qsl[-1]), dtype=torch.long), torch.zeros(3, 256, dtype=torch.int32), qsl,
+                             torch.full((3,), 4096, dtype=torch.int32), max(query_lens), 4096, num_decodes=decodes)
+    plan = _planning_backend(spec).prepare(meta).extra
+    assert plan.short_query_len == short
+    tokens = int(qsl[-1]) if short else decodes
+    assert plan.num_splits > 1 and plan.decode_scratch[1].shape == (tokens, 32, plan.num_splits)
