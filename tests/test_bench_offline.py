@@ -22,13 +22,14 @@ def _config_dir(tmp_path):
 def test_throughput_counts_every_token(tmp_path, sampling):
     out = tmp_path / "result.json"
     assert main(["bench", "throughput", _config_dir(tmp_path), "--load-format", "dummy", "--num-prompts", "6",
-                 "--input-len", "10", "--output-len", "5", "--result-file", str(out), *sampling]) == 0
+                 "--input-len", "40", "--output-len", "5", "--result-file", str(out), *sampling]) == 0
     result = json.loads(out.read_text())
     assert (result["workload"]["temperature"], result["workload"]["top_p"]) == ((0.7, 0.9) if sampling else (0.0, 1.0))
     p = result["pagoda"]
     assert round(p["output_tokens_per_s"] * p["seconds"]) == 6 * 5
-    assert round(p["tokens_per_s"] * p["seconds"]) == 6 * 15
+    assert round(p["tokens_per_s"] * p["seconds"]) == 6 * 45
     assert result["roofline"]["compute_floor_s"] > 0
+    assert result["cached_prompt_tokens"] == 0  # the warm-up shares no prompt (2 full blocks each) nor leaves any cached
 
 
 def test_latency_reports_each_batch(tmp_path):

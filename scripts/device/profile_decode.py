@@ -118,6 +118,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--input-len", type=int, default=128, help="prompt tokens: the decode steps' context")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--backend", default="triton")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
@@ -130,7 +131,7 @@ def main() -> None:
     llm = LLM(model=args.model, load_format="dummy", attention_backend=args.backend, max_model_len=2048,
               skip_tokenizer_init=True, tensor_parallel_size=tp)
     engine = llm.engine
-    prompts = random_prompts(args.batch, 128, engine.core.parts.hf_config.vocab_size, 0)
+    prompts = random_prompts(args.batch, args.input_len, engine.core.parts.hf_config.vocab_size, 0)
     result = {"batch": args.batch, "tp": tp, **SAMPLING, "step_ms": step_ms(llm, prompts)}
     tag = f"tp{tp}_b{args.batch}" + (f"_t{args.temperature:g}_p{args.top_p:g}" if args.temperature > 0 else "")
     result["decode_by_kind"] = kinds_per_step(llm, prompts, args.out / f"trace_{tag}.json")
