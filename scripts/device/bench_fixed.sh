@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On one GPU (tool `run`, carry [".whl"]): `pagoda bench throughput` after its warm-up fix (no prefix-cache
+# hits in the timed run): 300 x 1024/128 triton, flash, then 1000 x 256/256 triton. Results straight into
+# $OUT (partial results survive a cut). About 3 minutes.
+#   bash scripts/device/bench_fixed.sh
+set -uo pipefail
+OUT="${OUT:-$PWD/bench_fixed_out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton plugins/attention_flash
+echo "install: ${SECONDS} s"
+M8=benchmarks/configs/llama-3.1-8b
+run() {  # NAME BACKEND PROMPTS IN OUT
+  timeout 100 pagoda bench throughput "$M8" --load-format dummy --attention-backend "$2" --max-model-len 2048 \
+    --num-prompts "$3" --input-len "$4" --output-len "$5" --log-level warning --result-file "$OUT/$1.json" > /dev/null 2>&1
+  echo "$1: exit $? $(python3 scripts/device/summarize_bench.py "$OUT/$1.json" 2>/dev/null) at ${SECONDS} s"
+}
+run throughput_1024x128_triton triton 300 1024 128
+run throughput_1024x128_flash flash 300 1024 128
+run throughput_256x256_triton triton 1000 256 256
