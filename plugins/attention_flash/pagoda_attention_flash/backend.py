@@ -17,7 +17,8 @@ DTYPES = (torch.float16, torch.bfloat16)
 HEAD_SIZES = (64, 128, 256)
 MIN_CAPABILITY = (8, 0)  # mma.sync m16n8k16 on bf16, ldmatrix, cp.async
 DECODE_ROWS = 16  # (query token, q head) rows per decode program (more take several programs)
-SHORT_QUERY = 8  # most query tokens a sequence may have for the decode kernel to take the step
+SHORT_QUERY = 8  # most query tokens a sequence may have for the decode kernel to take the step (default)
+MAX_SHORT_QUERY = 64  # the binding's limit
 # Shared memory the decode kernel of head size 256 asks for (csrc/attention/flash_decode.cu,
 # DecodeTile<256>): sm_80/sm_90 have it, the 99 KiB GPUs (sm_86, sm_89) do not.
 HEAD256_SHARED_MEMORY = 16 * 256 * 2 + 4 * 2 * 2 * 16 * 256 * 2
@@ -57,7 +58,7 @@ class FlashAttentionBackend(AttentionBackend):
         self.num_sms = platform.compute_units()
         self.ops = platform.custom_ops()  # the csrc KV write
         self.programs_per_sm = kernels.decode_programs_per_sm(spec.head_size, spec.dtype, platform.device().index or 0)
-        self.short_queries = os.environ.get("PAGODA_FLASH_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
+        self.short_query_max = _short_query_max()  # 0: such steps on the prefill kernel (A/B timings)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -83,8 +84,9 @@ class FlashAttentionBackend(AttentionBackend):
 
     def _short_query_len(self, m: AttentionMetadata) -> int:
         """The most query tokens of a sequence where all are short (a verify step's k + 1, at most
-        SHORT_QUERY) and some sequence has more than one: then the decode kernel takes every sequence."""
-        short = self.short_queries and m.num_seqs > m.num_decodes and m.max_query_len <= SHORT_QUERY
+        ``short_query_max``) and some sequence has more than one: then the decode kernel takes every
+        sequence."""
+        short = m.num_seqs > m.num_decodes and m.max_query_len <= self.short_query_max
         return m.max_query_len if short else 0
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
@@ -96,6 +98,16 @@ class FlashAttentionBackend(AttentionBackend):
                                 self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch,
                                 plan.short_query_len)
         return out
+
+
+def _short_query_max() -> int:
+    """``PAGODA_FLASH_SHORT_QUERIES``: the most query tokens a sequence of a step may have for the decode
+    kernel to take the step (default SHORT_QUERY; 0: never)."""
+    value = os.environ.get("PAGODA_FLASH_SHORT_QUERIES", str(SHORT_QUERY))
+    if not value.isdigit() or int(value) > MAX_SHORT_QUERY:
+        raise ValueError(f"PAGODA_FLASH_SHORT_QUERIES={value!r}: give a number of query tokens from 0 (off) to "
+                         f"{MAX_SHORT_QUERY} (default {SHORT_QUERY})")
+    return int(value)
 
 
 def _platform_reason(platform: Platform | None) -> str | None:

@@ -55,14 +55,17 @@ def poison_unused_slots(batch, spec: AttentionSpec) -> None:
         half.view(-1, spec.num_kv_heads, spec.head_size)[~used] = float("nan")
 
 
-def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_queries: bool = True) -> torch.Tensor:
-    """KV write, then the attention op into a NaN-filled output (NaN-filled scratch too)."""
+def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_queries: int | None = None) -> torch.Tensor:
+    """KV write, then the attention op into a NaN-filled output (NaN-filled scratch too); ``short_queries``:
+    the backend's ``short_query_max`` (None: its default)."""
     from pagoda_attention_flash.backend import FlashAttentionBackend
     from pagoda_attention_flash.kernels import flash_attention
 
     platform, _ = cuda
     backend = FlashAttentionBackend(spec, platform)
-    backend.force_num_splits, backend.short_queries = splits, short_queries
+    backend.force_num_splits = splits
+    if short_queries is not None:
+        backend.short_query_max = short_queries
     m = backend.prepare(batch.metadata)
     plan = m.extra
     if plan.decode_scratch is not None:
@@ -77,7 +80,7 @@ def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_que
 
 
 def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = None,
-               short_queries: bool = True) -> torch.Tensor:
+               short_queries: int | None = None) -> torch.Tensor:
     batch = make_batch(spec, seqs, "cuda", seed=seed)
     poison_unused_slots(batch, spec)
     first = run_poisoned(cuda, spec, batch, splits, short_queries)
@@ -147,8 +150,9 @@ def test_decode_replays_in_a_cuda_graph(cuda) -> None:
 
 
 
-# a verify step: decodes, then queries of 2-8 tokens (one of 1) after short and long contexts
-SHORT = [(1, 3000), (1, 40), (4, 700), (2, 17), (8, 5000), (3, 3), (1, 1), (5, 64), (8, 8)]
+# a verify step: decodes, then queries of 2-16 tokens (one of 1) after short and long contexts (16 after
+# 1008: the recomputed last block of a prompt found whole in the prefix cache)
+SHORT = [(1, 3000), (1, 40), (4, 700), (2, 17), (8, 5000), (3, 3), (1, 1), (5, 64), (16, 1024), (11, 11)]
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8])
@@ -159,16 +163,17 @@ SHORT = [(1, 3000), (1, 40), (4, 700), (2, 17), (8, 5000), (3, 3), (1, 1), (5, 6
     ids=["gqa4-d128", "mha-d64", "gqa8-d128", "group20-d64", "gqa8-d256", "gqa4-window300"],
 )
 def test_short_queries_on_the_decode_kernel(cuda, splits, heads, kv_heads, head, window) -> None:
-    """A step of queries of at most SHORT_QUERY tokens goes to the decode kernel (each query's tokens
-    causal among themselves, rows of (token, q head) over one or more programs): against the float64
-    reference, and equal within tolerance to the prefill kernel's output for the same batch."""
+    """A step of queries of at most 16 tokens on the decode kernel (each query's tokens causal among
+    themselves, rows of (token, q head) over one or more programs): against the float64 reference,
+    and equal within tolerance to the prefill kernel's output for the same batch."""
     from pagoda_attention_flash.backend import FlashAttentionBackend
 
     spec = AttentionSpec(heads, kv_heads, head, head**-0.5, 16, torch.bfloat16, window)
-    plan = FlashAttentionBackend(spec, cuda[0]).prepare(make_batch(spec, SHORT, "cuda", seed=1).metadata).extra
-    assert plan.short_query_len == 8
-    short = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits)
-    prefill = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits, short_queries=False)
+    backend = FlashAttentionBackend(spec, cuda[0])
+    backend.short_query_max = 16
+    assert backend.prepare(make_batch(spec, SHORT, "cuda", seed=1).metadata).extra.short_query_len == 16
+    short = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits, short_queries=16)
+    prefill = check_case(cuda, spec, SHORT, seed=heads + head, splits=splits, short_queries=0)
     assert rel_error(short, prefill.double().cpu()) < TOLS[spec.dtype]
 
 

@@ -65,9 +65,9 @@ def test_emulated_reduction_of_more_splits_than_one_batch_per_group(head, splits
     _check(spec, [(1, 64 * splits - 20), (1, 300)], splits, seed=head + splits, tol=1e-5)
 
 
-# a verify step: decodes, then queries of up to 8 tokens; (5, 20) and (8, 37) end mid-tile, (3, 3) is
-# all query, (1, 1) a one-token sequence after the decodes
-SHORT = [(1, 37), (1, 300), (4, 70), (8, 37), (3, 3), (1, 1), (5, 20), (8, 200), (6, 65)]
+# a verify step: decodes, then queries of up to 16 tokens; (5, 20) and (8, 37) end mid-tile, (3, 3) is
+# all query, (1, 1) a one-token sequence after the decodes, (16, 64) a prompt's recomputed last block
+SHORT = [(1, 37), (1, 300), (4, 70), (8, 37), (3, 3), (1, 1), (5, 20), (8, 200), (6, 65), (16, 64), (13, 13)]
 
 
 @pytest.mark.parametrize(
@@ -78,9 +78,9 @@ SHORT = [(1, 37), (1, 300), (4, 70), (8, 37), (3, 3), (1, 1), (5, 20), (8, 200),
 )
 def test_emulated_short_queries_on_the_decode_kernel(heads, kv_heads, head, block, window, splits) -> None:
     """Every sequence of a verify-sized step on the decode kernel: rows of (token, q head) over one to
-    eleven programs a kv head (group 20 x 8 tokens), causal within each query, windows shorter than it."""
+    twenty programs a kv head (group 20 x 16 tokens), causal within each query, windows shorter than it."""
     spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, torch.float32, window)
-    _check(spec, SHORT, splits, seed=heads + head + splits, tol=1e-5, short_query_len=8)
+    _check(spec, SHORT, splits, seed=heads + head + splits, tol=1e-5, short_query_len=16)
 
 
 @pytest.mark.skipif(not CSRC.is_dir(), reason="needs the repository's csrc/")
