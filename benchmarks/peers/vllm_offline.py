@@ -2,7 +2,8 @@
 
 Measures what `pagoda bench throughput` and `pagoda bench latency` measure, the same way: the same
 token-id prompts (prompts.random_token_prompts == pagoda.bench.common.random_prompts), greedy, EOS
-ignored, no tokenizer (skip_tokenizer_init), one warm-up; decode step time = (time for n tokens -
+ignored, no tokenizer (skip_tokenizer_init), one warm-up on other prompts and the prefix cache emptied
+after it (the timed run computes every prefill); decode step time = (time for n tokens -
 time for 1 token) / (n - 1), best of the repeats, prefix cache reset before each timing.
 
     python vllm_offline.py --model DIR --workloads offline_256x256:1000:256:256 --latency 1,8,64:128:32:2 \
@@ -67,7 +68,9 @@ def throughput(llm, spec: str, vocab_size: int) -> tuple[str, dict]:
     num, input_len, output_len = int(num), int(input_len), int(output_len)
     prompts = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(num, input_len, vocab_size, SEED)]
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True, detokenize=False)
-    llm.generate(prompts[:8], SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+    warmup = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(8, input_len, vocab_size, SEED + 1)]
+    llm.generate(warmup, SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+    llm.reset_prefix_cache()  # as `pagoda bench throughput`: the timed run computes every prefill
     elapsed, outputs = timed_generate(llm, prompts, params)
     num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
     return name, {"seconds": elapsed, "requests_per_s": num / elapsed,
