@@ -48,7 +48,7 @@ struct DecodeRange {
   int seq_lo, num_seqs, token_lo, num_tokens, query_p;
 };
 
-// Decode (or short queries) of a DecodeRange: grid (num_seqs, num_kv_heads * ceil(query_p * group / 16),
+// Decode (or short queries) of a DecodeRange: grid (num_seqs * ceil(query_p * group / 16), num_kv_heads,
 // num_splits). With num_splits > 1 each split writes fp32 partial outputs part_out [num_tokens,
 // num_heads, num_splits, head_size] and log2-sum-exp part_lse [num_tokens, num_heads, num_splits],
 // and a second kernel combines them. Launch shapes depend only on the range's sizes, num_splits and

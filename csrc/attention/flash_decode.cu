@@ -101,11 +101,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
   uint16_t* ring = smem + kDecodeRows * D + warp * STAGES * Tile::kStageElems;
   wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
 
-  const int seq = range.seq_lo + blockIdx.x;
+  // x = (sequence, row block), row blocks adjacent: the programs that read the same keys run together
+  // (their second reads hit L2); y = kv head
   const int group = p.num_heads / p.num_kv_heads;
   const int row_blocks = (range.query_p * group + kDecodeRows - 1) / kDecodeRows;
-  const int kv_head = blockIdx.y / row_blocks;
-  const int first_row = (blockIdx.y % row_blocks) * kDecodeRows;  // row f: token f / group, q head f % group
+  const int seq = range.seq_lo + static_cast<int>(blockIdx.x) / row_blocks;
+  const int kv_head = blockIdx.y;
+  const int first_row = (static_cast<int>(blockIdx.x) % row_blocks) * kDecodeRows;  // row f: token f / group, q head f % group
   const int q_start = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_start;
   const int rows = min(q_len * group - first_row, kDecodeRows);  // <= 0: a row block past this query
@@ -376,7 +378,7 @@ void launch_decode_stages(const FlashAttentionArgs& args, const DecodeRange& ran
   auto kernel = flash_decode_kernel<T, D, STAGES>;
   allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(bytes);
   const int rows = range.query_p * (args.num_heads / args.num_kv_heads);  // (token, q head) rows a kv head
-  const dim3 grid(range.num_seqs, args.num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows), num_splits);
+  const dim3 grid(range.num_seqs * ((rows + kDecodeRows - 1) / kDecodeRows), args.num_kv_heads, num_splits);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
   launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, range, block_div, skip_rescale_enabled(),
                    num_splits, part_out, part_lse);

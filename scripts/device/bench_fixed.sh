@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On one GPU (tool `run`, carry [".whl"]): `pagoda bench throughput` after its warm-up fix (no prefix-cache
-# hits in the timed run): 300 x 1024/128 triton, flash, then 1000 x 256/256 triton. Results straight into
-# $OUT (partial results survive a cut). About 3 minutes.
+# hits in the timed run): 300 x 1024/128 triton, flash, flash with PAGODA_FLASH_SHORT_QUERIES=16, then
+# 1000 x 256/256 triton; then benchmarks/attention_flash.py --verify (verify steps, and 16 tokens after
+# 1008 cached: flash's decode kernel, its prefill kernel, triton). Results straight into $OUT (partial
+# results survive a cut). About 5 minutes.
 #   bash scripts/device/bench_fixed.sh
 set -uo pipefail
 OUT="${OUT:-$PWD/bench_fixed_out}"; mkdir -p "$OUT"
@@ -9,11 +11,14 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TOR
 source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton plugins/attention_flash
 echo "install: ${SECONDS} s"
 M8=benchmarks/configs/llama-3.1-8b
-run() {  # NAME BACKEND PROMPTS IN OUT
-  timeout 100 pagoda bench throughput "$M8" --load-format dummy --attention-backend "$2" --max-model-len 2048 \
+run() {  # NAME BACKEND PROMPTS IN OUT [ENV=VALUE...]
+  env "${@:6}" timeout 100 pagoda bench throughput "$M8" --load-format dummy --attention-backend "$2" --max-model-len 2048 \
     --num-prompts "$3" --input-len "$4" --output-len "$5" --log-level warning --result-file "$OUT/$1.json" > /dev/null 2>&1
   echo "$1: exit $? $(python3 scripts/device/summarize_bench.py "$OUT/$1.json" 2>/dev/null) at ${SECONDS} s"
 }
 run throughput_1024x128_triton triton 300 1024 128
 run throughput_1024x128_flash flash 300 1024 128
+run throughput_1024x128_flash_short16 flash 300 1024 128 PAGODA_FLASH_SHORT_QUERIES=16
 run throughput_256x256_triton triton 1000 256 256
+timeout 120 python3 benchmarks/attention_flash.py --verify --out "$OUT/attention_flash_verify.json" > "$OUT/verify.log" 2>&1
+echo "verify bench: exit $?"; grep -E "^verify" "$OUT/verify.log"

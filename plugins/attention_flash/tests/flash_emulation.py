@@ -196,54 +196,53 @@ def emulate_decode(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, seqs: 
     token_lo, num_tokens = qsl[seqs.start], qsl[seqs.stop] - qsl[seqs.start]
     part_o = torch.full((num_tokens, num_heads, num_splits, d), float("nan"))
     part_lse = torch.full((num_tokens, num_heads, num_splits), float("nan"))
-    for seq in seqs:
+    for x, kv_head in ((x, h) for x in range(len(seqs) * row_blocks) for h in range(num_kv_heads)):
+        seq, first_row = seqs.start + x // row_blocks, (x % row_blocks) * DECODE_ROWS  # the kernel's grid
         seq_len, q_start, q_len = seq_lens[seq], qsl[seq], qsl[seq + 1] - qsl[seq]
         first_pos = seq_len - q_len
         lo = max(first_pos + 1 - window, 0) if window > 0 else 0
         per_split = ((seq_len - lo + num_splits - 1) // num_splits + 63) // 64 * 64
-        for y in range(num_kv_heads * row_blocks):
-            kv_head, first_row = y // row_blocks, (y % row_blocks) * DECODE_ROWS
-            rows = min(q_len * group - first_row, DECODE_ROWS)
-            if rows <= 0:
-                continue
-            f = first_row + torch.arange(DECODE_ROWS)
-            tokens, heads = q_start + f // group, kv_head * group + f % group
-            pos = first_pos + f // group  # [16] each row's query position
-            q = torch.zeros(DECODE_ROWS, d)
-            q[:rows] = query[tokens[:rows], heads[:rows]].float()
-            for split in range(num_splits):
-                key_lo = lo + split * per_split
-                key_hi = min(key_lo + per_split, seq_len)
-                seen_hi, seen_lo = min(key_hi, first_pos + 1), seq_len - window if window > 0 else 0
-                num_tiles = -(-(key_hi - key_lo) // DECODE_KEYS) if key_hi > key_lo else 0
-                warps = [Softmax(DECODE_ROWS, d) for _ in range(DECODE_WARPS)]
-                for w, state in enumerate(warps):
-                    for tile in range(w, num_tiles, DECODE_WARPS):
-                        key0 = key_lo + tile * DECODE_KEYS
-                        keys = key0 + torch.arange(DECODE_KEYS)
-                        k = decode_tile_rows(kv_cache[0], block_tables[seq], key0, key_hi, kv_head)
-                        v = decode_tile_rows(kv_cache[1], block_tables[seq], key0, key_hi, kv_head)
-                        s = (q @ k.T) * (scale * LOG2E)
-                        if not (key0 + DECODE_KEYS <= seen_hi and key0 >= seen_lo):
-                            hidden = (keys[None, :] >= key_hi) | (keys[None, :] > pos[:, None])
-                            if window > 0:
-                                hidden |= keys[None, :] <= pos[:, None] - window
-                            s = torch.where(hidden, NEG_INF, s)
-                        state.update(s, v, kv_cache.dtype)
-                row_max = torch.stack([w.m for w in warps]).max(0).values
-                base = torch.where(row_max == NEG_INF, 0.0, row_max)
-                weights = [torch.exp2(w.m - base) for w in warps]
-                total = sum(wt * w.l for wt, w in zip(weights, warps))
-                acc = sum(wt[:, None] * w.o for wt, w in zip(weights, warps))
-                inv = torch.where(total > 0, 1.0 / total, 0.0)
-                result = (acc * inv[:, None])[:rows]
-                t, h = tokens[:rows], heads[:rows]
-                if num_splits == 1:
-                    out[t, h] = result.to(out.dtype)
-                else:
-                    part_o[t - token_lo, h, split] = result
-                    lse = torch.where(total > 0, row_max + torch.log2(torch.where(total > 0, total, 1.0)), NEG_INF)
-                    part_lse[t - token_lo, h, split] = lse[:rows]
+        rows = min(q_len * group - first_row, DECODE_ROWS)
+        if rows <= 0:
+            continue
+        f = first_row + torch.arange(DECODE_ROWS)
+        tokens, heads = q_start + f // group, kv_head * group + f % group
+        pos = first_pos + f // group  # [16] each row's query position
+        q = torch.zeros(DECODE_ROWS, d)
+        q[:rows] = query[tokens[:rows], heads[:rows]].float()
+        for split in range(num_splits):
+            key_lo = lo + split * per_split
+            key_hi = min(key_lo + per_split, seq_len)
+            seen_hi, seen_lo = min(key_hi, first_pos + 1), seq_len - window if window > 0 else 0
+            num_tiles = -(-(key_hi - key_lo) // DECODE_KEYS) if key_hi > key_lo else 0
+            warps = [Softmax(DECODE_ROWS, d) for _ in range(DECODE_WARPS)]
+            for w, state in enumerate(warps):
+                for tile in range(w, num_tiles, DECODE_WARPS):
+                    key0 = key_lo + tile * DECODE_KEYS
+                    keys = key0 + torch.arange(DECODE_KEYS)
+                    k = decode_tile_rows(kv_cache[0], block_tables[seq], key0, key_hi, kv_head)
+                    v = decode_tile_rows(kv_cache[1], block_tables[seq], key0, key_hi, kv_head)
+                    s = (q @ k.T) * (scale * LOG2E)
+                    if not (key0 + DECODE_KEYS <= seen_hi and key0 >= seen_lo):
+                        hidden = (keys[None, :] >= key_hi) | (keys[None, :] > pos[:, None])
+                        if window > 0:
+                            hidden |= keys[None, :] <= pos[:, None] - window
+                        s = torch.where(hidden, NEG_INF, s)
+                    state.update(s, v, kv_cache.dtype)
+            row_max = torch.stack([w.m for w in warps]).max(0).values
+            base = torch.where(row_max == NEG_INF, 0.0, row_max)
+            weights = [torch.exp2(w.m - base) for w in warps]
+            total = sum(wt * w.l for wt, w in zip(weights, warps))
+            acc = sum(wt[:, None] * w.o for wt, w in zip(weights, warps))
+            inv = torch.where(total > 0, 1.0 / total, 0.0)
+            result = (acc * inv[:, None])[:rows]
+            t, h = tokens[:rows], heads[:rows]
+            if num_splits == 1:
+                out[t, h] = result.to(out.dtype)
+            else:
+                part_o[t - token_lo, h, split] = result
+                lse = torch.where(total > 0, row_max + torch.log2(torch.where(total > 0, total, 1.0)), NEG_INF)
+                part_lse[t - token_lo, h, split] = lse[:rows]
     if num_splits > 1 and num_tokens > 0:
         out[token_lo : token_lo + num_tokens] = reduce_splits(part_o, part_lse, d).to(out.dtype)
 
