@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On one GPU (tool `run`, carry [".whl"]): `pagoda bench throughput` after its warm-up fix (no prefix-cache
+# On one GPU (tool `run`, carry [".whl"]): the flash GPU tests of the decode kernel, then `pagoda bench throughput` after its warm-up fix (no prefix-cache
 # hits in the timed run): 300 x 1024/128 triton, flash, flash with PAGODA_FLASH_SHORT_QUERIES=16, then
 # 1000 x 256/256 triton; then benchmarks/attention_flash.py --verify (verify steps, and 16 tokens after
 # 1008 cached: flash's decode kernel, its prefill kernel, triton). Results straight into $OUT (partial
@@ -10,6 +10,10 @@ OUT="${OUT:-$PWD/bench_fixed_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 source scripts/device/fresh_install.sh plugins/platform_cuda plugins/attention_triton plugins/attention_flash
 echo "install: ${SECONDS} s"
+# the flash decode kernel's grid changed (row blocks adjacent) since its last GPU run: its tests first
+PAGODA_REQUIRE_FLASH=1 timeout 150 python3 -m pytest -q -p no:cacheprovider plugins/attention_flash/tests \
+  -k "short or group20 or split_kv or replays or verify" > "$OUT/flash_tests.log" 2>&1
+echo "flash tests: exit $? ($(tail -1 "$OUT/flash_tests.log"))"
 M8=benchmarks/configs/llama-3.1-8b
 run() {  # NAME BACKEND PROMPTS IN OUT [ENV=VALUE...]
   env "${@:6}" timeout 100 pagoda bench throughput "$M8" --load-format dummy --attention-backend "$2" --max-model-len 2048 \
