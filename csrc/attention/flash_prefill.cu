@@ -21,6 +21,8 @@
 // programs past their sequence's end return), heaviest (last) blocks first; y = q head.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "flash_attention.h"
 #include "flash_common.cuh"
@@ -43,14 +45,15 @@ struct PrefillTile {
   static constexpr int kMinBlocks = D <= 64 ? 2 : 1;    // programs per SM the registers must allow
 };
 
-// (sequence, query block within it) of program `pid`: block i of sequence s is program
-// (qsl[s] - qsl[seq_lo]) / BM + (s - seq_lo) + i.
-PAGODA_INLINE void find_query_block(const int32_t* qsl, int pid, int seq_lo, int seq_hi, int& seq, int& block) {
+// (sequence, query block within it) of program `pid`, a sequence having `pack` rows a query token: block
+// i of sequence s is program (qsl[s] - qsl[seq_lo]) * pack / BM + (s - seq_lo) + i.
+PAGODA_INLINE void find_query_block(const int32_t* qsl, int pid, int seq_lo, int seq_hi, int pack, int& seq,
+                                    int& block) {
   const int base = qsl[seq_lo];
   int lo = seq_lo, hi = seq_hi;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    const int first = (qsl[mid] - base) / kPrefillBlockM + mid - seq_lo;
+    const int first = (qsl[mid] - base) * pack / kPrefillBlockM + mid - seq_lo;
     if (first <= pid) {
       lo = mid;
     } else {
@@ -58,8 +61,20 @@ PAGODA_INLINE void find_query_block(const int32_t* qsl, int pid, int seq_lo, int
     }
   }
   seq = lo;
-  block = pid - ((qsl[lo] - base) / kPrefillBlockM + lo - seq_lo);
+  block = pid - ((qsl[lo] - base) * pack / kPrefillBlockM + lo - seq_lo);
 }
+
+// Where row r of a program's block lives in query and out: token token0 + (m0 + r) / pack, q head
+// head0 + (m0 + r) % pack. pack 1: the program's one q head, a row a token; pack = the GQA group: the q
+// heads of one kv head packed into the rows, token-major, so a short query fills the block's rows and
+// each key tile is read once for the whole group.
+struct RowMap {
+  int token0, m0, pack, head0;
+  PAGODA_INLINE int64_t offset(int r, int64_t stride_token, int64_t stride_head) const {
+    const int f = m0 + r;
+    return static_cast<int64_t>(token0 + f / pack) * stride_token + static_cast<int64_t>(head0 + f % pack) * stride_head;
+  }
+};
 
 // A thread's share of a [rows, D] tile copy: passes of THREADS 16-byte chunks; in pass i it copies
 // chunk `chunk` of row `row + i * kRowsPerPass`, whose swizzled offset is `at + i * kRowsPerPass * D`
@@ -81,16 +96,18 @@ PAGODA_INLINE int opaque_thread_index() {
   return tid;
 }
 
-// cp.async the Q tile [BM, D]: rows past the block's tokens are zero-filled.
+// cp.async the Q tile [BM, D]: rows past the block's valid rows are zero-filled.
 template <int D, int THREADS>
-PAGODA_INLINE void load_q_tile(uint16_t* s_q, const uint16_t* q_base, int64_t q_stride, int rows) {
+PAGODA_INLINE void load_q_tile(uint16_t* s_q, const FlashAttentionArgs& p, const RowMap& map, int rows) {
   using Lane = CopyLane<D, THREADS>;
   const Lane t(threadIdx.x);
+  const auto* query = static_cast<const uint16_t*>(p.query);
 #pragma unroll
   for (int pass = 0; pass < kPrefillBlockM / Lane::kRowsPerPass; ++pass) {
     const int r = t.row + pass * Lane::kRowsPerPass;
     const bool valid = r < rows;
-    cp_async16(s_q + t.at + pass * Lane::kRowsPerPass * D, valid ? q_base + r * q_stride + t.chunk * 8 : q_base, valid);
+    const uint16_t* src = valid ? query + map.offset(r, p.q_stride_token, p.q_stride_head) + t.chunk * 8 : query;
+    cp_async16(s_q + t.at + pass * Lane::kRowsPerPass * D, src, valid);
   }
 }
 
@@ -258,15 +275,43 @@ PAGODA_INLINE void mask_scores(float (&s)[RT][BN / 8][4], int key0, int pos0, in
   }
 }
 
+// The positions of a warp's fragment rows when q heads are packed into the rows: row g + 16i + 8h of
+// the warp (g = lane / 4) is block row `row` + 16i + 8h, at position pos_base + (row + 16i + 8h) / pack.
+struct PackedRows {
+  int pos_base, row, pack;
+};
+
+// mask_scores for packed rows: each of the lane's 2 * RT rows has its own position (no immediates).
+template <int BN, int RT>
+PAGODA_INLINE void mask_scores_packed(float (&s)[RT][BN / 8][4], int key0, const PackedRows& r, int window, int lane) {
+#pragma unroll
+  for (int i = 0; i < RT; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int pos = r.pos_base + (r.row + 16 * i + 8 * half) / r.pack;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          const int key = key0 + 8 * nt + 2 * (lane % 4) + (e & 1);
+          const bool visible = key <= pos && (window <= 0 || key > pos - window);
+          s[i][nt][e] = visible ? s[i][nt][e] : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
 // One warp's work on one key tile (K at `k_offset` bytes from stage 0's K tile, V right after it):
-// scores, mask (kMasked), online softmax, O += P V.
-template <typename T, int D, int BN, int RT, bool kMasked>
+// scores, mask (kMasked; rows at pos0 + row, or `packed`), online softmax, O += P V.
+template <typename T, int D, int BN, int RT, bool kMasked, bool kPacked>
 PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], float (&l)[RT][2], const FragAddrs<D>& f,
-                               uint32_t k_offset, int key0, int pos0, int window, float scale, bool skip_rescale,
-                               int lane) {
+                               uint32_t k_offset, int key0, int pos0, const PackedRows& packed, int window, float scale,
+                               bool skip_rescale, int lane) {
   float s[RT][BN / 8][4];
   tile_scores<T, D, BN, RT>(s, f, k_offset);
-  if constexpr (kMasked) mask_scores<BN, RT>(s, key0, pos0, window, lane);
+  if constexpr (kMasked && kPacked) mask_scores_packed<BN, RT>(s, key0, packed, window, lane);
+  if constexpr (kMasked && !kPacked) mask_scores<BN, RT>(s, key0, pos0, window, lane);
   uint32_t prob[RT][BN / 16][4];
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
@@ -280,10 +325,10 @@ PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], floa
 }
 
 // Normalise this warp's rows, stage them in its own rows of s_q (no other warp reads those), store
-// 16-byte chunks of the rows below `rows` (the block's tokens).
+// 16-byte chunks of the rows below `rows` (the block's valid rows) where `map` puts them.
 template <typename T, int D, int RT>
-PAGODA_INLINE void store_rows(uint16_t* out, int64_t o_stride, float (&o)[RT][D / 8][4], const float (&l)[RT][2],
-                              uint16_t* s_q, int row0, int rows, int lane) {
+PAGODA_INLINE void store_rows(const FlashAttentionArgs& p, const RowMap& map, float (&o)[RT][D / 8][4],
+                              const float (&l)[RT][2], uint16_t* s_q, int row0, int rows, int lane) {
   __syncwarp();  // the warp's lanes are done reading these Q rows (ldmatrix) before any lane overwrites them
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
@@ -305,12 +350,13 @@ PAGODA_INLINE void store_rows(uint16_t* out, int64_t o_stride, float (&o)[RT][D 
   for (int j = lane; j < 16 * RT * kChunks; j += kWarpSize) {
     const int r = row0 + j / kChunks, c = j % kChunks;
     if (r < rows) {
-      *reinterpret_cast<uint4*>(out + r * o_stride + c * 8) = *reinterpret_cast<const uint4*>(s_q + swizzle<D>(r, c));
+      auto* out = static_cast<uint16_t*>(p.out) + map.offset(r, p.o_stride_token, p.o_stride_head) + c * 8;
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(s_q + swizzle<D>(r, c));
     }
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kPacked>
 __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMinBlocks)
     flash_prefill_kernel(FlashAttentionArgs p, FastDiv block_div, int seq_lo, int seq_hi, bool skip_rescale) {
 #if PAGODA_FLASH_ENABLED
@@ -321,22 +367,25 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
   uint16_t* s_kv = s_q + BM * D;    // 2 stages of (K [BN, D], V [BN, D])
   auto* s_rows = reinterpret_cast<uint64_t*>(s_kv + 2 * Tile::kStageElems);  // 2 slots of [BN] (RowTable)
 
+  const int group = p.num_heads / p.num_kv_heads;
+  const int pack = kPacked ? group : 1;  // rows a query token
   int seq, block;
-  find_query_block(p.query_start_loc, gridDim.x - 1 - blockIdx.x, seq_lo, seq_hi, seq, block);
+  find_query_block(p.query_start_loc, gridDim.x - 1 - blockIdx.x, seq_lo, seq_hi, pack, seq, block);
   // equal in every thread: through a shuffle the compiler knows it, and keeps what derives from them
   // (positions, block-table row, loop bounds) in uniform registers
   seq = __shfl_sync(0xffffffffu, seq, 0);
   block = __shfl_sync(0xffffffffu, block, 0);
   const int q_start = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_start;
-  const int m0 = block * BM;
-  if (m0 >= q_len) return;  // the whole program: no barrier is skipped by some threads only
-  const int rows = min(BM, q_len - m0);                        // valid query rows of the block
-  const int head = blockIdx.y;
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int m0 = block * BM;                                   // the block's first row
+  if (m0 >= q_len * pack) return;  // the whole program: no barrier is skipped by some threads only
+  const int rows = min(BM, q_len * pack - m0);                 // valid query rows of the block
+  const int kv_head = kPacked ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) / group;
+  const RowMap map{q_start, m0, pack, kPacked ? kv_head * group : static_cast<int>(blockIdx.y)};
   const int seq_len = p.seq_lens[seq];
-  const int first_pos = seq_len - q_len + m0;                  // position of query row 0
-  const int key_hi = first_pos + rows;                         // keys [key_lo, key_hi)
+  const int pos_base = seq_len - q_len;                        // position of the sequence's first query token
+  const int first_pos = pos_base + m0 / pack;                  // position of row 0
+  const int key_hi = pos_base + (m0 + rows - 1) / pack + 1;    // keys [key_lo, key_hi)
   const int window = p.window;
   const int key_lo = window > 0 ? max(first_pos - window + 1, 0) / BN * BN : 0;
   const int num_tiles = (key_hi - key_lo + BN - 1) / BN;
@@ -345,17 +394,15 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
   const KeySource src{p.block_tables + seq * p.block_table_stride, kv_head * p.cache_stride_head, key_hi};
   write_key_rows<D, BN, THREADS>(s_rows, p, src, block_div, key_lo, warp, threadIdx.x % kWarpSize);
   write_key_rows<D, BN, THREADS>(s_rows + BN, p, src, block_div, key_lo + BN, warp, threadIdx.x % kWarpSize);
-  const auto* q_base =
-      static_cast<const uint16_t*>(p.query) + head * p.q_stride_head + (q_start + m0) * p.q_stride_token;
-  load_q_tile<D, THREADS>(s_q, q_base, p.q_stride_token, rows);
+  load_q_tile<D, THREADS>(s_q, p, map, rows);
   __syncthreads();  // the row table of tiles 0 and 1
   load_kv_stage<D, BN, THREADS>(s_kv, p, s_rows, key_lo, key_hi, threadIdx.x);
   cp_async_commit();
 
   const int row0 = Tile::kWarpRows * warp;                     // this warp's first row in the block
   // positions of this warp's first and last valid rows (a warp past `rows` has none: sees nothing)
-  const int warp_first = first_pos + row0;
-  const int warp_last = row0 < rows ? first_pos + min(row0 + Tile::kWarpRows, rows) - 1 : -1;
+  const int warp_first = pos_base + (m0 + row0) / pack;
+  const int warp_last = row0 < rows ? pos_base + (m0 + min(row0 + Tile::kWarpRows, rows) - 1) / pack : -1;
   const float scale = p.scale * kLog2e;
   const uint32_t q_tile = smem_addr(s_q), kv_tiles = smem_addr(s_kv);
   if (q_tile % (2 * D) != 0) __trap();  // frag_addr's XOR needs tiles aligned to a row (2 * D bytes)
@@ -387,10 +434,13 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
       const uint32_t k_offset = (tile & 1) * Tile::kStageElems * 2;  // this stage's K tile, from stage 0's
       const FragAddrs<D> frag(q_tile, kv_tiles, row0, lane);
       const int pos0 = warp_first + lane / 4;                          // query position of fragment row g
+      const PackedRows packed{pos_base, m0 + row0 + lane / 4, pack};  // (kPacked) its rows' positions
       if (masked) {
-        attend_tile<T, D, BN, RT, true>(o, m, l, frag, k_offset, key0, pos0, window, scale, skip_rescale, lane);
+        attend_tile<T, D, BN, RT, true, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale,
+                                                 skip_rescale, lane);
       } else {
-        attend_tile<T, D, BN, RT, false>(o, m, l, frag, k_offset, key0, pos0, window, scale, skip_rescale, lane);
+        attend_tile<T, D, BN, RT, false, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale,
+                                                  skip_rescale, lane);
       }
     }
     // the slot this tile's copies used last read before this tile's barrier: refill it for tile + 2
@@ -400,21 +450,43 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
   }
 
   const int lane = threadIdx.x % kWarpSize;
-  auto* out = static_cast<uint16_t*>(p.out) + head * p.o_stride_head + (q_start + m0) * p.o_stride_token;
-  store_rows<T, D, RT>(out, p.o_stride_token, o, l, s_q, row0, rows, lane);
+  store_rows<T, D, RT>(p, map, o, l, s_q, row0, rows, lane);
 #else
   __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
 #endif
 }
 
-template <typename T, int D>
-void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens, cudaStream_t stream) {
+template <typename T, int D, bool kPacked>
+void launch_prefill_packing(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens,
+                            cudaStream_t stream) {
   const int bytes = PrefillTile<D>::kSmemBytes;
-  auto kernel = flash_prefill_kernel<T, D>;
-  allow_shared_memory<flash_prefill_kernel<T, D>>(bytes);
-  const dim3 grid(static_cast<unsigned>(num_tokens / kPrefillBlockM + (seq_hi - seq_lo)), args.num_heads);
+  auto kernel = flash_prefill_kernel<T, D, kPacked>;
+  allow_shared_memory<flash_prefill_kernel<T, D, kPacked>>(bytes);
+  const int pack = kPacked ? args.num_heads / args.num_kv_heads : 1;
+  const dim3 grid(static_cast<unsigned>(num_tokens * pack / kPrefillBlockM + (seq_hi - seq_lo)),
+                  kPacked ? args.num_kv_heads : args.num_heads);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
   kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, block_div, seq_lo, seq_hi, skip_rescale_enabled());
+}
+
+// The q heads of a kv head packed into the rows (PAGODA_FLASH_PACK_GQA=1; not yet timed on a GPU): a
+// short query then fills a block's rows for its whole group, one program a kv head reading each key
+// tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
+inline bool pack_gqa_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("PAGODA_FLASH_PACK_GQA");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return enabled;
+}
+
+template <typename T, int D>
+void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens, cudaStream_t stream) {
+  if (pack_gqa_enabled() && args.num_heads > args.num_kv_heads) {
+    launch_prefill_packing<T, D, true>(args, seq_lo, seq_hi, num_tokens, stream);
+  } else {
+    launch_prefill_packing<T, D, false>(args, seq_lo, seq_hi, num_tokens, stream);
+  }
 }
 
 template <typename T>

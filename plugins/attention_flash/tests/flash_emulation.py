@@ -48,15 +48,24 @@ def prefill_mask(bn: int, warp_rows: int, key0: int, pos0: int, window: int) -> 
     return visible
 
 
-def find_query_block(qsl: list[int], pid: int, seq_lo: int, seq_hi: int) -> tuple[int, int]:
+def find_query_block(qsl: list[int], pid: int, seq_lo: int, seq_hi: int, pack: int = 1) -> tuple[int, int]:
     base, lo, hi = qsl[seq_lo], seq_lo, seq_hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if (qsl[mid] - base) // BLOCK_M + mid - seq_lo <= pid:
+        if (qsl[mid] - base) * pack // BLOCK_M + mid - seq_lo <= pid:
             lo = mid
         else:
             hi = mid
-    return lo, pid - ((qsl[lo] - base) // BLOCK_M + lo - seq_lo)
+    return lo, pid - ((qsl[lo] - base) * pack // BLOCK_M + lo - seq_lo)
+
+
+def packed_mask(bn: int, warp_rows: int, key0: int, pos: torch.Tensor, window: int) -> torch.Tensor:
+    """mask_scores_packed for one warp, as [warp_rows, bn] booleans: row r at position pos[r]."""
+    keys = key0 + torch.arange(bn)
+    visible = keys[None, :] <= pos[:, None]
+    if window > 0:
+        visible &= keys[None, :] > pos[:, None] - window
+    return visible
 
 
 def paged_rows(half: torch.Tensor, bt_row: torch.Tensor, positions: torch.Tensor, key_hi: int, kv_head: int) -> torch.Tensor:
@@ -132,55 +141,65 @@ class Softmax:
         self.m = row_max
 
 
-def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_decodes, scale, window) -> None:
+def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_decodes, scale, window,
+                    packed: bool = False) -> None:
+    """flash_prefill_kernel: a program's 128 rows are query tokens of one q head, or (``packed``,
+    PAGODA_FLASH_PACK_GQA=1) (token, q head) pairs of one kv head, token-major."""
     num_tokens, num_heads, d = query.shape
     num_kv_heads, bn, warp_rows = kv_cache.shape[3], prefill_block_n(d), prefill_warp_rows(d)
+    group = num_heads // num_kv_heads
+    pack = group if packed else 1
     qsl, seq_lens = qsl_t.tolist(), seq_lens_t.tolist()
     num_seqs = len(seq_lens)
-    grid_x = (num_tokens - num_decodes) // BLOCK_M + (num_seqs - num_decodes)
+    grid_x = (num_tokens - num_decodes) * pack // BLOCK_M + (num_seqs - num_decodes)
     scale2 = scale * LOG2E
     masks: dict[tuple[int, int], torch.Tensor] = {}
-    for x in range(grid_x):
-        seq, block = find_query_block(qsl, grid_x - 1 - x, num_decodes, num_seqs)
+    for x, y in ((x, y) for x in range(grid_x) for y in range(num_kv_heads if packed else num_heads)):
+        seq, block = find_query_block(qsl, grid_x - 1 - x, num_decodes, num_seqs, pack)
         q_start, q_len, seq_len = qsl[seq], qsl[seq + 1] - qsl[seq], seq_lens[seq]
         m0 = block * BLOCK_M
-        if m0 >= q_len:
+        if m0 >= q_len * pack:
             continue
-        rows = min(BLOCK_M, q_len - m0)
-        first_pos = seq_len - q_len + m0
-        key_hi = first_pos + rows
+        rows = min(BLOCK_M, q_len * pack - m0)
+        pos_base = seq_len - q_len
+        first_pos = pos_base + m0 // pack
+        key_hi = pos_base + (m0 + rows - 1) // pack + 1
         key_lo = max(first_pos - window + 1, 0) // bn * bn if window > 0 else 0
         num_tiles = (key_hi - key_lo + bn - 1) // bn
-        tokens = q_start + m0 + torch.arange(rows)
-        for head in range(num_heads):
-            kv_head = head // (num_heads // num_kv_heads)
-            q = torch.zeros(BLOCK_M, d)  # the Q tile: rows past the block's tokens zero-filled
-            q[:rows] = query[tokens, head].float()
-            result = torch.zeros(BLOCK_M, d)
-            for row0 in range(0, BLOCK_M, warp_rows):  # one warp's rows
-                warp_first = first_pos + row0
-                warp_last = first_pos + min(row0 + warp_rows, rows) - 1 if row0 < rows else -1
-                state = Softmax(warp_rows, d)
-                for tile in range(num_tiles):
-                    key0 = key_lo + tile * bn
-                    after_all = key0 > warp_last
-                    before_all = window > 0 and key0 + bn - 1 <= warp_first - window
-                    if after_all or before_all:
-                        continue
-                    keys = key0 + torch.arange(bn)
-                    k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
-                    v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
-                    s = q[row0 : row0 + warp_rows] @ k.T
-                    if key0 + bn - 1 > warp_first or (window > 0 and key0 <= warp_last - window):
-                        # the mask depends on key0 - pos0 only: cache it by that difference
+        f = m0 + torch.arange(BLOCK_M)  # the block's rows: token f // pack, q head head0 + f % pack
+        kv_head = y if packed else y // group
+        head0 = kv_head * group if packed else y
+        tokens, heads, pos = q_start + f // pack, head0 + f % pack, pos_base + f // pack
+        q = torch.zeros(BLOCK_M, d)  # the Q tile: rows past the block's valid rows zero-filled
+        q[:rows] = query[tokens[:rows], heads[:rows]].float()
+        result = torch.zeros(BLOCK_M, d)
+        for row0 in range(0, BLOCK_M, warp_rows):  # one warp's rows
+            warp_first = pos_base + (m0 + row0) // pack
+            warp_last = pos_base + (m0 + min(row0 + warp_rows, rows) - 1) // pack if row0 < rows else -1
+            state = Softmax(warp_rows, d)
+            for tile in range(num_tiles):
+                key0 = key_lo + tile * bn
+                after_all = key0 > warp_last
+                before_all = window > 0 and key0 + bn - 1 <= warp_first - window
+                if after_all or before_all:
+                    continue
+                keys = key0 + torch.arange(bn)
+                k = paged_rows(kv_cache[0], block_tables[seq], keys, key_hi, kv_head)
+                v = paged_rows(kv_cache[1], block_tables[seq], keys, key_hi, kv_head)
+                s = q[row0 : row0 + warp_rows] @ k.T
+                if key0 + bn - 1 > warp_first or (window > 0 and key0 <= warp_last - window):
+                    if packed:
+                        s = torch.where(packed_mask(bn, warp_rows, key0, pos[row0 : row0 + warp_rows], window),
+                                        s, NEG_INF)
+                    else:  # the mask depends on key0 - pos0 only: cache it by that difference
                         rel = warp_first - key0
                         if (rel, window) not in masks:
                             masks[(rel, window)] = prefill_mask(bn, warp_rows, key0, warp_first, window)
                         s = torch.where(masks[(rel, window)], s, NEG_INF)
-                    state.update(s, v, kv_cache.dtype, scale2)
-                inv = torch.where(state.l > 0, 1.0 / state.l, 0.0)
-                result[row0 : row0 + warp_rows] = state.o * inv[:, None]
-            out[tokens, head] = result[:rows].to(out.dtype)
+                state.update(s, v, kv_cache.dtype, scale2)
+            inv = torch.where(state.l > 0, 1.0 / state.l, 0.0)
+            result[row0 : row0 + warp_rows] = state.o * inv[:, None]
+        out[tokens[:rows], heads[:rows]] = result[:rows].to(out.dtype)
 
 
 def emulate_decode(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, seqs: range, query_p: int, scale, window,
@@ -248,9 +267,10 @@ def emulate_decode(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, seqs: 
 
 
 def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_splits: int,
-            short_query_len: int = 0) -> torch.Tensor:
+            short_query_len: int = 0, packed: bool = False) -> torch.Tensor:
     """What ``flash_attention`` writes for a whole mixed batch (the KV already written); with
-    ``short_query_len``, every sequence on the decode kernel."""
+    ``short_query_len``, every sequence on the decode kernel; ``packed``: the prefill kernel with
+    PAGODA_FLASH_PACK_GQA=1."""
     out = torch.full(query.shape, float("nan"), dtype=query.dtype)
     m, w = metadata, window or 0
     if short_query_len:
@@ -259,5 +279,6 @@ def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_spl
         return out
     emulate_decode(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, range(m.num_decodes), 1,
                    scale, w, num_splits)
-    emulate_prefill(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, scale, w)
+    emulate_prefill(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, scale, w,
+                    packed)
     return out

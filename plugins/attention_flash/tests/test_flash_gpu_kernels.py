@@ -115,6 +115,18 @@ def test_prefill_rescaling_at_every_key_tile() -> None:
     assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
 
 
+def test_prefill_with_packed_q_heads() -> None:
+    """PAGODA_FLASH_PACK_GQA=1 (read once per process): the mixed batches, chunked prefills after cached
+    prefixes and prefill-only batches again in a child process, a kv head's q heads packed into the rows."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    chosen = "mixed_batches or chunked_prefill or prefill_only"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", chosen]
+    result = subprocess.run(cmd, env={**os.environ, "PAGODA_FLASH_PACK_GQA": "1"}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
 @pytest.mark.parametrize("head", [64, 128, 256])
 def test_split_kv_decode_long_contexts(cuda, splits, head) -> None:

@@ -23,14 +23,15 @@ CSRC = Path(__file__).resolve().parents[3] / "csrc" / "attention"
 MIXED = [(1, 37), (1, 5), (1, 300), (9, 9), (70, 70), (130, 200), (1 + 16, 50), (3, 180), (40, 73), (50, 80)]
 
 
-def _check(spec: AttentionSpec, seqs, splits: int, seed: int, tol: float, short_query_len: int = 0) -> None:
+def _check(spec: AttentionSpec, seqs, splits: int, seed: int, tol: float, short_query_len: int = 0,
+           packed: bool = False) -> None:
     batch = make_batch(spec, seqs, "cpu", seed=seed)
     m = batch.metadata
     slots = m.slot_mapping
     kv = batch.kv_cache
     kv[0].view(-1, spec.num_kv_heads, spec.head_size)[slots] = batch.key  # the KV write runs first
     kv[1].view(-1, spec.num_kv_heads, spec.head_size)[slots] = batch.value
-    out = emulate(batch.query, kv, m, spec.scale, spec.sliding_window, splits, short_query_len)
+    out = emulate(batch.query, kv, m, spec.scale, spec.sliding_window, splits, short_query_len, packed)
     assert rel_error(out, reference(spec, batch)) < tol
 
 
@@ -63,6 +64,19 @@ def test_emulated_reduction_of_more_splits_than_one_batch_per_group(head, splits
     """Past 8 splits per reduction group (4 groups at head 128, 8 at 64) the running max rescales the sums."""
     spec = AttentionSpec(8, 2, head, head**-0.5, 16, torch.float32)
     _check(spec, [(1, 64 * splits - 20), (1, 300)], splits, seed=head + splits, tol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,head,block,window",
+    [(8, 2, 128, 16, None), (8, 1, 64, 32, None), (20, 1, 64, 16, None), (4, 1, 64, 8, 40), (6, 2, 64, 24, None),
+     (4, 2, 256, 16, 100)],
+    ids=["gqa4-d128", "gqa8-b32", "group20", "gqa4-window40-b8", "group3-b24", "gqa2-d256-window100"],
+)
+def test_emulated_prefill_with_packed_q_heads(heads, kv_heads, head, block, window) -> None:
+    """PAGODA_FLASH_PACK_GQA=1: a program's rows are (token, q head) pairs of one kv head (group 3 and 20
+    put a block's first row inside a token; short and long chunks after cached prefixes)."""
+    spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, torch.float32, window)
+    _check(spec, MIXED + [(33, 1000), (200, 260)], 1, seed=heads + head, tol=1e-5, packed=True)
 
 
 # a verify step: decodes, then queries of up to 16 tokens; (5, 20) and (8, 37) end mid-tile, (3, 3) is
