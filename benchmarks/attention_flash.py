@@ -39,10 +39,22 @@ DT = torch.bfloat16
 SCALE = HEAD**-0.5
 
 
-def flash_call(ext, out, q, cache, table, qsl, seq_lens, num_decodes, splits=1, scratch=None):
+def flash_call(ext, out, q, cache, table, qsl, seq_lens, num_decodes, splits=1, scratch=None, short_query_len=0):
     part_o, part_lse = scratch if scratch is not None else (None, None)
     return lambda: ext.flash_attention(out, q, cache, table, qsl, seq_lens, num_decodes, SCALE, 0,
-                                       splits if scratch is not None else 1, part_o, part_lse)
+                                       splits if scratch is not None else 1, part_o, part_lse, short_query_len)
+
+
+def split_plans(batch: int, q_len: int, ctx: int, sms: int) -> tuple:
+    """(flash's splits, its scratch, triton's splits, its scratch) for ``batch`` queries of ``q_len``
+    tokens at context ``ctx``: each backend's own plan (flash counts its programs of 16 rows)."""
+    programs = KV_HEADS * -(-(q_len * HEADS // KV_HEADS) // DECODE_ROWS)
+    n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,
+                            decode_programs_per_sm(HEAD, DT, torch.cuda.current_device()))
+    n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
+    tokens, device = batch * q_len, torch.device("cuda")
+    return (n_flash, decode_scratch(tokens, HEADS, HEAD, n_flash, device), n_triton,
+            decode_scratch(tokens, HEADS, HEAD, n_triton, device))
 
 
 def prefill_row(ext, seq: int, tokens: int) -> dict:
@@ -77,12 +89,7 @@ def decode_inputs(batch: int, ctx: int) -> tuple[torch.Tensor, ...]:
 def decode_row(ext, batch: int, ctx: int, copy_gbs: float, sms: int) -> dict:
     cache, table, seq_lens, qsl, q = decode_inputs(batch, ctx)
     out = torch.empty_like(q)
-    programs = KV_HEADS * -(-(HEADS // KV_HEADS) // DECODE_ROWS)
-    n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,
-                            decode_programs_per_sm(HEAD, DT, torch.cuda.current_device()))  # the backend's plan
-    n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
-    s_flash = decode_scratch(batch, HEADS, HEAD, n_flash, q.device)
-    s_triton = decode_scratch(batch, HEADS, HEAD, n_triton, q.device)
+    n_flash, s_flash, n_triton, s_triton = split_plans(batch, 1, ctx, sms)
     torch.cuda.synchronize()  # do_bench_cudagraph captures on a side stream: inputs must be ready
     ms_flash = bench(flash_call(ext, out, q, cache, table, qsl, seq_lens, batch, n_flash, s_flash), graphed=True)
     ms_triton = bench(lambda: decode_attention(q, out, cache, table, seq_lens, batch, SCALE, None, n_triton, s_triton),
@@ -110,15 +117,9 @@ def verify_row(ext, batch: int, ctx: int, q_len: int, sms: int) -> dict:
     qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda") * q_len
     q = torch.randn(batch * q_len, HEADS, HEAD, dtype=DT, device="cuda")
     out = torch.empty_like(q)
-    programs = KV_HEADS * -(-(q_len * HEADS // KV_HEADS) // DECODE_ROWS)
-    n_flash = balance_waves(batch * programs, choose_num_splits(batch, programs, ctx, sms), ctx, sms,
-                            decode_programs_per_sm(HEAD, DT, torch.cuda.current_device()))
-    n_triton = choose_num_splits(batch, KV_HEADS, ctx, sms)
-    s_flash = decode_scratch(batch * q_len, HEADS, HEAD, n_flash, q.device) or (None, None)
-    s_triton = decode_scratch(batch * q_len, HEADS, HEAD, n_triton, q.device)
+    n_flash, s_flash, n_triton, s_triton = split_plans(batch, q_len, ctx, sms)
     torch.cuda.synchronize()
-    ms_short = bench(lambda: ext.flash_attention(out, q, cache, table, qsl, seq_lens, 0, SCALE, 0, n_flash, *s_flash,
-                                                 q_len), graphed=True)
+    ms_short = bench(flash_call(ext, out, q, cache, table, qsl, seq_lens, 0, n_flash, s_flash, q_len), graphed=True)
     ms_prefill = bench(flash_call(ext, out, q, cache, table, qsl, seq_lens, 0), graphed=True)
     ms_triton = bench(lambda: short_query_attention(q, out, cache, table, qsl, seq_lens, 0, q_len, SCALE, None,
                                                     n_triton, s_triton), graphed=True)

@@ -103,28 +103,27 @@ def test_mixed_batches_against_the_reference(cuda, dtype, heads, kv_heads, head,
     check_case(cuda, spec, MIXED, seed=heads + head)
 
 
-def test_prefill_rescaling_at_every_key_tile() -> None:
-    """PAGODA_FLASH_SKIP_RESCALE=0 (the timing switch of scripts/device/flash_variants.py, read once per
-    process): some mixed batches again in a child process, the output rescaled at every key tile."""
+def rerun_in_child(chosen: str, variable: str, value: str) -> None:
+    """The tests of this file that ``-k chosen`` selects, in a child process with ``variable=value`` (the
+    kernels read their switches once per process)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    chosen = "mixed_batches and (mha-d64 or gqa4-d128- or gqa4-window512 or mha-d256)"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", chosen]
-    result = subprocess.run(cmd, env={**os.environ, "PAGODA_FLASH_SKIP_RESCALE": "0"}, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(cmd, env={**os.environ, variable: value}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_prefill_rescaling_at_every_key_tile() -> None:
+    """PAGODA_FLASH_SKIP_RESCALE=0 (the timing switch of scripts/device/flash_variants.py): some mixed
+    batches again, the output rescaled at every key tile."""
+    rerun_in_child("mixed_batches and (mha-d64 or gqa4-d128- or gqa4-window512 or mha-d256)",
+                   "PAGODA_FLASH_SKIP_RESCALE", "0")
 
 
 def test_prefill_with_packed_q_heads() -> None:
-    """PAGODA_FLASH_PACK_GQA=1 (read once per process): the mixed batches, chunked prefills after cached
-    prefixes and prefill-only batches again in a child process, a kv head's q heads packed into the rows."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    chosen = "mixed_batches or chunked_prefill or prefill_only"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", chosen]
-    result = subprocess.run(cmd, env={**os.environ, "PAGODA_FLASH_PACK_GQA": "1"}, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
+    """PAGODA_FLASH_PACK_GQA=1: the mixed batches, chunked prefills after cached prefixes and prefill-only
+    batches again, a kv head's q heads packed into the prefill kernel's rows."""
+    rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "1")
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
