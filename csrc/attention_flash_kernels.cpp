@@ -102,7 +102,8 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
   const c10::cuda::OptionalCUDAGuard guard(query.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (short_query_len > 0) {
-    const DecodeRange all{0, static_cast<int>(num_seqs), 0, static_cast<int>(num_tokens), static_cast<int>(short_query_len)};
+    const DecodeRange all{0, static_cast<int>(num_seqs), 0, static_cast<int>(num_tokens),
+                          static_cast<int>(short_query_len)};
     launch_flash_decode(dtype, args, all, static_cast<int>(num_splits), part_out_ptr, part_lse_ptr, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;

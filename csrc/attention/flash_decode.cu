@@ -4,9 +4,10 @@
 // rows that share it (the rows of one m16 fragment, token-major; more rows take several programs) and
 // one of `num_splits` slices of the context: every K/V byte is read once for all the q heads of a kv
 // head. A decode has one query token; a short query (a verify step's k + 1 tokens, DecodeRange's
-// query_p at most) is causal within itself, so the keys of its last tokens are masked row by row. Within the slice, warp w takes the 16-key tiles w, w + 4, w + 8, ...; each
-// warp streams its tiles through its own STAGES-deep cp.async ring in shared memory (no block-wide
-// barrier in the loop) and keeps its own running max, sum and fp32 output rows. At the end the four
+// query_p at most) is causal within itself, so the keys of its last tokens are masked row by row.
+// Within the slice, warp w takes the 16-key tiles w, w + 4, w + 8, ...; each warp streams its tiles
+// through its own STAGES-deep cp.async ring in shared memory (no block-wide barrier in the loop) and
+// keeps its own running max, sum and fp32 output rows. At the end the four
 // warps are merged through shared memory. With one split the program writes the output; otherwise
 // it writes its normalised fp32 partial output and log2-sum-exp, and flash_decode_reduce_kernel
 // combines the splits with weights 2^(lse_s - max lse).
@@ -107,7 +108,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int row_blocks = (range.query_p * group + kDecodeRows - 1) / kDecodeRows;
   const int seq = range.seq_lo + static_cast<int>(blockIdx.x) / row_blocks;
   const int kv_head = blockIdx.y;
-  const int first_row = (static_cast<int>(blockIdx.x) % row_blocks) * kDecodeRows;  // row f: token f / group, q head f % group
+  // row f of the sequence's query: token f / group, q head f % group of this kv head
+  const int first_row = (static_cast<int>(blockIdx.x) % row_blocks) * kDecodeRows;
   const int q_start = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_start;
   const int rows = min(q_len * group - first_row, kDecodeRows);  // <= 0: a row block past this query

@@ -72,7 +72,8 @@ struct RowMap {
   int token0, m0, pack, head0;
   PAGODA_INLINE int64_t offset(int r, int64_t stride_token, int64_t stride_head) const {
     const int f = m0 + r;
-    return static_cast<int64_t>(token0 + f / pack) * stride_token + static_cast<int64_t>(head0 + f % pack) * stride_head;
+    return static_cast<int64_t>(token0 + f / pack) * stride_token +
+           static_cast<int64_t>(head0 + f % pack) * stride_head;
   }
 };
 
