@@ -9,7 +9,8 @@ greedy 10.81 ms, temperature 0.7 with top-p 0.9 15.41 ms). Here each row gets on
 - top-p: among the ``CANDIDATES`` largest values (sorted by ``topk``) and the row's log-sum-exp,
   the smallest value whose strictly larger values hold less than ``top_p`` of the mass. Where the
   nucleus reaches past the candidates (a flat row), a search over the whole row finds it
-  (``top_p_search``: a Triton kernel on GPUs, torch elsewhere), with no host synchronisation.
+  (``top_p_search``: a Triton kernel on GPUs with triton installed, torch elsewhere), with no host
+  synchronisation.
 
 One difference from the sort path: every value equal to the threshold stays (the sort path keeps
 the tied values that its sort happened to put first), as ties with the k-th value already do for
@@ -19,6 +20,8 @@ top-k.
 from __future__ import annotations
 
 import torch
+
+from pagoda.triton_support import interpreting, triton_installed
 
 NEG_INF = float("-inf")
 CANDIDATES = 1024  # the largest values a row's nucleus is looked for among before searching the row
@@ -74,7 +77,7 @@ def top_p_search(x: torch.Tensor, lse: torch.Tensor, floor: torch.Tensor, top_p:
                  search: torch.Tensor) -> torch.Tensor:
     """[N, 1]: for rows where ``search``, the largest value v of the row with mass(x >= v) >= top_p
     (mass: exp(x - lse) over values at or above ``floor``); any value elsewhere."""
-    if x.device.type in ("cuda", "hip") or _interpreting():
+    if (x.device.type == "cuda" or interpreting()) and triton_installed():  # "cuda": NVIDIA and AMD GPUs
         from pagoda.engine.top_p_triton import search_thresholds
 
         return search_thresholds(x, lse, floor, top_p, search)
@@ -83,16 +86,11 @@ def top_p_search(x: torch.Tensor, lse: torch.Tensor, floor: torch.Tensor, top_p:
 
 def _search_by_sort(x: torch.Tensor, lse: torch.Tensor, floor: torch.Tensor, top_p: torch.Tensor,
                     search: torch.Tensor) -> torch.Tensor:
-    """The same on the CPU: the rows to search sorted whole (a host read is free there)."""
+    """The same by sorting the rows to search whole: on the CPU (its host read is free), or on a GPU
+    without triton (there ``nonzero`` waits for the device)."""
     out = torch.full_like(lse, NEG_INF)
     rows = search[:, 0].nonzero()[:, 0]
     if rows.numel():
         values = x[rows].masked_fill(x[rows] < floor[rows], NEG_INF).sort(dim=1, descending=True).values
         out[rows] = _last_kept(values, lse[rows], top_p[rows])[0]
     return out
-
-
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") == "1"

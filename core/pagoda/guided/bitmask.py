@@ -12,11 +12,12 @@ writes ``-inf`` over the forbidden logits in place, in one pass over the logits:
 
 from __future__ import annotations
 
-import importlib.util
 from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+
+from pagoda.triton_support import triton_installed
 
 WORD_BITS = 32
 
@@ -78,9 +79,4 @@ def _caps_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 def _use_triton(logits: torch.Tensor) -> bool:
     # "cuda": NVIDIA and AMD GPUs in torch; the kernel writes rows contiguous along the vocabulary
-    return logits.device.type == "cuda" and logits.stride(1) == 1 and _triton_installed()
-
-
-@lru_cache(maxsize=1)
-def _triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return logits.device.type == "cuda" and logits.stride(1) == 1 and triton_installed()

@@ -1,0 +1,18 @@
+"""Whether Triton kernels can run: core does not depend on triton (the triton attention plugin and the
+test extras bring it), so code that has a Triton kernel and a torch path asks here first."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreting() -> bool:
+    """``TRITON_INTERPRET=1``: Triton kernels run on CPU tensors (tests)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
