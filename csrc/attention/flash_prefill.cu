@@ -470,13 +470,14 @@ void launch_prefill_packing(const FlashAttentionArgs& args, int seq_lo, int seq_
   kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, block_div, seq_lo, seq_hi, skip_rescale_enabled());
 }
 
-// The q heads of a kv head packed into the rows (PAGODA_FLASH_PACK_GQA=1; not yet timed on a GPU): a
-// short query then fills a block's rows for its whole group, one program a kv head reading each key
-// tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
+// The q heads of a kv head packed into the rows (the default; PAGODA_FLASH_PACK_GQA=0: one q head a
+// program): a short query then fills a block's rows for its whole group, one program a kv head reading
+// each key tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
+// H200, 2026-11-27: 16-token chunks after 1-4k cached tokens 2.4-3.6x faster, long prefills unchanged.
 inline bool pack_gqa_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("PAGODA_FLASH_PACK_GQA");
-    return value != nullptr && std::strcmp(value, "1") == 0;
+    return value == nullptr || std::strcmp(value, "0") != 0;
   }();
   return enabled;
 }

@@ -24,7 +24,7 @@
 #  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. Leaner 4-6: see the README.)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-PART_MB="${PART_MB:-52}"   # + .whl (~8 MiB) + the tree (~1 MiB) stays under a call's 64 MiB
+PART_MB="${PART_MB:-40}"   # + .whl (~8 MiB) + the tree (~16 MiB with benchmarks/results) stays under a call's 64 MiB
 DL=.vllm_dl
 VLLM=vllm==0.26.0
 # Not in the GPU image (KINDS.md "Python packages already there"); versions satisfy vLLM 0.26.0's Requires-Dist.

@@ -140,7 +140,9 @@ def test_search_kernel_compiles_for_sm90():
 @pytest.mark.gpu
 def test_threshold_equals_sort_on_the_gpu():
     """Batch 256 x 128256 on the GPU: peaked rows end among the candidates, flat ones are searched whole
-    by the kernel; the masks equal the sort path's."""
+    by the kernel; the masks equal the sort path's, but for the one token at the nucleus's edge where a
+    flat row's mass reaches top_p within float32 summation error (H100, 2026-11-27: 2 of 128 flat rows,
+    each one token of mass 8e-6 in or out, either path's kept mass within 1e-5 of top_p)."""
     g = torch.Generator(device="cuda").manual_seed(5)
     x = torch.randn(256, 128256, device="cuda", generator=g)
     x[:128] *= 6.0
@@ -150,4 +152,13 @@ def test_threshold_equals_sort_on_the_gpu():
     by_sort, by_threshold = x.clone(), x.clone()
     _apply_top_k_top_p(by_sort, k, p, 50)
     top_p.apply_top_k_top_p(by_threshold, k, p, 50)
-    assert torch.equal(by_sort, by_threshold)
+    kept_sort, kept_threshold = by_sort > float("-inf"), by_threshold > float("-inf")
+    differ = kept_sort != kept_threshold
+    assert torch.equal(by_sort[kept_sort & kept_threshold], x[kept_sort & kept_threshold])
+    assert not differ[:128].any() and int(differ.any(dim=1).sum()) <= 8  # peaked rows exact; flat rows at most
+    assert int(differ.sum(dim=1).max()) <= 1  # one edge token a row
+    probs = torch.softmax(x.double(), dim=-1)
+    mass_sort, mass_threshold = (probs * kept_sort).sum(-1), (probs * kept_threshold).sum(-1)
+    assert float((mass_sort - mass_threshold).abs().max()) < 2e-5
+    no_k = k == 128256  # the nucleus holds top_p of the mass where top-k does not cut first
+    assert bool((mass_threshold[no_k] > p[no_k].double() - 2e-5).all())

@@ -44,11 +44,11 @@ class FlashAttentionBackend(AttentionBackend):
     """
 
     description = "FlashAttention-style CUDA kernels from csrc/attention (tensor cores; NVIDIA sm_80+, fp16/bf16)"
-    # Below triton (50) until these kernels are faster than it end to end. Run 8 (2026-11-26,
-    # docs/attention_flash.md): prefill at 1.03-1.11x torch's SDPA flash, decode at 0.99-1.05x triton
-    # (batch 1 x 32k: 86% of copy on an H100, 84% on an H200), but 300 x 1024/128 end to end at
-    # 0.98-1.02x triton. `--attention-backend flash` selects it explicitly.
-    priority = 40
+    # Above triton (50), measured on an H200 on 2026-11-27 (docs/attention_flash.md, run 12): prefill
+    # 1.02-1.12x torch's SDPA flash, decode 0.985-1.30x triton, verify steps 1.0-1.15x, 16-token chunks
+    # after cached prefixes 1.0-1.07x; end to end 0.999x (300 x 1024/128) and 1.008x (256 x 256/1024).
+    # `auto` falls back to triton wherever check() or the contract says no.
+    priority = 60
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
 

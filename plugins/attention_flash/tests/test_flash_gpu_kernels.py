@@ -120,10 +120,10 @@ def test_prefill_rescaling_at_every_key_tile() -> None:
                    "PAGODA_FLASH_SKIP_RESCALE", "0")
 
 
-def test_prefill_with_packed_q_heads() -> None:
-    """PAGODA_FLASH_PACK_GQA=1: the mixed batches, chunked prefills after cached prefixes and prefill-only
-    batches again, a kv head's q heads packed into the prefill kernel's rows."""
-    rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "1")
+def test_prefill_one_q_head_a_program() -> None:
+    """PAGODA_FLASH_PACK_GQA=0: the mixed batches, chunked prefills after cached prefixes and prefill-only
+    batches again, one q head a prefill program (the default packs a kv head's q heads into its rows)."""
+    rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "0")
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
