@@ -68,6 +68,8 @@ def test_cli_writes_table_and_json(fake, tmp_path, capsys):
     assert record["input_lens"] == [12] * 4  # cut to exactly 12 tokens through /tokenize + /detokenize
     assert record["output_lens"] == [3] * 4 and record["total_output_tokens"] == 12
     assert all(len(gaps) == 2 for gaps in record["itls"])
+    starts = record["start_times"]  # on the clock of the core's traces: later starts wait for a free slot
+    assert len(starts) == 4 and max(starts) - min(starts) >= min(record["e2els"]) * 0.5
     assert timings.max_in_flight <= 2
     assert all(b["ignore_eos"] and b["stream"] and b["max_tokens"] == 3 for b in timings.bodies)
 
@@ -93,7 +95,7 @@ def test_result_file_holds_the_summary_unless_detailed(fake, tmp_path):
                "--output-len", "2", "--no-progress", "--result-file", str(tmp_path / "r.json")])
     record = json.loads((tmp_path / "r.json").read_text())
     assert rc == 0 and record["completed"] == 3 and record["total_output_tokens"] == 6 and "p99_ttft_ms" in record
-    assert not {"input_lens", "output_lens", "ttfts", "itls", "e2els", "generated_texts", "errors"} & set(record)
+    assert not {"input_lens", "output_lens", "start_times", "ttfts", "itls", "e2els", "generated_texts", "errors"} & set(record)
 
 
 def test_failed_requests_are_counted_not_raised(fake, capsys):

@@ -168,6 +168,7 @@ def write_result(path: str, args: argparse.Namespace, settings: RequestSettings,
         record.update(
             input_lens=[r.prompt_len for r in results],
             output_lens=[r.output_tokens for r in results],
+            start_times=[r.start_time for r in results],  # time.perf_counter(): CLOCK_MONOTONIC on Linux, as the core's traces
             ttfts=[r.ttft for r in results],
             itls=[r.itl for r in results],
             e2els=[r.latency for r in results],

@@ -1,0 +1,90 @@
+"""Where served inter-token gaps come from: join `pagoda bench serve --save-detailed` (client chunk times)
+with the engine core's step trace (PAGODA_TRACE_DIR's core.jsonl); both on CLOCK_MONOTONIC.
+
+    python3 scripts/device/tail_analysis.py TRACE_DIR/core.jsonl RESULT.json [--out summary.json]
+
+Prints the core's step-to-step intervals (decode-only steps, and mixed steps: more tokens than
+sequences, i.e. a prefill chunk among them) at p50/p90/p99, the client's ITL at the same quantiles, and
+for every client gap above 2x the median ITL whether the core ran a mixed step or a slow step (over
+2x the median decode interval) inside that gap, or neither (the delay is outside the core: API server,
+transport, client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import statistics
+from pathlib import Path
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"n": len(ordered), **{f"p{q}_ms": round(pick(q / 100) * 1e3, 2) for q in (50, 90, 99)}}
+
+
+def core_steps(path: Path) -> list[dict]:
+    """Steps with ``interval``: start to the next step's start (the last step has none)."""
+    steps = [r for r in map(json.loads, path.read_text().splitlines()) if "step" in r and r["tokens"] > 0]
+    for step, after in zip(steps, steps[1:]):
+        step["interval"] = after["step"] - step["step"]
+    return [s for s in steps if "interval" in s]
+
+
+def client_gaps(result: dict) -> list[tuple[float, float]]:
+    """(start, end) of every gap between two content chunks of a request."""
+    gaps = []
+    for start, ttft, itls in zip(result["start_times"], result["ttfts"], result["itls"]):
+        t = start + ttft
+        for gap in itls:
+            gaps.append((t, t + gap))
+            t += gap
+    return gaps
+
+
+def classify(gaps: list[tuple[float, float]], steps: list[dict], slow: float) -> dict[str, int]:
+    starts = [s["step"] for s in steps]
+    counts = {"mixed_step_inside": 0, "slow_step_inside": 0, "outside_the_core": 0}
+    for begin, end in gaps:
+        inside = steps[max(0, bisect.bisect_left(starts, begin) - 1):bisect.bisect_right(starts, end)]
+        if any(s["tokens"] > s["seqs"] for s in inside):
+            counts["mixed_step_inside"] += 1
+        elif any(s["interval"] > slow for s in inside):
+            counts["slow_step_inside"] += 1
+        else:
+            counts["outside_the_core"] += 1
+    return counts
+
+
+def analyse(trace: Path, result_path: Path) -> dict:
+    steps = core_steps(trace)
+    decode = [s["interval"] for s in steps if s["tokens"] == s["seqs"]]
+    mixed = [s["interval"] for s in steps if s["tokens"] > s["seqs"]]
+    gaps = client_gaps(json.loads(result_path.read_text()))
+    itl = [end - begin for begin, end in gaps]
+    median_itl = statistics.median(itl)
+    long_gaps = [g for g in gaps if g[1] - g[0] > 2 * median_itl]
+    return {"decode_steps": quantiles(decode), "mixed_steps": quantiles(mixed), "client_itl": quantiles(itl),
+            "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
+            "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", type=Path, help="core.jsonl of PAGODA_TRACE_DIR")
+    p.add_argument("result", type=Path, help="pagoda bench serve --result-file ... --save-detailed")
+    p.add_argument("--out", type=Path, help="also write the summary here as JSON")
+    args = p.parse_args()
+    summary = analyse(args.trace, args.result)
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
