@@ -14,8 +14,8 @@
 #     MANIFEST of sha256 sums).
 #
 # Then, on the GPU machine, back to back (the machine keeps /tmp only while warm: 30 s between calls):
-#   1. run(carry=[".vllm1"])         bash scripts/device/vllm_install.sh .vllm1
-#   2. run(carry=[".vllm2", ".whl"]) bash scripts/device/vllm_install.sh .vllm2; PARTS=none bash scripts/device/peers.sh
+#   1. run(carry=[".vllm1"])         bash scripts/device/vllm_install.sh .vllm1     (and so on for each part but the last)
+#   2. run(carry=[".vllm3", ".whl"]) bash scripts/device/vllm_install.sh .vllm3; PARTS=none bash scripts/device/peers.sh
 #   3. run(carry=[".whl"])           PARTS=offline bash scripts/device/peers.sh            (~7 min)
 #   4. run(carry=[".whl"])           PARTS=serve bash scripts/device/peers.sh              (~8 min)
 #   5. run(carry=[".whl"])           PARTS=serve_vllm_client bash scripts/device/peers.sh  (~8 min)
