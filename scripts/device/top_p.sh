@@ -4,7 +4,6 @@
 #   1. the top-p and sampler gpu tests (the masks at 256 x 128256; the sampler's no-sync test);
 #   2. benchmarks/top_p.py: masking time, sort against threshold, batch 1-256, peaked and flat rows;
 #   3. profile_decode.py at batch 256, temperature 0.7 + top-p 0.9, with each mode;
-#   4. `pagoda serve` + `pagoda bench serve` sampled (temperature 0.7, top-p 0.9) with the threshold.
 # About 7 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/top_p.sh
 source scripts/device/begin_cuda.sh top_p

@@ -71,10 +71,11 @@ def test_ties_at_the_threshold_all_stay():
     assert torch.isfinite(x[0, :4]).all() and x[0, 4] == float("-inf")
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_triton_search_equals_the_torch_search(triton_search, seed):
-    """The kernel keeps the same values as the sort-based search in every marked row (flat and peaked,
+@pytest.mark.parametrize("seed, chunk", [(0, 4096), (1, 4096), (2, 512)])  # 512: six histogram programs a row
+def test_triton_search_equals_the_torch_search(triton_search, monkeypatch, seed, chunk):
+    """The kernels keep the same values as the sort-based search in every marked row (flat and peaked,
     -inf entries, a top-k floor; top_p 1.0, which float sums may not reach: every value stays)."""
+    monkeypatch.setattr(triton_search, "CHUNK", chunk)
     x = logits(6, seed=seed)
     floor = torch.full((6, 1), float("-inf"))
     floor[2, 0] = x[2].topk(50).values[-1]  # a top-k floor
@@ -115,18 +116,23 @@ COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from pagoda.engine.top_p_triton import BLOCK, PASSES, PIVOTS, _search_kernel
-signature = dict(x_ptr="*fp32", lse_ptr="*fp32", floor_ptr="*fp32", top_p_ptr="*fp32", search_ptr="*i8",
-                 out_ptr="*fp32", vocab="i32", stride_x="i64")
-constants = dict(BLOCK=BLOCK, PIVOTS=PIVOTS, PASSES=PASSES)
-source = ASTSource(fn=_search_kernel, signature={**signature, **{k: "constexpr" for k in constants}},
-                   constexprs=constants)
-print(len(triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]) > 0)
+from pagoda.engine.top_p_triton import BLOCK, BUCKETS, CHUNK, DIGIT, _histogram_kernel, _select_kernel
+kernels = {
+    _histogram_kernel: (dict(x_ptr="*fp32", lse_ptr="*fp32", floor_ptr="*fp32", search_ptr="*i8", prefix_ptr="*i64",
+                             hist_ptr="*fp32", vocab="i32", stride_x="i64", num_chunks="i32", shift="i32"),
+                        dict(BLOCK=BLOCK, CHUNK=CHUNK, DIGIT=DIGIT, BUCKETS=BUCKETS)),
+    _select_kernel: (dict(hist_ptr="*fp32", prefix_ptr="*i64", above_ptr="*fp32", top_p_ptr="*fp32", search_ptr="*i8",
+                          num_chunks="i32"), dict(CHUNKS=32, BUCKETS=BUCKETS)),
+}
+for fn, (signature, constants) in kernels.items():
+    source = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constants}}, constexprs=constants)
+    assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+print(True)
 """
 
 
-def test_search_kernel_compiles_for_sm90():
-    """The interpreter is lenient: the kernel must also compile for a GPU (sm_90 PTX, no GPU needed)."""
+def test_search_kernels_compile_for_sm90():
+    """The interpreter is lenient: the kernels must also compile for a GPU (sm_90 PTX, no GPU needed)."""
     import os
     import subprocess
     import sys
