@@ -144,7 +144,7 @@ class Softmax:
 def emulate_prefill(out, query, kv_cache, block_tables, qsl_t, seq_lens_t, num_decodes, scale, window,
                     packed: bool = False) -> None:
     """flash_prefill_kernel: a program's 128 rows are query tokens of one q head, or (``packed``,
-    PAGODA_FLASH_PACK_GQA=1) (token, q head) pairs of one kv head, token-major."""
+    the default where group > 1) (token, q head) pairs of one kv head, token-major."""
     num_tokens, num_heads, d = query.shape
     num_kv_heads, bn, warp_rows = kv_cache.shape[3], prefill_block_n(d), prefill_warp_rows(d)
     group = num_heads // num_kv_heads
@@ -270,7 +270,7 @@ def emulate(query, kv_cache, metadata, scale: float, window: int | None, num_spl
             short_query_len: int = 0, packed: bool = False) -> torch.Tensor:
     """What ``flash_attention`` writes for a whole mixed batch (the KV already written); with
     ``short_query_len``, every sequence on the decode kernel; ``packed``: the prefill kernel with
-    PAGODA_FLASH_PACK_GQA=1."""
+    its rows packed by kv head (the default where a kv head has several q heads)."""
     out = torch.full(query.shape, float("nan"), dtype=query.dtype)
     m, w = metadata, window or 0
     if short_query_len:

@@ -73,7 +73,7 @@ def test_emulated_reduction_of_more_splits_than_one_batch_per_group(head, splits
     ids=["gqa4-d128", "gqa8-b32", "group20", "gqa4-window40-b8", "group3-b24", "gqa2-d256-window100"],
 )
 def test_emulated_prefill_with_packed_q_heads(heads, kv_heads, head, block, window) -> None:
-    """PAGODA_FLASH_PACK_GQA=1: a program's rows are (token, q head) pairs of one kv head (group 3 and 20
+    """The packed prefill (the default for GQA): a program's rows are (token, q head) pairs of one kv head (group 3 and 20
     put a block's first row inside a token; short and long chunks after cached prefixes)."""
     spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, torch.float32, window)
     _check(spec, MIXED + [(33, 1000), (200, 260)], 1, seed=heads + head, tol=1e-5, packed=True)
