@@ -7,7 +7,10 @@ Prints the core's step-to-step intervals (decode-only steps, and mixed steps: mo
 sequences, i.e. a prefill chunk among them) at p50/p90/p99, the client's ITL at the same quantiles, and
 for every client gap above 2x the median ITL whether the core ran a mixed step or a slow step (over
 2x the median decode interval) inside that gap, or neither (the delay is outside the core: API server,
-transport, client).
+transport, client). Then the TTFT of the run's requests in parts, from the core's request records
+(and the API servers' api_*.jsonl beside core.jsonl): API arrival -> core received -> first launched ->
+first token read -> first output at the HTTP handler, at p50/p99 over all requests and averaged over
+the slowest 1%.
 """
 
 from __future__ import annotations
@@ -60,17 +63,48 @@ def classify(gaps: list[tuple[float, float]], steps: list[dict], slow: float) ->
     return counts
 
 
+SEGMENTS = (("queue_to_core", "arrival", "received"), ("wait_for_launch", "received", "launched"),
+            ("first_step", "launched", "first_token"), ("back_to_handler", "first_token", "first_output"))
+
+
+def ttft_parts(trace: Path, begin: float, end: float) -> dict:
+    """The core's first-token records of requests that arrived in [begin, end], joined with the API
+    servers' first outputs: each segment's p50/p99, and its mean over the slowest 1% (arrival to
+    first output, or to first token without API traces)."""
+    records = {r["request"]: r for r in map(json.loads, trace.read_text().splitlines())
+               if "first_token" in r and begin <= r["arrival"] <= end}
+    for api in trace.parent.glob("api_*.jsonl"):
+        for r in map(json.loads, api.read_text().splitlines()):
+            if r["request"] in records:
+                records[r["request"]]["first_output"] = r["first_output"]
+    rows = [r for r in records.values() if r.get("launched") is not None]
+    if not rows:
+        return {}
+    last = "first_output" if all("first_output" in r for r in rows) else "first_token"
+    rows.sort(key=lambda r: r[last] - r["arrival"])
+    slowest = rows[-max(1, len(rows) // 100):]
+    parts = {}
+    for name, a, b in SEGMENTS:
+        if b == "first_output" and last != b:
+            continue
+        values = [r[b] - r[a] for r in rows]
+        parts[name] = {**quantiles(values), "slowest_1pct_mean_ms": round(1e3 * statistics.mean(r[b] - r[a] for r in slowest), 2)}
+    return parts
+
+
 def analyse(trace: Path, result_path: Path) -> dict:
     steps = core_steps(trace)
     decode = [s["interval"] for s in steps if s["tokens"] == s["seqs"]]
     mixed = [s["interval"] for s in steps if s["tokens"] > s["seqs"]]
-    gaps = client_gaps(json.loads(result_path.read_text()))
+    result = json.loads(result_path.read_text())
+    gaps = client_gaps(result)
     itl = [end - begin for begin, end in gaps]
     median_itl = statistics.median(itl)
     long_gaps = [g for g in gaps if g[1] - g[0] > 2 * median_itl]
     return {"decode_steps": quantiles(decode), "mixed_steps": quantiles(mixed), "client_itl": quantiles(itl),
             "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
-            "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode))}
+            "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode)),
+            "ttft_parts": ttft_parts(trace, min(result["start_times"]) - 1.0, max(result["start_times"]) + 1.0)}
 
 
 def main() -> None:
