@@ -1,5 +1,5 @@
 """Does an eager step pay extra the first time its token count appears? (profile_mixed.py's first mixed
-step took 21-53 ms against 10-24 ms for the same step again, H100, 2026-11-27; served steps have many
+step took 22-53 ms against 10-24 ms for the same step again, H100, 2026-11-23 and -27; served steps have many
 token counts, so such costs could be the served ITL/TTFT p99.)
 
     python3 scripts/device/first_shapes.py benchmarks/configs/llama-3.1-8b --out $OUT/first_shapes.json
