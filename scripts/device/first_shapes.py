@@ -7,7 +7,7 @@ token counts, so such costs could be the served ITL/TTFT p99.)
 One eager forward pass (prefill-shaped dummy metadata, one sequence) per token count, timed with a
 synchronise, twice in a row: ``first`` / ``again``. Phases, in one process:
   A. token counts never seen (300..315): the first-time cost;
-  B. a coarse warm-up: every multiple of 64 up to 2048;
+  B. a coarse warm-up: PAGODA_SHAPE_WARMUP's grid up to 2048 tokens (pagoda.engine.warmup);
   C. other unseen counts between them (330..345, 700..715): if their first-time cost is gone, a coarse
      warm-up at start-up is the fix (the cost is per kernel variant: lazy module loading, heuristics
      per shape class); if it stays, the cost is per count and steps must be padded to a few sizes.
@@ -27,6 +27,7 @@ import torch
 
 from pagoda import LLM
 from pagoda.engine.profiling import _positions, dummy_prefill_metadata
+from pagoda.engine.warmup import warmup_token_counts
 from pagoda.interfaces.model import ForwardContext
 
 
@@ -77,8 +78,8 @@ def main() -> None:
     forward(64 // s)  # the first pass of all (one-off start-up costs) is not a phase
     result = {"A_unseen": twice(forward, [t // s for t in range(300, 316)])}
     start = time.perf_counter()
-    for t in range(64, 2049, 64):
-        forward(t // s)
+    for t in warmup_token_counts(2048):
+        forward(max(1, t // s))
     result["B_warmup_s"] = round(time.perf_counter() - start, 2)
     result["C_unseen_after_warmup"] = twice(forward, [t // s for t in [*range(330, 346), *range(700, 716)]])
     device, dtype = forward.platform.device(), llm.engine.core.parts.dtype

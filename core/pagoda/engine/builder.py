@@ -187,13 +187,16 @@ def _model_class(hf_config) -> type[CausalLM]:
     return registry.get(architectures[0])  # raises: names the available ones and the register_models hook
 
 
-def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConfig:
+def step_token_budget(config: EngineConfig, max_model_len: int) -> int:
+    """The most tokens one step schedules (``--max-num-batched-tokens`` or its default)."""
     budget = config.max_num_batched_tokens or max(8192, config.max_num_seqs)
-    if not config.enable_chunked_prefill:
-        budget = max(budget, max_model_len)
+    return budget if config.enable_chunked_prefill else max(budget, max_model_len)
+
+
+def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConfig:
     return SchedulerConfig(
         max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=budget,
+        max_num_batched_tokens=step_token_budget(config, max_model_len),
         max_model_len=max_model_len,
         enable_chunked_prefill=config.enable_chunked_prefill,
     )
