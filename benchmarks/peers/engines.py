@@ -25,7 +25,7 @@ class Settings:
     model_dir: Path
     vllm_site: str = "/tmp/vllm_site"
     python: str = sys.executable
-    pagoda_flags: list[str] = field(default_factory=lambda: ["--attention-backend", "triton"])
+    pagoda_flags: list[str] = field(default_factory=list)  # Pagoda's defaults (auto: flash where installed)
     vllm_flags: list[str] = field(default_factory=list)  # e.g. ["--attention-backend", "TRITON_ATTN"]
     match_limits: bool = False  # give vLLM Pagoda's scheduler limits (256 sequences, 8192 tokens a step)
 

@@ -47,8 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rates", default="inf,4,8,16", help="request rates of the served parts (inf = all at once)")
     p.add_argument("--rate-seconds", type=int, default=30, help="finite rates send rate x this many requests")
     p.add_argument("--vllm-site", default="/tmp/vllm_site", help="vLLM's install (scripts/device/vllm_install.sh)")
-    p.add_argument("--pagoda-flag", action="append", default=None, help="extra flag for Pagoda (repeatable; "
-                   "default --attention-backend triton)")
+    p.add_argument("--pagoda-flag", action="append", default=None, help="extra flag for Pagoda (repeatable, e.g. "
+                   "--attention-backend=triton; default: none, auto picks flash where installed)")
     p.add_argument("--vllm-flag", action="append", default=[], help="extra flag for vLLM, e.g. --attention-backend=TRITON_ATTN")
     p.add_argument("--match-limits", action="store_true", help="give vLLM Pagoda's limits (256 seqs, 8192 tokens a step)")
     p.add_argument("--quick", action="store_true", help="tiny workloads (quick_*): check the pipeline, not speed")
