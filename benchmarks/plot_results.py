@@ -224,6 +224,28 @@ def verify_chart() -> None:
     fig.savefig(IMG / "verify_h100.png", dpi=110)
 
 
+def flash_chunks_chart() -> None:
+    """Verify steps and short chunks after cached prefixes on an H200 (2026-11-27, run 12 of
+    docs/attention_flash.md): flash's decode kernel, its prefill kernel unpacked and packed, triton."""
+    run = "h200_2026-11-27_round22/bench_fixed"
+    unpacked, packed = (load(f"{run}/attention_flash_verify_pack{p}.json")["verify"] for p in (0, 1))
+    labels = [f"{r['batch']} x {r['q_len']}\nctx {r['ctx'] // 1024}k" for r in packed]
+    series = (("flash decode kernel", [r["flash_us"] for r in packed], "#1d4e89"),
+              ("flash prefill, one q head a program", [r["flash_prefill_us"] for r in unpacked], "#89c2d9"),
+              ("flash prefill, packed (default)", [r["flash_prefill_us"] for r in packed], "#2a6f97"),
+              ("triton", [r["triton_us"] for r in packed], "#c44536"))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.2
+    for i, (label, values, color) in enumerate(series):
+        ax.bar([x + (i - 1.5) * width for x in range(len(labels))], values, width, label=label, color=color)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set(yscale="log", ylabel="microseconds a layer (log)", xlabel="batch x query tokens, cached context",
+           title="Short queries after cached prefixes, Llama-3.1-8B attention, bf16, H200")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(IMG / "flash_chunks_h200.png", dpi=110)
+
+
 if __name__ == "__main__":
     IMG.mkdir(parents=True, exist_ok=True)
     throughput_chart()
@@ -234,4 +256,5 @@ if __name__ == "__main__":
     awq_chart()
     tp_chart()
     verify_chart()
+    flash_chunks_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))

@@ -19,6 +19,9 @@ MIN_CAPABILITY = (8, 0)  # mma.sync m16n8k16 on bf16, ldmatrix, cp.async
 DECODE_ROWS = 16  # (query token, q head) rows per decode program (more take several programs)
 SHORT_QUERY = 8  # most query tokens a sequence may have for the decode kernel to take the step (default)
 MAX_SHORT_QUERY = 64  # the binding's limit
+# Up to this many query tokens the decode kernel also takes a step whose sequences x kv heads leave SMs idle on
+# the prefill kernel (no split-KV there): H200, 2026-11-27, 1 x 16 tokens after 1k: 10.9 us against 36.1.
+UNDERFILLED_SHORT_QUERY = 16
 # Shared memory the decode kernel of head size 256 asks for (csrc/attention/flash_decode.cu,
 # DecodeTile<256>): sm_80/sm_90 have it, the 99 KiB GPUs (sm_86, sm_89) do not.
 HEAD256_SHARED_MEMORY = 16 * 256 * 2 + 4 * 2 * 2 * 16 * 256 * 2
@@ -84,10 +87,12 @@ class FlashAttentionBackend(AttentionBackend):
 
     def _short_query_len(self, m: AttentionMetadata) -> int:
         """The most query tokens of a sequence where all are short (a verify step's k + 1, at most
-        ``short_query_max``) and some sequence has more than one: then the decode kernel takes every
-        sequence."""
-        short = m.num_seqs > m.num_decodes and m.max_query_len <= self.short_query_max
-        return m.max_query_len if short else 0
+        ``short_query_max``; at most UNDERFILLED_SHORT_QUERY where the step's sequences x kv heads are fewer
+        than the SMs) and some sequence has more than one: then the decode kernel takes every sequence."""
+        limit = self.short_query_max
+        if limit and m.num_seqs * self.spec.num_kv_heads < self.num_sms:
+            limit = max(limit, UNDERFILLED_SHORT_QUERY)
+        return m.max_query_len if m.num_seqs > m.num_decodes and m.max_query_len <= limit else 0
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         plan = metadata.extra if isinstance(metadata.extra, FlashStepPlan) else self.prepare(metadata).extra

@@ -121,22 +121,28 @@ def _planning_backend(spec: AttentionSpec) -> FlashAttentionBackend:
     return backend
 
 
-@pytest.mark.parametrize("query_lens,short", [((4, 4, 4), 4), ((1, 1, 3), 3), ((1, 9, 2), 0), ((1, 1, 1), 0)])
+@pytest.mark.parametrize("query_lens,short", [((4, 4, 4), 4), ((1, 1, 3), 3), ((1, 9, 2), 9), ((1, 16, 2), 16),
+                                              ((1, 17, 2), 0), ((1, 1, 1), 0), ((9,) * 17, 0), ((8,) * 17, 8)])
 def test_verify_steps_go_to_the_decode_kernel(query_lens, short) -> None:
     """Steps whose queries are all of at most SHORT_QUERY tokens (not pure decodes) take the decode kernel
     for every sequence: its rows are tokens x q heads (4 x 4 = one program a kv head, 8 x 4 = two), its
-    scratch per token; a longer query keeps decodes + prefill."""
+    scratch per token; up to 16 tokens while sequences x kv heads (8) stay under the 132 SMs (17 x 8 do
+    not); a longer query keeps decodes + prefill."""
     from pagoda.interfaces.attention import AttentionMetadata
 
     spec = AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
     qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
     decodes = next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
-    meta = AttentionMetadata(torch.zeros(int(qsl[-1]), dtype=torch.long), torch.zeros(3, 256, dtype=torch.int32), qsl,
-                             torch.full((3,), 4096, dtype=torch.int32), max(query_lens), 4096, num_decodes=decodes)
+    seqs = len(query_lens)
+    meta = AttentionMetadata(torch.zeros(int(qsl[-1]), dtype=torch.long), torch.zeros(seqs, 256, dtype=torch.int32), qsl,
+                             torch.full((seqs,), 4096, dtype=torch.int32), max(query_lens), 4096, num_decodes=decodes)
     plan = _planning_backend(spec).prepare(meta).extra
     assert plan.short_query_len == short
     tokens = int(qsl[-1]) if short else decodes
-    assert plan.num_splits > 1 and plan.decode_scratch[1].shape == (tokens, 32, plan.num_splits)
+    if seqs <= 3:  # three sequences at 4k split; 17 x 8 kv heads fill the SMs unsplit (no scratch)
+        assert plan.num_splits > 1 and plan.decode_scratch[1].shape == (tokens, 32, plan.num_splits)
+    else:
+        assert plan.num_splits == 1 and plan.decode_scratch is None
 
 
 def test_short_query_limit_from_the_environment(monkeypatch) -> None:
