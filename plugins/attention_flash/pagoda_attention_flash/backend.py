@@ -48,8 +48,8 @@ class FlashAttentionBackend(AttentionBackend):
 
     description = "FlashAttention-style CUDA kernels from csrc/attention (tensor cores; NVIDIA sm_80+, fp16/bf16)"
     # Above triton (50), measured on an H200 on 2026-11-27 (docs/attention_flash.md, run 12): prefill
-    # 1.02-1.12x torch's SDPA flash, decode 0.985-1.30x triton, verify steps 1.0-1.15x, 16-token chunks
-    # after cached prefixes 1.0-1.07x; end to end 0.999x (300 x 1024/128) and 1.008x (256 x 256/1024).
+    # 1.02-1.12x torch's SDPA flash (0.91-1.03x triton), decode 0.985-1.30x triton, verify steps 1.0-1.15x,
+    # 16-token chunks after cached prefixes 1.0-1.07x; end to end 0.999x (300 x 1024/128), 1.008x (256 x 256/1024).
     # `auto` falls back to triton wherever check() or the contract says no.
     priority = 60
     supports_graphs: ClassVar[bool] = True
