@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 
 from pagoda import LLM
-from pagoda.engine.profiling import _positions, dummy_prefill_metadata
+from pagoda.engine.profiling import dummy_forward, dummy_prefill_metadata
 from pagoda.engine.warmup import warmup_token_counts
-from pagoda.interfaces.model import ForwardContext
 
 
 def timed(fn) -> float:
@@ -51,10 +50,8 @@ class Forward:
     def __call__(self, tokens: int) -> None:
         device = self.platform.device()
         meta = dummy_prefill_metadata(tokens, 1, self.block_size, device)
-        ids = torch.zeros(tokens, dtype=torch.int64, device=device)
-        positions = _positions(meta).to(device)
         with self.platform.inference_context():
-            self.model(ids, positions, ForwardContext(self.attention.prepare(meta), self.kv_caches))
+            dummy_forward(self.model, self.attention, meta, self.kv_caches, device)
 
 
 def twice(fn, sizes: list[int]) -> dict:

@@ -40,10 +40,8 @@ def profile_activation_bytes(
         caches = [torch.empty(attention.kv_cache_shape(blocks), dtype=attention.spec.dtype, device=device)
                   for _ in range(num_layers)]
         cache_bytes = sum(c.numel() * c.element_size() for c in caches)
-        input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
-        positions = _positions(metadata).to(device)
         with platform.inference_context():
-            hidden = model(input_ids, positions, ForwardContext(attention.prepare(metadata), caches))
+            hidden = dummy_forward(model, attention, metadata, caches, device)
             if hasattr(model, "compute_logits"):  # pooling models (encoders) have no LM head
                 rows = torch.arange(max_num_seqs, device=device) % num_tokens  # the sampler's rows
                 torch.log_softmax(model.compute_logits(hidden[rows]), dim=-1)
@@ -72,6 +70,13 @@ def dummy_prefill_metadata(num_tokens: int, num_seqs: int, block_size: int, devi
         max_seq_len=int(lens.max()),
         num_decodes=int((lens == 1).all()) * num_seqs,
     )
+
+
+def dummy_forward(model: CausalLM, attention: AttentionBackend, metadata: AttentionMetadata,
+                  kv_caches: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The hidden states of one forward pass over ``metadata`` (from ``dummy_prefill_metadata``), token ids 0."""
+    input_ids = torch.zeros(int(metadata.slot_mapping.shape[0]), dtype=torch.int64, device=device)
+    return model(input_ids, _positions(metadata).to(device), ForwardContext(attention.prepare(metadata), kv_caches))
 
 
 def _positions(metadata: AttentionMetadata) -> torch.Tensor:

@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from pagoda.engine.profiling import _positions, dummy_prefill_metadata
+from pagoda.engine.profiling import dummy_forward, dummy_prefill_metadata
 from pagoda.interfaces.attention import AttentionBackend
-from pagoda.interfaces.model import CausalLM, ForwardContext
+from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
 
 logger = logging.getLogger("pagoda")
@@ -50,8 +50,7 @@ def warm_up_shapes(model: CausalLM, attention: AttentionBackend, platform: Platf
     with platform.inference_context():
         for tokens in counts:
             meta = dummy_prefill_metadata(tokens, math.ceil(tokens / SEQ_TOKENS), block_size, device)
-            ids = torch.zeros(tokens, dtype=torch.int64, device=device)
-            hidden = model(ids, _positions(meta).to(device), ForwardContext(attention.prepare(meta), kv_caches))
+            hidden = dummy_forward(model, attention, meta, kv_caches, device)
         if hidden is not None and hasattr(model, "compute_logits"):
             for rows in range(1, min(max_num_seqs, hidden.shape[0]) + 1):
                 model.compute_logits(hidden[:rows])
