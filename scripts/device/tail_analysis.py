@@ -30,9 +30,13 @@ def quantiles(values: list[float]) -> dict[str, float]:
     return {"n": len(ordered), **{f"p{q}_ms": round(pick(q / 100) * 1e3, 2) for q in (50, 90, 99)}}
 
 
-def core_steps(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def core_steps(records: list[dict]) -> list[dict]:
     """Steps with ``interval``: start to the next step's start (the last step has none)."""
-    steps = [r for r in map(json.loads, path.read_text().splitlines()) if "step" in r and r["tokens"] > 0]
+    steps = [r for r in records if "step" in r and r["tokens"] > 0]
     for step, after in zip(steps, steps[1:]):
         step["interval"] = after["step"] - step["step"]
     return [s for s in steps if "interval" in s]
@@ -67,14 +71,13 @@ SEGMENTS = (("queue_to_core", "arrival", "received"), ("wait_for_launch", "recei
             ("first_step", "launched", "first_token"), ("back_to_handler", "first_token", "first_output"))
 
 
-def ttft_parts(trace: Path, begin: float, end: float) -> dict:
+def ttft_parts(core: list[dict], folder: Path, begin: float, end: float) -> dict:
     """The core's first-token records of requests that arrived in [begin, end], joined with the API
     servers' first outputs: each segment's p50/p99, and its mean over the slowest 1% (arrival to
     first output, or to first token without API traces)."""
-    records = {r["request"]: r for r in map(json.loads, trace.read_text().splitlines())
-               if "first_token" in r and begin <= r["arrival"] <= end}
-    for api in trace.parent.glob("api_*.jsonl"):
-        for r in map(json.loads, api.read_text().splitlines()):
+    records = {r["request"]: r for r in core if "first_token" in r and begin <= r["arrival"] <= end}
+    for api in folder.glob("api_*.jsonl"):
+        for r in read_jsonl(api):
             if r["request"] in records:
                 records[r["request"]]["first_output"] = r["first_output"]
     rows = [r for r in records.values() if r.get("launched") is not None]
@@ -93,7 +96,8 @@ def ttft_parts(trace: Path, begin: float, end: float) -> dict:
 
 
 def analyse(trace: Path, result_path: Path) -> dict:
-    steps = core_steps(trace)
+    core = read_jsonl(trace)
+    steps = core_steps(core)
     decode = [s["interval"] for s in steps if s["tokens"] == s["seqs"]]
     mixed = [s["interval"] for s in steps if s["tokens"] > s["seqs"]]
     result = json.loads(result_path.read_text())
@@ -104,7 +108,8 @@ def analyse(trace: Path, result_path: Path) -> dict:
     return {"decode_steps": quantiles(decode), "mixed_steps": quantiles(mixed), "client_itl": quantiles(itl),
             "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
             "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode)),
-            "ttft_parts": ttft_parts(trace, min(result["start_times"]) - 1.0, max(result["start_times"]) + 1.0)}
+            "ttft_parts": ttft_parts(core, trace.parent, min(result["start_times"]) - 1.0,
+                                     max(result["start_times"]) + 1.0)}
 
 
 def main() -> None:
