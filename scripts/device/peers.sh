@@ -13,8 +13,9 @@ START=$SECONDS
 OUT="${OUT:-$PWD/peers_out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}" TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 PARTS="${PARTS:-offline}"
+PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 sources_hash() {
-  find core plugins/platform_cuda plugins/attention_triton plugins/attention_flash csrc pyproject.toml -type f \
+  find core "${PLUGINS[@]}" csrc pyproject.toml -type f \
     \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.h' -o -name '*.toml' \) \
     2>/dev/null | sort | xargs sha1sum | sha1sum | cut -d' ' -f1
 }
@@ -24,8 +25,7 @@ if [ "$(cat /tmp/site/.pagoda_sources 2>/dev/null)" = "$hash" ]; then
   echo "Pagoda already installed in /tmp/site (sources unchanged)"
 else
   rm -rf plugins/*/build plugins/*/*.egg-info
-  source scripts/device/install_wheels.sh plugins/platform_cuda plugins/attention_triton plugins/attention_flash \
-    > "$OUT/install.log" 2>&1 \
+  source scripts/device/install_wheels.sh "${PLUGINS[@]}" > "$OUT/install.log" 2>&1 \
     || { tail -40 "$OUT/install.log"; exit 1; }
   echo "$hash" > /tmp/site/.pagoda_sources
   echo "installed Pagoda into /tmp/site in $((SECONDS - START)) s"
