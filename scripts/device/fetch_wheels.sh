@@ -8,7 +8,8 @@ cd "$(git rev-parse --show-toplevel)"
 mkdir -p .git/info && { grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude; }
 PACKAGES=(
   fastapi==0.165.0 starlette pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection
-  uvicorn==0.54.0 stevedore==5.10.0 gguf==0.19.0 openai httpx-sse distro jiter sniffio
+  uvicorn==0.54.0 stevedore==5.10.0 gguf==0.19.0 openai==3.57.0 httpx-sse distro jiter sniffio
+  httpx2 httpcore2 truststore  # openai 3 talks through httpx2 (anyio, h11, idna: torch and hub deps there)
   opentelemetry-api==1.45.2 pyzmq==27.3.0 msgspec==0.22.0
   uvloop==0.23.0 httptools==0.9.0  # uvicorn's fast event loop and HTTP parser
   aiohttp==3.14.5 aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl  # the bench client

@@ -5,8 +5,9 @@
 # GPUs skip here (run scripts/device/tp.sh on nvidia-h200-x2 for those).
 # About 8 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/gpu_tests.sh
+#   SUITES=tests bash scripts/device/gpu_tests.sh     (only the named suites)
 EXTRA_PLUGINS=plugins/attention_flash source scripts/device/begin_cuda.sh gpu_tests
-for suite in tests plugins/platform_cuda/tests plugins/attention_flash/tests plugins/attention_triton/tests; do
+for suite in ${SUITES:-tests plugins/platform_cuda/tests plugins/attention_flash/tests plugins/attention_triton/tests}; do
   name=$(echo "$suite" | tr / _)
   PAGODA_REQUIRE_FLASH=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --durations=10 "$suite" \
     > "$R/$name.log" 2>&1
