@@ -3,11 +3,11 @@ with the engine core's step trace (PAGODA_TRACE_DIR's core.jsonl); both on CLOCK
 
     python3 scripts/device/tail_analysis.py TRACE_DIR/core.jsonl RESULT.json [--out summary.json]
 
-Prints the core's step-to-step intervals (decode-only steps, and mixed steps: more tokens than
+Prints the core's step-to-step intervals during the run (decode-only steps, and mixed steps: more tokens than
 sequences, i.e. a prefill chunk among them) at p50/p90/p99, the client's ITL at the same quantiles, and
 for every client gap above 2x the median ITL whether the core ran a mixed step or a slow step (over
 2x the median decode interval) inside that gap, or neither (the delay is outside the core: API server,
-transport, client). Then the TTFT of the run's requests in parts, from the core's request records
+transport, client), and the eight slowest steps. Then the TTFT of the run's requests in parts, from the core's request records
 (and the API servers' api_*.jsonl beside core.jsonl): API arrival -> core received -> first launched ->
 first token read -> first output at the HTTP handler, at p50/p99 over all requests and averaged over
 the slowest 1%.
@@ -97,17 +97,20 @@ def ttft_parts(core: list[dict], folder: Path, begin: float, end: float) -> dict
 
 def analyse(trace: Path, result_path: Path) -> dict:
     core = read_jsonl(trace)
-    steps = core_steps(core)
-    decode = [s["interval"] for s in steps if s["tokens"] == s["seqs"]]
-    mixed = [s["interval"] for s in steps if s["tokens"] > s["seqs"]]
     result = json.loads(result_path.read_text())
     gaps = client_gaps(result)
+    begin, end = min(result["start_times"]), max(e for _, e in gaps)
+    steps = [s for s in core_steps(core) if begin <= s["step"] <= end]  # this run's steps (a trace may hold several)
+    decode = [s["interval"] for s in steps if s["tokens"] == s["seqs"]]
+    mixed = [s["interval"] for s in steps if s["tokens"] > s["seqs"]]
     itl = [end - begin for begin, end in gaps]
     median_itl = statistics.median(itl)
     long_gaps = [g for g in gaps if g[1] - g[0] > 2 * median_itl]
     return {"decode_steps": quantiles(decode), "mixed_steps": quantiles(mixed), "client_itl": quantiles(itl),
             "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
             "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode)),
+            "slowest_steps": [{"ms": round(s["interval"] * 1e3, 1), "tokens": s["tokens"], "seqs": s["seqs"]}
+                              for s in sorted(steps, key=lambda s: -s["interval"])[:8]],
             "ttft_parts": ttft_parts(core, trace.parent, min(result["start_times"]) - 1.0,
                                      max(result["start_times"]) + 1.0)}
 

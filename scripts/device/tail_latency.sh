@@ -22,12 +22,13 @@ timeout 60 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts 64 
   --ignore-eos --no-progress --seed 1 > /dev/null 2>&1  # warm-up on other prompts
 for rate in 16 4; do
   timeout 90 pagoda bench serve --base-url http://127.0.0.1:8000 --num-prompts $((rate * 30)) --request-rate $rate \
-    --input-len 256 --output-len 256 --ignore-eos --no-progress --save-detailed --result-file "$R/rate$rate.json" \
+    --input-len 256 --output-len 256 --ignore-eos --no-progress --save-detailed --seed "$rate" \
+    --result-file "$R/rate$rate.json" \
     > "$R/rate$rate.log" 2>&1
   echo "rate $rate: exit $? $(python3 scripts/device/summarize_bench.py "$R/rate$rate.json" 2>/dev/null)" | tee -a "$OUT/summary.txt"
 done
 kill -TERM $pid; timeout 60 tail --pid=$pid -f /dev/null
-for rate in 16 4; do  # the trace holds both rates: the analysis reads the steps inside each run's gaps only
+for rate in 16 4; do  # the trace holds both rates (own seeds: no prompt of one is cached by the other)
   python3 scripts/device/tail_analysis.py "$R/trace/core.jsonl" "$R/rate$rate.json" --out "$R/tail_rate$rate.json" \
     > /dev/null 2>&1
   echo "rate $rate: $(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))" "$R/tail_rate$rate.json")" \

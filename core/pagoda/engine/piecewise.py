@@ -1,6 +1,6 @@
 """Steps the decode graphs do not take (prefill chunks, prefill + decodes) replayed as graph pieces.
 
-``PAGODA_MIXED_GRAPHS=N`` (off until measured on a served load): a step that neither the decode nor
+``PAGODA_MIXED_GRAPHS=N`` (off: measured without gain, see below): a step that neither the decode nor
 the verify graphs take and has at most N tokens is padded to the next captured token count
 (:func:`mixed_graph_sizes`). Everything but attention is recorded once per count as pieces cut at
 each attention layer: the first runs from the embeddings to layer 0's q/k/v, the next from layer 0's
@@ -14,9 +14,11 @@ dropped: every op outside attention works per row. (A dynamic per-tensor activat
 as it sees a padded decode graph's rows.) A model that reads the attention layout outside its
 attention layers (LongRoPE picks rotary rows by sequence length) is not cut; its steps run eagerly.
 
-Why: an eager step of 256-300 tokens on Llama-3.1-8B spent 13-16 ms launching its ~500 kernels
-from Python (H100 serving trace, 2026-11-28), longer than the device took, so overlapped steps could
-not hide it; and each new token count cost about 1 ms more the first time (scripts/device/first_shapes.py).
+Why it was built: eager steps of 256-300 tokens on Llama-3.1-8B returned to the host only after
+13-16 ms (H100 serving trace, 2026-11-28), and each new token count cost about 1 ms more the first time
+(scripts/device/first_shapes.py). Measured (docs/performance.md, "Where the served tail goes"): the step
+is bound by its GEMMs on the device, not by launching them. Served at 16 req/s, ITL p99 was 16.9 ms with
+pieces against 17.5 ms without; timed alone, a mixed step was no faster.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Eager steps at start-up over a grid of token counts (``PAGODA_SHAPE_WARMUP=1``; off until measured).
+"""Eager steps at start-up over a grid of token counts (``PAGODA_SHAPE_WARMUP=1``; off: measured, it barely pays).
 
 Served steps that run eagerly (prefill chunks, mixed prefill + decode steps) come in many token counts,
 and the logits of every step in many row counts. On an H100 the first step at a new token count took
@@ -7,6 +7,9 @@ first use, or per-shape choices made once. If the cost belongs to kernel variant
 count (``scripts/device/first_shapes.py`` tells which), one pass over a coarse grid at start-up pays
 it before the first request: the forward pass at ``warmup_token_counts`` and the LM head at every row
 count a step can sample.
+
+Measured on an H100 (2026-11-28, first_shapes.py): the cost belongs to each count, not to the kernel
+variants. A count never seen cost 0.99 ms more the first time, and 0.69 ms after this warm-up.
 """
 
 from __future__ import annotations
