@@ -13,7 +13,6 @@ from pagoda.distributed.parallel import TensorParallel
 from pagoda.engine.builder import step_token_budget
 from pagoda.engine.model_runner import ModelRunner, PendingStep
 from pagoda.engine.piecewise import mixed_graph_limit
-from pagoda.engine.warmup import shape_warmup_enabled, warm_up_shapes
 from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM
@@ -82,9 +81,6 @@ def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBa
         runner.capture_decode_graphs(max_model_len, config.max_num_seqs)
         if mixed_graph_limit():
             runner.capture_mixed_graphs(min(mixed_graph_limit(), step_token_budget(config, max_model_len)))
-    if shape_warmup_enabled() and config.runner != "pooling":
-        warm_up_shapes(model, attention, platform, kv_caches, config.block_size,
-                       step_token_budget(config, max_model_len), config.max_num_seqs)
     return runner
 
 
