@@ -7,6 +7,7 @@ plugins/platform_cuda/tests/test_cuda_graphs.py.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import pytest
@@ -42,16 +43,25 @@ class GraphSafeTorchBackend(TorchAttentionBackend):
     supports_graphs = True
 
 
-@pytest.fixture
-def replay_plugins():
+@contextlib.contextmanager
+def graph_test_plugins(name: str, platform: type[CpuPlatform]):
+    """Only the platform ``name`` and the attention backend "torch-graphs" are registered inside."""
     module = types.SimpleNamespace(
-        register_platforms=hookimpl(lambda register: register("replay-cpu", ReplayPlatform)),
+        register_platforms=hookimpl(lambda register: register(name, platform)),
         register_attention_backends=hookimpl(lambda register: register("torch-graphs", GraphSafeTorchBackend)),
     )
     previous = plugin_manager._MANAGER
-    plugin_manager._MANAGER = plugin_manager.PluginManager(modules={"replay": module}, entry_points=False)
-    yield
-    plugin_manager._MANAGER = previous
+    plugin_manager._MANAGER = plugin_manager.PluginManager(modules={"graph_test": module}, entry_points=False)
+    try:
+        yield
+    finally:
+        plugin_manager._MANAGER = previous
+
+
+@pytest.fixture
+def replay_plugins():
+    with graph_test_plugins("replay-cpu", ReplayPlatform):
+        yield
 
 
 def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models):

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import types
 
 import pytest
 import torch
 
 from pagoda import LLM, SamplingParams
-from pagoda.attention.torch_ref import TorchAttentionBackend
 from pagoda.engine import piecewise
 from pagoda.errors import ConfigError
-from pagoda.hookspecs import hookimpl
 from pagoda.layers.attention import Attention
-from pagoda.platforms.cpu import CpuPlatform
-from pagoda.plugins import manager as plugin_manager
+from test_decode_graphs import ReplayPlatform, graph_test_plugins
 from tiny_models import random_prompts
 
 REPLAYS = {"pieces": 0}
@@ -54,16 +50,7 @@ class _Rerun:
         self.resume.acquire()
 
 
-class PieceReplayPlatform(CpuPlatform):
-    priority = -1
-
-    def supports_graphs(self) -> bool:
-        return True
-
-    def capture_graph(self, fn):  # decode graphs: rerun the step
-        out = fn()
-        return (lambda: out.copy_(fn())), out
-
+class PieceReplayPlatform(ReplayPlatform):
     def capture_graph_pieces(self, fn):
         cuts = []
         outputs = fn(lambda: cuts.append(1))
@@ -71,21 +58,10 @@ class PieceReplayPlatform(CpuPlatform):
         return [lambda i=i: rerun.replay(i) for i in range(len(cuts) + 1)], outputs
 
 
-class GraphSafeTorchBackend(TorchAttentionBackend):
-    priority = -1
-    supports_graphs = True
-
-
 @pytest.fixture
 def piece_plugins():
-    module = types.SimpleNamespace(
-        register_platforms=hookimpl(lambda register: register("pieces-cpu", PieceReplayPlatform)),
-        register_attention_backends=hookimpl(lambda register: register("torch-graphs", GraphSafeTorchBackend)),
-    )
-    previous = plugin_manager._MANAGER
-    plugin_manager._MANAGER = plugin_manager.PluginManager(modules={"pieces": module}, entry_points=False)
-    yield
-    plugin_manager._MANAGER = previous
+    with graph_test_plugins("pieces-cpu", PieceReplayPlatform):
+        yield
 
 
 ARGS = dict(block_size=8, platform="pieces-cpu", attention_backend="torch-graphs", max_num_seqs=8,
