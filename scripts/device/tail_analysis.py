@@ -7,7 +7,8 @@ Prints the core's step-to-step intervals during the run (decode-only steps, and 
 sequences, i.e. a prefill chunk among them) at p50/p90/p99, the client's ITL at the same quantiles, and
 for every client gap above 2x the median ITL whether the core ran a mixed step or a slow step (over
 2x the median decode interval) inside that gap, or neither (the delay is outside the core: API server,
-transport, client), and the eight slowest steps. Then the TTFT of the run's requests in parts, from the core's request records
+transport, client), the eight slowest steps (with the core's garbage collection inside each), and each
+traced process's garbage-collection pauses during the run. Then the TTFT of the run's requests in parts, from the core's request records
 (and the API servers' api_*.jsonl beside core.jsonl): API arrival -> core received -> first launched ->
 first token read -> first output at the HTTP handler, at p50/p99 over all requests and averaged over
 the slowest 1%.
@@ -95,6 +96,18 @@ def ttft_parts(core: list[dict], folder: Path, begin: float, end: float) -> dict
     return parts
 
 
+def gc_pauses(records: list[dict], begin: float, end: float) -> dict:
+    """The garbage-collection pauses a process traced in [begin, end]: count, total, longest, 5 ms or more."""
+    pauses = [r["seconds"] for r in records if "gc" in r and begin <= r["start"] <= end]
+    return {"n": len(pauses), "total_ms": round(1e3 * sum(pauses), 1), "max_ms": round(1e3 * max(pauses, default=0), 1),
+            "n_5ms": sum(p >= 5e-3 for p in pauses)}
+
+
+def gc_inside(records: list[dict], begin: float, end: float) -> float:
+    """Milliseconds of garbage collection that started in [begin, end)."""
+    return round(1e3 * sum(r["seconds"] for r in records if "gc" in r and begin <= r["start"] < end), 1)
+
+
 def analyse(trace: Path, result_path: Path) -> dict:
     core = read_jsonl(trace)
     result = json.loads(result_path.read_text())
@@ -109,8 +122,11 @@ def analyse(trace: Path, result_path: Path) -> dict:
     return {"decode_steps": quantiles(decode), "mixed_steps": quantiles(mixed), "client_itl": quantiles(itl),
             "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
             "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode)),
-            "slowest_steps": [{"ms": round(s["interval"] * 1e3, 1), "tokens": s["tokens"], "seqs": s["seqs"]}
+            "slowest_steps": [{"ms": round(s["interval"] * 1e3, 1), "tokens": s["tokens"], "seqs": s["seqs"],
+                               "gc_ms": gc_inside(core, s["step"], s["step"] + s["interval"])}
                               for s in sorted(steps, key=lambda s: -s["interval"])[:8]],
+            "gc_pauses": {path.stem: gc_pauses(read_jsonl(path), begin, end)
+                          for path in sorted(trace.parent.glob("*.jsonl"))},
             "ttft_parts": ttft_parts(core, trace.parent, min(result["start_times"]) - 1.0,
                                      max(result["start_times"]) + 1.0)}
 

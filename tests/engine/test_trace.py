@@ -1,7 +1,9 @@
-"""PAGODA_TRACE_DIR: the core writes one line per step and one per first token, in order."""
+"""PAGODA_TRACE_DIR: the core writes one line per step and one per first token, in order, and its
+garbage-collection pauses."""
 
 from __future__ import annotations
 
+import gc
 import json
 
 from tiny_models import random_prompts
@@ -14,6 +16,7 @@ def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkey
     prompts = random_prompts(5, range(5, 12), seed=3)
     llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
                  use_tqdm=False)
+    gc.collect()  # a full collection is always recorded
     llm.engine.core.trace.close()
     lines = [json.loads(line) for line in (tmp_path / "core.jsonl").read_text().splitlines()]
     steps = [r for r in lines if "step" in r]
@@ -23,3 +26,6 @@ def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkey
     assert len(firsts) == 5 and len({r["request"] for r in firsts}) == 5
     for r in firsts:
         assert r["arrival"] <= r["received"] <= r["launched"] <= r["first_token"]
+    pauses = [r for r in lines if "gc" in r]
+    assert any(r["gc"] == 2 for r in pauses) and all(r["seconds"] >= 0 and r["start"] > 0 for r in pauses)
+    gc.collect()  # after close: nothing is written to the closed file

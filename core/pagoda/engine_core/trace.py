@@ -3,12 +3,15 @@ core write one JSON line per step and per first token (``core.jsonl``) and each 
 line per request when its first output reaches the HTTP handler (``api_<pid>.jsonl``). Times are
 ``time.monotonic()`` seconds, one clock for all processes of a machine, so the files join on
 request id: arrival (API) -> received (core) -> first launched -> first token read (core) ->
-handed to the HTTP handler (API)."""
+handed to the HTTP handler (API). Each file also gets one line per garbage collection of its process
+that took at least half a millisecond, and per full collection (``gc``: the generation)."""
 
 from __future__ import annotations
 
 import atexit
+import gc
 import os
+import time
 from pathlib import Path
 
 import msgspec
@@ -23,6 +26,8 @@ class Trace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "ab", buffering=1 << 16)  # noqa: SIM115 - lives as long as the process
         self._encode = msgspec.json.Encoder().encode
+        self._gc_start: float | None = None
+        gc.callbacks.append(self._on_gc)
         atexit.register(self.close)
 
     @classmethod
@@ -33,5 +38,17 @@ class Trace:
     def record(self, **fields) -> None:
         self._file.write(self._encode(fields) + b"\n")
 
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """{"gc": generation, "start": t, "seconds": pause, "collected": objects} for pauses of 0.5 ms or more."""
+        if phase == "start":
+            self._gc_start = time.monotonic()
+        elif self._gc_start is not None:
+            start, self._gc_start = self._gc_start, None
+            seconds = time.monotonic() - start
+            if seconds >= 5e-4 or info["generation"] == 2:
+                self.record(gc=info["generation"], start=start, seconds=seconds, collected=info["collected"])
+
     def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._file.close()
