@@ -89,6 +89,29 @@ def test_steps_replayed_in_pieces_equal_eager(piece_plugins, tiny_models, monkey
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
 
 
+def test_verify_steps_in_pieces_equal_eager(piece_plugins, tiny_models, monkeypatch):
+    """n-gram speculation: verify steps that the verify graphs do not take (a prefill beside them) go through
+    the pieces; the tokens equal an eager engine's with the same speculation."""
+    path = tiny_models["llama"][0]
+    prompts = [p * 4 for p in random_prompts(24, range(4, 12), seed=21)]  # repeats: drafts; 24 > 8 seqs: later prefills
+    params = [SamplingParams(temperature=0, max_tokens=8 + 3 * i, ignore_eos=True) for i in range(len(prompts))]
+    spec = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}
+    eager = LLM(model=path, **ARGS, **spec, enforce_eager=True).generate(prompts, params, use_tqdm=False)
+    monkeypatch.setenv(piecewise.ENV, "96")
+    llm = LLM(model=path, **ARGS, **spec)
+    graphs, drafted = llm.engine.core.runner.mixed_graphs, []
+
+    def size_for(out, _real=graphs.size_for):
+        size = _real(out)
+        drafted.append(size is not None and any(req.num_draft_tokens for req in out.requests))
+        return size
+
+    monkeypatch.setattr(graphs, "size_for", size_for)
+    graphed = llm.generate(prompts, params, use_tqdm=False)
+    assert any(drafted)  # some steps with drafts to verify went through the pieces
+    assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
+
+
 def test_longrope_model_runs_eagerly(piece_plugins, tiny_models, monkeypatch, caplog):
     """Phi-3's LongRoPE picks rotary rows by sequence length outside attention: no pieces, a log line."""
     monkeypatch.setenv(piecewise.ENV, "96")
