@@ -79,8 +79,8 @@ def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBa
     runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp)
     if use_graphs(config, platform, attention):
         runner.capture_decode_graphs(max_model_len, config.max_num_seqs)
-        if mixed_graph_limit():
-            runner.capture_mixed_graphs(min(mixed_graph_limit(), step_token_budget(config, max_model_len)))
+        if limit := mixed_graph_limit():  # PAGODA_MIXED_GRAPHS: prefill and mixed steps in graph pieces
+            runner.capture_mixed_graphs(min(limit, step_token_budget(config, max_model_len)))
     return runner
 
 
