@@ -7,8 +7,9 @@ Prints the core's step-to-step intervals during the run (decode-only steps, and 
 sequences, i.e. a prefill chunk among them) at p50/p90/p99, the client's ITL at the same quantiles, and
 for every client gap above 2x the median ITL whether the core ran a mixed step or a slow step (over
 2x the median decode interval) inside that gap, or neither (the delay is outside the core: API server,
-transport, client), the eight slowest steps (with the core's garbage collection inside each), and each
-traced process's garbage-collection pauses during the run. Then the TTFT of the run's requests in parts, from the core's request records
+transport, client), the eight slowest steps (with the core's garbage collection and device-allocator
+events inside each), how many steps allocated device memory, and each traced process's garbage-collection
+pauses during the run. Then the TTFT of the run's requests in parts, from the core's request records
 (and the API servers' api_*.jsonl beside core.jsonl): API arrival -> core received -> first launched ->
 first token read -> first output at the HTTP handler, at p50/p99 over all requests and averaged over
 the slowest 1%.
@@ -68,6 +69,7 @@ def classify(gaps: list[tuple[float, float]], steps: list[dict], slow: float) ->
     return counts
 
 
+ALLOCATOR_EVENTS = ("device_allocs", "alloc_retries")  # a step's cudaMalloc calls and flush-and-retry allocations
 SEGMENTS = (("queue_to_core", "arrival", "received"), ("wait_for_launch", "received", "launched"),
             ("first_step", "launched", "first_token"), ("back_to_handler", "first_token", "first_output"))
 
@@ -79,7 +81,7 @@ def ttft_parts(core: list[dict], folder: Path, begin: float, end: float) -> dict
     records = {r["request"]: r for r in core if "first_token" in r and begin <= r["arrival"] <= end}
     for api in folder.glob("api_*.jsonl"):
         for r in read_jsonl(api):
-            if r["request"] in records:
+            if r.get("request") in records:  # (gc lines have none)
                 records[r["request"]]["first_output"] = r["first_output"]
     rows = [r for r in records.values() if r.get("launched") is not None]
     if not rows:
@@ -123,8 +125,10 @@ def analyse(trace: Path, result_path: Path) -> dict:
             "long_gaps": len(long_gaps), "long_gap_threshold_ms": round(2e3 * median_itl, 2),
             "long_gaps_by_cause": classify(long_gaps, steps, 2 * statistics.median(decode)),
             "slowest_steps": [{"ms": round(s["interval"] * 1e3, 1), "tokens": s["tokens"], "seqs": s["seqs"],
-                               "gc_ms": gc_inside(core, s["step"], s["step"] + s["interval"])}
+                               "gc_ms": gc_inside(core, s["step"], s["step"] + s["interval"]),
+                               **{k: s[k] for k in ALLOCATOR_EVENTS if k in s}}
                               for s in sorted(steps, key=lambda s: -s["interval"])[:8]],
+            "steps_with_allocator_events": {k: sum(k in s for s in steps) for k in ALLOCATOR_EVENTS},
             "gc_pauses": {path.stem: gc_pauses(read_jsonl(path), begin, end)
                           for path in sorted(trace.parent.glob("*.jsonl"))},
             "ttft_parts": ttft_parts(core, trace.parent, min(result["start_times"]) - 1.0,

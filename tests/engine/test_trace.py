@@ -4,10 +4,13 @@ garbage-collection pauses."""
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
+from pagoda.engine_core.trace import CountDeltas
+from pagoda.platforms.cpu import CpuPlatform
 
 
 def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkeypatch):
@@ -29,3 +32,23 @@ def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkey
     pauses = [r for r in lines if "gc" in r]
     assert any(r["gc"] == 2 for r in pauses) and all(r["seconds"] >= 0 and r["start"] > 0 for r in pauses)
     gc.collect()  # after close: nothing is written to the closed file
+
+
+def test_count_deltas_report_what_grew():
+    counts = iter([{"a": 1, "b": 5}, {"a": 1, "b": 7}, {"a": 4, "b": 7}, {"a": 4, "b": 7, "c": 2}])
+    deltas = CountDeltas(lambda: next(counts))
+    assert [deltas(), deltas(), deltas()] == [{"b": 2}, {"a": 3}, {"c": 2}]
+
+
+def test_steps_carry_the_allocator_events_of_the_platform(tiny_models, tmp_path, monkeypatch):
+    """A step's line holds the growth of Platform.allocator_counts during it (CUDA: cudaMalloc calls, retries)."""
+    calls = itertools.count()
+    monkeypatch.setattr(CpuPlatform, "allocator_counts", lambda self: {"device_allocs": next(calls) // 3, "alloc_retries": 0})
+    monkeypatch.setenv("PAGODA_TRACE_DIR", str(tmp_path))
+    llm = LLM(model=tiny_models["llama"][0], block_size=8)
+    llm.generate([{"prompt_token_ids": [5, 6, 7]}], SamplingParams(temperature=0, max_tokens=9, ignore_eos=True),
+                 use_tqdm=False)
+    llm.engine.core.trace.close()
+    steps = [r for r in map(json.loads, (tmp_path / "core.jsonl").read_text().splitlines()) if "step" in r]
+    assert [r.get("device_allocs", 0) for r in steps].count(1) == len(steps) // 3
+    assert not any("alloc_retries" in r for r in steps)

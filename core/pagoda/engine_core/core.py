@@ -35,7 +35,7 @@ from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.engine.sampler import needs_tokens_before_launch
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
-from pagoda.engine_core.trace import Trace
+from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
 from pagoda.interfaces.scheduler import SchedulerOutput
@@ -80,6 +80,7 @@ class EngineCore:
         self.stats = StepStats()
         self._inflight: InflightStep | None = None
         self.trace = Trace.from_env("core")  # PAGODA_TRACE_DIR: step and first-token timings
+        self._allocator_events = CountDeltas(parts.platform.allocator_counts) if self.trace is not None else None
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "EngineCore":
@@ -154,7 +155,7 @@ class EngineCore:
             self.speculator.end_step(busy=self.has_unfinished())
         if self.trace is not None:
             self.trace.record(step=start, seconds=time.monotonic() - start, tokens=scheduled.total_tokens,
-                              seqs=len(scheduled.requests), outputs=len(outputs))
+                              seqs=len(scheduled.requests), outputs=len(outputs), **self._allocator_events())
         return outputs
 
     def _propose(self) -> list[EngineCoreOutput]:

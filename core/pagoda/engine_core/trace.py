@@ -3,7 +3,8 @@ core write one JSON line per step and per first token (``core.jsonl``) and each 
 line per request when its first output reaches the HTTP handler (``api_<pid>.jsonl``). Times are
 ``time.monotonic()`` seconds, one clock for all processes of a machine, so the files join on
 request id: arrival (API) -> received (core) -> first launched -> first token read (core) ->
-handed to the HTTP handler (API). Each file also gets one line per garbage collection of its process
+handed to the HTTP handler (API). A step's line also counts the device-allocator events during it
+(``Platform.allocator_counts``: cudaMalloc calls, retries after emptying the cache). Each file also gets one line per garbage collection of its process
 that took at least half a millisecond, and per full collection (``gc``: the generation)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import gc
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 
@@ -52,3 +54,18 @@ class Trace:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._file.close()
+
+
+class CountDeltas:
+    """Calls return how much each of a set of cumulative counters grew since the last call (only those
+    that grew): a step's device-allocator events, from ``Platform.allocator_counts``."""
+
+    def __init__(self, read: Callable[[], dict[str, int]]) -> None:
+        self._read = read
+        self._last = read()
+
+    def __call__(self) -> dict[str, int]:
+        now = self._read()
+        grown = {name: value - self._last.get(name, 0) for name, value in now.items() if value != self._last.get(name, 0)}
+        self._last = now
+        return grown

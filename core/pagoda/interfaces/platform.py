@@ -102,6 +102,11 @@ class Platform(Capability, ABC):
         """
         return torch.empty(nbytes, dtype=torch.uint8)
 
+    def allocator_counts(self) -> dict[str, int]:
+        """Cumulative counts of device-allocator events that cost host time, for traces
+        (``PAGODA_TRACE_DIR``): e.g. device allocations, and allocations retried after freeing the cache."""
+        return {}
+
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op where execution is synchronous)."""
 

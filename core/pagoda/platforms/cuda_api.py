@@ -109,6 +109,11 @@ class CudaApiPlatform(Platform, ABC):
     def supports_graphs(self) -> bool:
         return True
 
+    def allocator_counts(self) -> dict[str, int]:
+        """cudaMalloc calls, and failed ones that emptied torch's cache to retry (a device-wide sync)."""
+        stats = torch.cuda.memory_stats(self.device())
+        return {"device_allocs": stats.get("num_device_alloc", 0), "alloc_retries": stats.get("num_alloc_retries", 0)}
+
     def capture_graph(self, fn: Callable[[], T]) -> tuple[Callable[[], None], T]:
         """A CUDA (or HIP) graph of ``fn``; all graphs of this platform share one memory pool."""
         graph = torch.cuda.CUDAGraph()
