@@ -74,13 +74,13 @@ SEGMENTS = (("queue_to_core", "arrival", "received"), ("wait_for_launch", "recei
             ("first_step", "launched", "first_token"), ("back_to_handler", "first_token", "first_output"))
 
 
-def ttft_parts(core: list[dict], folder: Path, begin: float, end: float) -> dict:
+def ttft_parts(core: list[dict], apis: list[list[dict]], begin: float, end: float) -> dict:
     """The core's first-token records of requests that arrived in [begin, end], joined with the API
     servers' first outputs: each segment's p50/p99, and its mean over the slowest 1% (arrival to
     first output, or to first token without API traces)."""
     records = {r["request"]: r for r in core if "first_token" in r and begin <= r["arrival"] <= end}
-    for api in folder.glob("api_*.jsonl"):
-        for r in read_jsonl(api):
+    for api in apis:
+        for r in api:
             if r.get("request") in records:  # (gc lines have none)
                 records[r["request"]]["first_output"] = r["first_output"]
     rows = [r for r in records.values() if r.get("launched") is not None]
@@ -111,7 +111,8 @@ def gc_inside(records: list[dict], begin: float, end: float) -> float:
 
 
 def analyse(trace: Path, result_path: Path) -> dict:
-    core = read_jsonl(trace)
+    files = {path.stem: read_jsonl(path) for path in sorted({trace, *trace.parent.glob("*.jsonl")})}  # each read once
+    core = files[trace.stem]
     result = json.loads(result_path.read_text())
     gaps = client_gaps(result)
     begin, end = min(result["start_times"]), max(e for _, e in gaps)
@@ -129,10 +130,9 @@ def analyse(trace: Path, result_path: Path) -> dict:
                                **{k: s[k] for k in ALLOCATOR_EVENTS if k in s}}
                               for s in sorted(steps, key=lambda s: -s["interval"])[:8]],
             "steps_with_allocator_events": {k: sum(k in s for s in steps) for k in ALLOCATOR_EVENTS},
-            "gc_pauses": {path.stem: gc_pauses(read_jsonl(path), begin, end)
-                          for path in sorted(trace.parent.glob("*.jsonl"))},
-            "ttft_parts": ttft_parts(core, trace.parent, min(result["start_times"]) - 1.0,
-                                     max(result["start_times"]) + 1.0)}
+            "gc_pauses": {name: gc_pauses(records, begin, end) for name, records in files.items()},
+            "ttft_parts": ttft_parts(core, [records for name, records in files.items() if name.startswith("api_")],
+                                     min(result["start_times"]) - 1.0, max(result["start_times"]) + 1.0)}
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ line per request when its first output reaches the HTTP handler (``api_<pid>.jso
 ``time.monotonic()`` seconds, one clock for all processes of a machine, so the files join on
 request id: arrival (API) -> received (core) -> first launched -> first token read (core) ->
 handed to the HTTP handler (API). A step's line also counts the device-allocator events during it
-(``Platform.allocator_counts``: cudaMalloc calls, retries after emptying the cache). Each file also gets one line per garbage collection of its process
-that took at least half a millisecond, and per full collection (``gc``: the generation)."""
+(``Platform.allocator_counts``: cudaMalloc calls, retries after emptying the cache). Each file also
+gets one line per garbage collection of its process that took at least half a millisecond, and per
+full collection (``gc``: the generation)."""
 
 from __future__ import annotations
 
