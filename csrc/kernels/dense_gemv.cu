@@ -114,8 +114,11 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-template <typename T, int M, int R, int S, int P>
-__global__ void __launch_bounds__(kGemvThreads) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
+// B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
+// thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
+// spilling).
+template <typename T, int M, int R, int S, int P, int B>
+__global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
                                                                   const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
@@ -219,12 +222,27 @@ inline int preload_blocks() {
   return forced != 0 ? forced : 2;
 }
 
-template <typename T, int M, int R, int S>
-void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
+// Whether one token at one row a warp runs with four blocks an SM (B = 4) instead of the three its registers
+// allow: on unless PAGODA_GEMV_OCCUPANCY=0. The same loads and sums either way, so the same bits.
+inline bool four_blocks_an_sm() {
+  static const bool enabled = env_switch_on("PAGODA_GEMV_OCCUPANCY");
+  return enabled;
+}
+
+template <typename T, int M, int R, int S, int B>
+void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
-  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2> : dense_gemv_kernel<T, M, R, S, 1>;
+  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
   launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+}
+
+template <typename T, int M, int R, int S>
+void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
+  if constexpr (M == 1 && R == 1) {
+    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
+  }
+  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
 
 template <typename T, int M, int R>

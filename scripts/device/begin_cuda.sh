@@ -13,3 +13,11 @@ pack_results() {
   (cd "$OUT" && tar czf results.tgz r && rm -rf r)
   echo "total ${SECONDS} s"
 }
+
+# One `pagoda bench latency` run of MODEL at tensor-parallel size TP with the caller's LAT flags and the
+# assignments in ENV (a string, may be empty) into $R/NAME.json and .log; prints NAME, the exit status
+# and the batch-1 step.
+bench_latency() {  # NAME MODEL TP ENV
+  env $4 timeout 150 pagoda bench latency "$2" "${LAT[@]}" -tp "$3" --result-file "$R/$1.json" > "$R/$1.log" 2>&1
+  echo "$1: exit $? $(python3 scripts/device/summarize_bench.py "$R/$1.json" 2>/dev/null)"
+}

@@ -8,10 +8,12 @@
 #   2. `pagoda bench latency` Llama-3.1-8B dummy bf16 batch 1, arms old (EARLY=0 PRELOAD=1), early
 #      (PRELOAD=1) and new (defaults) at TP=2, old and new at TP=1 (TPS="1" on one GPU), PAIRS (2) rounds;
 #   3. profile_decode.py at TP=2 with the new order, per kernel (trace_kernels.py).
+# ARMS="new" PAIRS=3 TESTS=0: the current defaults alone, three rounds, no GPU tests.
 # About 9 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/early_trigger.sh
 source scripts/device/begin_cuda.sh early_trigger
 P=plugins/platform_cuda/tests
+if [ "${TESTS:-1}" = 1 ]; then
 timeout 240 python3 -m pytest -q -p no:cacheprovider \
   plugins/attention_triton/tests/test_gpu_kernels.py::test_dependent_launch_gives_the_same_bits \
   "$P/test_dense_gemv.py::test_one_or_two_blocks_before_the_wait_give_the_same_bits" \
@@ -19,18 +21,16 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider \
   "$P/test_cuda_graphs.py::test_bf16_greedy_equal_with_either_dependent_launch_order" > "$R/tests.log" 2>&1
 echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee "$OUT/summary.txt"
 grep -E "^(FAILED|ERROR)" "$R/tests.log" | head | tee -a "$OUT/summary.txt"
+fi
 M8=benchmarks/configs/llama-3.1-8b
 LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
      --max-model-len 2048 --log-level warning)
 declare -A ARM=([old]="PAGODA_PDL_EARLY=0 PAGODA_GEMV_PRELOAD=1" [early]="PAGODA_GEMV_PRELOAD=1" [new]="")
 for pair in $(seq "${PAIRS:-2}"); do
   for tp in ${TPS:-2 1}; do
-    arms="old early new"; [ "$tp" = 1 ] && arms="old new"
+    arms="${ARMS:-old early new}"; [ "$tp" = 1 ] && arms="${arms/early/}"
     for arm in $arms; do
-      name="latency_p${pair}_tp${tp}_$arm"
-      env ${ARM[$arm]} timeout 150 pagoda bench latency "$M8" "${LAT[@]}" -tp "$tp" --result-file "$R/$name.json" \
-        > "$R/$name.log" 2>&1
-      echo "$name: exit $? $(python3 scripts/device/summarize_bench.py "$R/$name.json" 2>/dev/null)"
+      bench_latency "latency_p${pair}_tp${tp}_$arm" "$M8" "$tp" "${ARM[$arm]}"
     done
   done
 done | tee -a "$OUT/summary.txt"

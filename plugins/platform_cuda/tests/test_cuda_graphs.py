@@ -85,8 +85,9 @@ def test_bf16_greedy_equal_with_and_without_overlap(tmp_path):
 
 def test_bf16_greedy_equal_with_either_dependent_launch_order(tmp_path):
     """The Triton attention kernels and the flash reduction let the next kernel start before they wait,
-    and the GEMV requests two blocks before its wait; PAGODA_PDL_EARLY=0 PAGODA_GEMV_PRELOAD=1 is the old
-    order. The csrc kernels read those once a process, so each order runs in a child: same tokens."""
+    and the GEMV requests two blocks before its wait, four blocks an SM at one row a warp;
+    PAGODA_PDL_EARLY=0 PAGODA_GEMV_PRELOAD=1 PAGODA_GEMV_OCCUPANCY=0 is the old order. The csrc kernels read
+    those once a process, so each order runs in a child: same tokens."""
     import json
     import os
     import subprocess
@@ -101,8 +102,9 @@ def test_bf16_greedy_equal_with_either_dependent_launch_order(tmp_path):
             "outs = llm.generate(prompts, params, use_tqdm=False) + llm.generate(prompts[:1], params[:1], use_tqdm=False)\n"
             "print(json.dumps([o.outputs[0].token_ids for o in outs]))\n")
     tokens = []
-    for early, preload in (("0", "1"), ("1", "2")):
-        env = {**os.environ, "PAGODA_PDL_EARLY": early, "PAGODA_GEMV_PRELOAD": preload}
+    for early, preload, occupancy in (("0", "1", "0"), ("1", "2", "1")):
+        env = {**os.environ, "PAGODA_PDL_EARLY": early, "PAGODA_GEMV_PRELOAD": preload,
+               "PAGODA_GEMV_OCCUPANCY": occupancy}
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         tokens.append(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -118,9 +118,10 @@ def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
 PRELOAD_SHAPES = [(4096, 2048), (4096, 4096), (6144, 4096), (4096, 14336), (17, 1032), (100, 8)]
 
 
-def gemv_outputs_with_preload(blocks: int, path: str) -> None:
-    """In a child process (the kernel reads PAGODA_GEMV_PRELOAD once): every shape of PRELOAD_SHAPES at 1
-    and 4 tokens, splits 0 and 4, rows 1 and 2, on the same seeded inputs, saved to ``path``."""
+def gemv_outputs_with(env_var: str, value: str, path: str) -> None:
+    """In a child process (the kernel reads its switches once) with ``env_var=value``: every shape of
+    PRELOAD_SHAPES at 1 and 4 tokens, splits 0 and 4, rows 1 and 2, on the same seeded inputs, saved to
+    ``path``."""
     code = ("import sys, torch\nfrom pagoda_platform_cuda.build import load_extension\n"
             "k = load_extension(); out = []\n"
             f"for n, kk in {PRELOAD_SHAPES}:\n"
@@ -130,7 +131,7 @@ def gemv_outputs_with_preload(blocks: int, path: str) -> None:
             "        w = (torch.randn(n, kk, device='cuda') / kk**0.5).to(torch.bfloat16)\n"
             "        out += [k.dense_gemv(x, w, None, split, rows).cpu() for split in (0, 4) for rows in (1, 2)]\n"
             "torch.save(out, sys.argv[1])\n")
-    env = {**os.environ, "PAGODA_GEMV_PRELOAD": str(blocks)}
+    env = {**os.environ, env_var: value}
     done = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -138,9 +139,19 @@ def gemv_outputs_with_preload(blocks: int, path: str) -> None:
 def test_one_or_two_blocks_before_the_wait_give_the_same_bits(tmp_path):
     """The GEMV requests one or two blocks of each row before it waits (PAGODA_GEMV_PRELOAD): the same
     loads in the same order, so the same sums, for rows shorter than two blocks too (k = 8, 1032)."""
-    paths = [str(tmp_path / f"preload{blocks}.pt") for blocks in (1, 2)]
-    for blocks, path in zip((1, 2), paths):
-        gemv_outputs_with_preload(blocks, path)
+    assert_same_bits_with("PAGODA_GEMV_PRELOAD", ("1", "2"), tmp_path)
+
+
+def test_three_or_four_blocks_an_sm_give_the_same_bits(tmp_path):
+    """One token at one row a warp runs bounded to 64 registers (four blocks an SM) unless
+    PAGODA_GEMV_OCCUPANCY=0: the same loads and sums, so the same bits."""
+    assert_same_bits_with("PAGODA_GEMV_OCCUPANCY", ("0", "1"), tmp_path)
+
+
+def assert_same_bits_with(env_var: str, values: tuple[str, str], tmp_path) -> None:
+    paths = [str(tmp_path / f"{env_var}{value}.pt") for value in values]
+    for value, path in zip(values, paths):
+        gemv_outputs_with(env_var, value, path)
     one, two = (torch.load(path) for path in paths)
     assert len(one) == len(two) == len(PRELOAD_SHAPES) * 8
     assert all(torch.equal(a, b) for a, b in zip(one, two))
