@@ -27,13 +27,18 @@ struct RowBlock {
 };
 
 // A 16-byte chunk of weights, each read once: past L1 on NVIDIA GPUs (x stays there), plain elsewhere.
-template <typename T>
+// EARLY: read before the wait (load_before_wait: a read-only load would start only after it).
+template <typename T, bool EARLY = false>
 PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr) {
 #if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
+  if constexpr (EARLY) {
+    v = load_before_wait(ptr);
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+  }
   Vec<T, 8> out;
   memcpy(&out, &v, sizeof(out));
   return out;
@@ -44,13 +49,13 @@ PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr) {
 
 // Chunks base + u * warp size + lane of each of the warp's rows (a chunk from `end` on, past the warp's
 // share, rereads the one before `end`: loaded, never used).
-template <typename T, int R>
+template <typename T, int R, bool EARLY = false>
 PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows)[R], int base, int end, int lane) {
 #pragma unroll
   for (int u = 0; u < kBlock; ++u) {
     const int c = min(base + u * PAGODA_WARP_SIZE + lane, end - 1);
 #pragma unroll
-    for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T>(rows[r] + c);
+    for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T, EARLY>(rows[r] + c);
   }
 }
 
@@ -130,8 +135,8 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
-  load_block<T, R>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
-  if constexpr (P == 2) load_block<T, R>(next, rows, begin + kStride, end, lane);
+  load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
+  if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
   float acc[M][R] = {};
   int base = begin;

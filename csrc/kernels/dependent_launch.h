@@ -25,6 +25,22 @@ PAGODA_INLINE void wait_for_prior_grids() {
 #endif
 }
 
+// 16 bytes of data no kernel writes (weights), read before wait_for_prior_grids(). ptxas hoists that wait
+// above every read-only load (.nc, "LDG.CONSTANT" in SASS; a plain read through a const __restrict__
+// pointer compiles to one), so such a read would start only after the wait; a weak ld.global stays before
+// it (tests/platforms/test_nvcc_compile.py checks the SASS order). Plain elsewhere.
+PAGODA_INLINE uint4 load_before_wait(const void* ptr) {
+#if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
+  uint4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+#else
+  return *static_cast<const uint4*>(ptr);
+#endif
+}
+
 // The usual start of a dependent: wait for the kernel before, then let the next one be scheduled.
 PAGODA_INLINE void start_as_dependent() {
   wait_for_prior_grids();

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
 #pragma unroll
   for (int j = 0; j < C; ++j) {
     const int c = threadIdx.x + j * blockDim.x;
-    if (c < chunks) w[j] = load_vec<T, V>(weight + c * V);  // written by no kernel
+    if (c < chunks) w[j] = bit_cast_vec<T, V>(load_before_wait(weight + c * V));  // written by no kernel
   }
   wait_for_prior_grids();  // x (partial sums), residual and state[0] come from kernels before
   const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;

@@ -3,7 +3,8 @@
 plugins/quant_awq/tests/test_awq_tiles_compile.py checks) for sm_80 and sm_90 (plus compute_75
 PTX: the pre-sm_80 fallback path), and the torch layer (csrc/*.cpp: the bindings and their argument
 checks, host code only) with the host compiler against torch's headers. A syntax or template error fails
-here, not on the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
+here, not on the GPU machine. The sm_90 SASS (cuobjdump) is checked where the source's intent can be lost
+in ptxas: reads before griddepcontrol.wait, and the GEMV bounded to 64 registers without spilling (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
 the hipified ROCm compile).
 
 Without nvcc these tests skip, except in CI (``CI=true``), where a missing compiler is a failure.
@@ -91,8 +92,11 @@ def compiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.P
         for source in torch_layer_sources():
             jobs[source] = [cxx, "-std=c++20", "-fsyntax-only", "-w", *includes, f"-I{cuda_include}",
                             "-DTORCH_EXTENSION_NAME=_C", str(CSRC / source)]
-    return {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for name, cmd in jobs.items()}
+    procs = {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name, cmd in jobs.items()}
+    for name, proc in procs.items():
+        proc.object = out / (Path(name).stem + ".o")
+    return procs
 
 
 def _finish(proc: subprocess.Popen) -> str:
@@ -124,6 +128,59 @@ def test_bounded_gemv_does_not_spill(compiles) -> None:
     bounded = [(name, spill) for name, spill in entries if re.search(r"dense_gemv_kernel.*Li1ELi1ELi\dELi\dELi4E", name)]
     assert len(bounded) == 12, len(bounded)  # 2 dtypes x 3 splits x 2 preloads
     assert all(spill == "0" for _, spill in bounded), bounded
+
+
+def cuobjdump() -> str:
+    """The toolkit's cuobjdump, or the one of the nvidia-cuda-cuobjdump wheel (the test extra; its -sass
+    runs nvdisasm, which the nvidia-cuda-nvdisasm wheel puts beside it)."""
+    found = shutil.which("cuobjdump") or next(
+        iter(sorted(Path(sysconfig.get_paths()["purelib"]).glob("nvidia/*/bin/cuobjdump"))), None)
+    if found:
+        return str(found)
+    if os.environ.get("CI") == "true":
+        pytest.fail("cuobjdump is missing in CI (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm: the test "
+                    "extra has them)")
+    pytest.skip("cuobjdump not found; CI has it")
+
+
+def sm90_functions(obj: Path) -> dict[str, str]:
+    """Mangled name -> SASS of each sm_90 function in an object's fatbin."""
+    sass = subprocess.run([cuobjdump(), "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+    sm90 = sass[sass.index("code for sm_90"):]
+    sm90 = sm90[: sm90.find("Fatbin", 1)] if "Fatbin" in sm90 else sm90
+    parts = re.split(r"\n\s*Function : ", sm90)[1:]
+    return {part.split("\n", 1)[0].strip(): part for part in parts}
+
+
+# Kernels that read weights before griddepcontrol.wait (ACQBULK in SASS): a name pattern and the loads
+# (LDG) each instantiation must issue before the wait, from the pattern's groups.
+READS_BEFORE_WAIT = {
+    # dense_gemv_kernel<T, M, R, S, P, B>: P blocks of kBlock (4) chunks of each of its R rows
+    "kernels/dense_gemv.cu": (r"dense_gemv_kernel.*?Li(\d)ELi(\d)ELi(\d)ELi(\d)ELi(\d)E",
+                              lambda m, r, s, p, b: 4 * r * p),
+    # ll_all_reduce_add_rms_norm_kernel<T, C>: the norm's C 16-byte chunks of weights a thread
+    "kernels/ll_all_reduce.cu": (r"ll_all_reduce_add_rms_norm_kernel.*?Li(\d)E", lambda c: c),
+}
+
+
+@pytest.mark.parametrize("source", sorted(READS_BEFORE_WAIT))
+def test_weights_are_read_before_the_wait(compiles, source: str) -> None:
+    """ptxas hoists griddepcontrol.wait above read-only (.nc) loads, so weights read that way before the
+    wait were read only after it (docs/cuda.md): each kernel that reads weights early must issue every
+    such load before the wait in its sm_90 SASS."""
+    _finish(compiles[source])
+    pattern, expected = READS_BEFORE_WAIT[source]
+    checked = 0
+    for name, sass in sm90_functions(compiles[source].object).items():
+        match = re.search(pattern, name)
+        if match is None:
+            continue
+        wait = sass.find("ACQBULK")
+        assert wait >= 0, f"{name}: no griddepcontrol.wait"
+        early = sass[:wait].count("LDG")
+        assert early == expected(*map(int, match.groups())), f"{name}: {early} loads before the wait"
+        checked += 1
+    assert checked > 0, f"no instantiation of {pattern} in {source}"
 
 
 @pytest.mark.parametrize("source", torch_layer_sources() if (CSRC / "manifest.txt").is_file() else [])
