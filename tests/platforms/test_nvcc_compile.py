@@ -183,6 +183,17 @@ def test_weights_are_read_before_the_wait(compiles, source: str) -> None:
     assert checked > 0, f"no instantiation of {pattern} in {source}"
 
 
+def test_the_flash_reduction_can_trigger_before_it_waits(compiles) -> None:
+    """The flash split reduction lets the next kernel be scheduled before it waits (a runtime choice,
+    docs/cuda.md "Trigger first"): in its sm_90 SASS a trigger (PREEXIT) precedes the wait (ACQBULK)."""
+    _finish(compiles["attention/flash_decode.cu"])
+    reductions = {name: sass for name, sass in sm90_functions(compiles["attention/flash_decode.cu"].object).items()
+                  if "flash_decode_reduce_kernel" in name}
+    assert reductions, "no flash_decode_reduce_kernel in flash_decode.cu"
+    for name, sass in reductions.items():
+        assert 0 <= sass.find("PREEXIT") < sass.find("ACQBULK"), name
+
+
 @pytest.mark.parametrize("source", torch_layer_sources() if (CSRC / "manifest.txt").is_file() else [])
 def test_torch_layer_compiles_with_the_host_compiler(compiles, source: str) -> None:
     if source not in compiles:
