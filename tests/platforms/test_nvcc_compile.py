@@ -3,9 +3,10 @@
 plugins/quant_awq/tests/test_awq_tiles_compile.py checks) for sm_80 and sm_90 (plus compute_75
 PTX: the pre-sm_80 fallback path), and the torch layer (csrc/*.cpp: the bindings and their argument
 checks, host code only) with the host compiler against torch's headers. A syntax or template error fails
-here, not on the GPU machine. The sm_90 SASS (cuobjdump) is checked where the source's intent can be lost
-in ptxas: reads before griddepcontrol.wait, and the GEMV bounded to 64 registers without spilling (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
-the hipified ROCm compile).
+here, not on the GPU machine (the kernel layer's sm_90 paths, e.g. programmatic dependent launch, are not in
+the hipified ROCm compile). The sm_90 code is checked where ptxas can lose the source's intent: the reads
+before griddepcontrol.wait and the trigger before it (SASS, cuobjdump), and the GEMV bounded to 64
+registers without spilling (ptxas's report).
 
 Without nvcc these tests skip, except in CI (``CI=true``), where a missing compiler is a failure.
 All compiles start at once (module fixture) and take about a minute on two cores.
@@ -143,9 +144,11 @@ def cuobjdump() -> str:
     pytest.skip("cuobjdump not found; CI has it")
 
 
-def sm90_functions(obj: Path) -> dict[str, str]:
-    """Mangled name -> SASS of each sm_90 function in an object's fatbin."""
-    sass = subprocess.run([cuobjdump(), "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
+def sm90_functions(compile_: subprocess.Popen) -> dict[str, str]:
+    """Mangled name -> SASS of each sm_90 function of a compile's object, once the compile has ended."""
+    _finish(compile_)
+    sass = subprocess.run([cuobjdump(), "-sass", str(compile_.object)], capture_output=True, text=True,
+                          check=True).stdout
     sm90 = sass[sass.index("code for sm_90"):]
     sm90 = sm90[: sm90.find("Fatbin", 1)] if "Fatbin" in sm90 else sm90
     parts = re.split(r"\n\s*Function : ", sm90)[1:]
@@ -168,10 +171,9 @@ def test_weights_are_read_before_the_wait(compiles, source: str) -> None:
     """ptxas hoists griddepcontrol.wait above read-only (.nc) loads, so weights read that way before the
     wait were read only after it (docs/cuda.md): each kernel that reads weights early must issue every
     such load before the wait in its sm_90 SASS."""
-    _finish(compiles[source])
     pattern, expected = READS_BEFORE_WAIT[source]
     checked = 0
-    for name, sass in sm90_functions(compiles[source].object).items():
+    for name, sass in sm90_functions(compiles[source]).items():
         match = re.search(pattern, name)
         if match is None:
             continue
@@ -186,8 +188,7 @@ def test_weights_are_read_before_the_wait(compiles, source: str) -> None:
 def test_the_flash_reduction_can_trigger_before_it_waits(compiles) -> None:
     """The flash split reduction lets the next kernel be scheduled before it waits (a runtime choice,
     docs/cuda.md "Trigger first"): in its sm_90 SASS a trigger (PREEXIT) precedes the wait (ACQBULK)."""
-    _finish(compiles["attention/flash_decode.cu"])
-    reductions = {name: sass for name, sass in sm90_functions(compiles["attention/flash_decode.cu"].object).items()
+    reductions = {name: sass for name, sass in sm90_functions(compiles["attention/flash_decode.cu"]).items()
                   if "flash_decode_reduce_kernel" in name}
     assert reductions, "no flash_decode_reduce_kernel in flash_decode.cu"
     for name, sass in reductions.items():
