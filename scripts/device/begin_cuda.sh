@@ -14,6 +14,20 @@ pack_results() {
   echo "total ${SECONDS} s"
 }
 
+# The GPU tests named (pytest node ids), unless TESTS=0: the log in $R/tests.log, the outcome and any
+# failures in the summary.
+run_tests() {  # NODE_ID...
+  [ "${TESTS:-1}" = 1 ] || return 0
+  timeout 240 python3 -m pytest -q -p no:cacheprovider "$@" > "$R/tests.log" 2>&1
+  echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee -a "$OUT/summary.txt"
+  grep -E "^(FAILED|ERROR)" "$R/tests.log" | head | tee -a "$OUT/summary.txt"
+}
+
+M8=benchmarks/configs/llama-3.1-8b
+# bench_latency's flags: the batch-1 decode step (a script may set its own after sourcing this file).
+LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
+     --max-model-len 2048 --log-level warning)
+
 # One `pagoda bench latency` run of MODEL at tensor-parallel size TP with the caller's LAT flags and the
 # assignments in ENV (a string, may be empty) into $R/NAME.json and .log; prints NAME, the exit status
 # and the batch-1 step.

@@ -14,17 +14,9 @@
 source scripts/device/begin_cuda.sh early_loads
 source scripts/device/ab_base.sh .ab; echo "baseline build: ${SECONDS} s"
 P=plugins/platform_cuda/tests
-if [ "${TESTS:-1}" = 1 ]; then
-  timeout 150 python3 -m pytest -q -p no:cacheprovider \
-    "$P/test_dense_gemv.py::test_one_or_two_blocks_before_the_wait_give_the_same_bits" \
-    "$P/test_dense_gemv.py::test_graph_replays_a_chain_of_dependent_kernels" \
-    "tests/engine/test_tensor_parallel.py::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus[ll]" \
-    > "$R/tests.log" 2>&1
-  echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee -a "$OUT/summary.txt"
-fi
-M8=benchmarks/configs/llama-3.1-8b
-LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
-     --max-model-len 2048 --log-level warning)
+run_tests "$P/test_dense_gemv.py::test_one_or_two_blocks_before_the_wait_give_the_same_bits" \
+  "$P/test_dense_gemv.py::test_graph_replays_a_chain_of_dependent_kernels" \
+  "tests/engine/test_tensor_parallel.py::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus[ll]"
 for pair in $(seq "${PAIRS:-2}"); do
   for tp in 2 1; do
     bench_latency "latency_p${pair}_tp${tp}_base" "$M8" "$tp" "PYTHONPATH=$BASE_PYTHONPATH"

@@ -13,18 +13,10 @@
 #   bash scripts/device/early_trigger.sh
 source scripts/device/begin_cuda.sh early_trigger
 P=plugins/platform_cuda/tests
-if [ "${TESTS:-1}" = 1 ]; then
-  timeout 240 python3 -m pytest -q -p no:cacheprovider \
-    plugins/attention_triton/tests/test_gpu_kernels.py::test_dependent_launch_gives_the_same_bits \
-    "$P/test_dense_gemv.py::test_one_or_two_blocks_before_the_wait_give_the_same_bits" \
-    "$P/test_dense_gemv.py::test_graph_replays_a_chain_of_dependent_kernels" \
-    "$P/test_cuda_graphs.py::test_bf16_greedy_equal_with_either_dependent_launch_order" > "$R/tests.log" 2>&1
-  echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee "$OUT/summary.txt"
-  grep -E "^(FAILED|ERROR)" "$R/tests.log" | head | tee -a "$OUT/summary.txt"
-fi
-M8=benchmarks/configs/llama-3.1-8b
-LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
-     --max-model-len 2048 --log-level warning)
+run_tests plugins/attention_triton/tests/test_gpu_kernels.py::test_dependent_launch_gives_the_same_bits \
+  "$P/test_dense_gemv.py::test_one_or_two_blocks_before_the_wait_give_the_same_bits" \
+  "$P/test_dense_gemv.py::test_graph_replays_a_chain_of_dependent_kernels" \
+  "$P/test_cuda_graphs.py::test_bf16_greedy_equal_with_either_dependent_launch_order"
 declare -A ARM=([old]="PAGODA_PDL_EARLY=0 PAGODA_GEMV_PRELOAD=1" [early]="PAGODA_GEMV_PRELOAD=1" [new]="")
 for pair in $(seq "${PAIRS:-2}"); do
   for tp in ${TPS:-2 1}; do

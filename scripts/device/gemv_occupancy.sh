@@ -7,8 +7,6 @@
 #   bash scripts/device/gemv_occupancy.sh
 source scripts/device/begin_cuda.sh gemv_occupancy
 C=benchmarks/configs
-LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
-     --max-model-len 2048 --log-level warning)
 declare -A ARM=([old]="PAGODA_GEMV_OCCUPANCY=0" [new]="")
 for pair in $(seq "${PAIRS:-2}"); do
   for case in ${CASES:-8b:2 8b:1 1b:1}; do
@@ -18,9 +16,5 @@ for pair in $(seq "${PAIRS:-2}"); do
     done
   done
 done | tee "$OUT/summary.txt"
-if [ "${TESTS:-1}" = 1 ]; then
-  timeout 120 python3 -m pytest -q -p no:cacheprovider \
-    plugins/platform_cuda/tests/test_dense_gemv.py::test_three_or_four_blocks_an_sm_give_the_same_bits > "$R/tests.log" 2>&1
-  echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee -a "$OUT/summary.txt"
-fi
+run_tests plugins/platform_cuda/tests/test_dense_gemv.py::test_three_or_four_blocks_an_sm_give_the_same_bits
 pack_results

@@ -17,8 +17,6 @@ for round in 1 2; do
     grep -E "decoder layer" "$R/dense_gemv_rows${rows}_r$round.log"
   done
 done | tee "$OUT/summary.txt"
-LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
-     --max-model-len 2048 --log-level warning)
 for pair in $(seq "${PAIRS:-2}"); do
   for tp in 1 2; do
     for rows in rule 2; do

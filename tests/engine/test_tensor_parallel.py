@@ -255,15 +255,15 @@ def test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["1", "ll"])  # torch's one-shot path; the csrc low-latency kernel before it
-def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):
+@pytest.mark.parametrize("mode", ["1", "ll", "ll-late"])  # torch's one-shot path; the csrc low-latency kernel,
+def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):  # also with its fused norm's late trigger
     """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed,
     and a graph of 64 dependent sums between matmuls."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     script = os.path.join(os.path.dirname(__file__), "symm_all_reduce_check.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGODA_LL_LATE_TRIGGER": str(int(mode == "ll-late"))}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          script, mode], capture_output=True, text=True, env=env, timeout=240)
+                          script, mode.removesuffix("-late")], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert run.stdout.count("symm all-reduce ok") == 2
