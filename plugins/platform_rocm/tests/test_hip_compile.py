@@ -67,14 +67,34 @@ def test_nvidia_only_sources_are_left_out(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "kernels" / "tensor_core.cu").exists()
 
 
-@pytest.mark.parametrize("source", [s.path for s in read_manifest(CSRC) if s.kernel_layer and s.nvidia_only is None]
-                         if (CSRC / "manifest.txt").is_file() else [])
-def test_kernel_layer_compiles_with_hipcc_for_gfx90a(hipified: dict[str, Path], source: str, tmp_path: Path) -> None:
+def kernel_layer_sources() -> list[str]:
+    return [s.path for s in read_manifest(CSRC) if s.kernel_layer and s.nvidia_only is None]
+
+
+@pytest.fixture(scope="module")
+def compiles(hipified: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Popen]:
+    """Manifest path -> its running hipcc compile for gfx90a (all started together: the cores share them)."""
     compiler = hipcc()
-    obj = tmp_path / (Path(source).stem + ".o")
-    cmd = [compiler, "-std=c++17", *HIPCC_FLAGS, f"--offload-arch={ARCH}", "-Werror", "-c", str(hipified[source]),
-           "-o", str(obj)]
-    # HIP_PLATFORM=amd: hipcc would otherwise target NVIDIA wherever it also finds nvcc
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "HIP_PLATFORM": "amd"})
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-4000:]}"
-    assert f"amdgcn-amd-amdhsa--{ARCH}".encode() in obj.read_bytes(), "no gfx90a code object in the output"
+    out = tmp_path_factory.mktemp("hipcc")
+    procs = {}
+    for source in kernel_layer_sources():
+        obj = out / (Path(source).stem + ".o")
+        cmd = [compiler, "-std=c++17", *HIPCC_FLAGS, f"--offload-arch={ARCH}", "-Werror", "-c", str(hipified[source]),
+               "-o", str(obj)]
+        # HIP_PLATFORM=amd: hipcc would otherwise target NVIDIA wherever it also finds nvcc
+        procs[source] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                         env={**os.environ, "HIP_PLATFORM": "amd"})
+        procs[source].object = obj
+    return procs
+
+
+@pytest.mark.parametrize("source", kernel_layer_sources() if (CSRC / "manifest.txt").is_file() else [])
+def test_kernel_layer_compiles_with_hipcc_for_gfx90a(compiles: dict[str, subprocess.Popen], source: str) -> None:
+    proc = compiles[source]
+    try:
+        _, errors = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"hipcc took more than 5 minutes on {source}")
+    assert proc.returncode == 0, f"{' '.join(proc.args)}\n{errors[-4000:]}"
+    assert f"amdgcn-amd-amdhsa--{ARCH}".encode() in proc.object.read_bytes(), "no gfx90a code object in the output"

@@ -33,9 +33,10 @@ def nvcc() -> str:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The object file for sm_80 and sm_90, and ptxas's -v report."""
+    """The object file for sm_80 and sm_90, and ptxas's -v report (the two archs compiled side by side)."""
     obj = tmp_path_factory.mktemp("awq") / "awq_tiles.o"
     cmd = [nvcc(), "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-Werror", "all-warnings",
+           "--threads", "2",
            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
            "-I", str(CSRC), "-c", str(SOURCE), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
