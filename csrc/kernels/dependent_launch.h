@@ -61,6 +61,11 @@ inline bool env_switch_on(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
+// An off-by-default switch: on only when the environment variable is "1".
+inline bool env_switch_set(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
 
 // Whether the kernels that take it (the flash split reduction; the Triton attention kernels ask the same
 // variable) start with the trigger: on unless PAGODA_PDL_EARLY=0.

@@ -196,10 +196,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
 // Whether the fused kernel lets the next one (a GEMV, which then requests its first weights) be scheduled only
 // once the peers' lines are summed (PAGODA_LL_LATE_TRIGGER=1), not as soon as it starts: an experiment, off.
 bool late_trigger() {
-  static const bool late = [] {
-    const char* value = std::getenv("PAGODA_LL_LATE_TRIGGER");
-    return value != nullptr && std::strcmp(value, "1") == 0;
-  }();
+  static const bool late = env_switch_set("PAGODA_LL_LATE_TRIGGER");
   return late;
 }
 
