@@ -7,17 +7,18 @@
 #   1. GPU tests (TESTS=1, the default): the pushing GEMV and the fused norm after it bit for bit against
 #      the csrc GEMV, NCCL and the csrc norm (eager, and 32 layers replayed from a graph); a bf16 TP=2
 #      engine's greedy tokens with the pushing GEMVs equal to those without;
-#   2. `pagoda bench latency` Llama-3.1-8B dummy bf16 batch 1, PAIRS (3) rounds: TP=2 base and push,
-#      TP=1 base;
+#   2. `pagoda bench latency` Llama-3.1-8B dummy bf16 batch 1, PAIRS (3) rounds: TP=2 with ARMS (base
+#      push; also all: the push, the late trigger and one early block), TP=1 base;
 #   3. (PROFILE=1, the default) profile_decode.py at TP=2 with the push, per kernel.
 # -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/gemv_push.sh
 source scripts/device/begin_cuda.sh gemv_push
 run_tests "tests/engine/test_tensor_parallel.py::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus[ll-push]" \
   "tests/engine/test_tensor_parallel.py::test_tp2_bf16_decode_with_pushing_gemvs_equals_without"
+declare -A ARM=([base]="" [push]="PAGODA_LL_GEMV_PUSH=1"
+                [all]="PAGODA_LL_GEMV_PUSH=1 PAGODA_LL_LATE_TRIGGER=1 PAGODA_GEMV_PRELOAD=1")
 for pair in $(seq "${PAIRS:-3}"); do
-  bench_latency "latency_p${pair}_tp2_base" "$M8" 2 ""
-  bench_latency "latency_p${pair}_tp2_push" "$M8" 2 "PAGODA_LL_GEMV_PUSH=1"
+  for arm in ${ARMS:-base push}; do bench_latency "latency_p${pair}_tp2_$arm" "$M8" 2 "${ARM[$arm]}"; done
   bench_latency "latency_p${pair}_tp1_base" "$M8" 1 ""
 done | tee -a "$OUT/summary.txt"
 if [ "${PROFILE:-1}" = 1 ]; then
