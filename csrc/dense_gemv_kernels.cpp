@@ -3,10 +3,9 @@
 #include "kernels/launch.h"
 #include "ops.h"
 
-namespace pagoda {
-
-at::Tensor checked_gemv_output(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                               int64_t split, int64_t rows) {
+at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                      int64_t split, int64_t rows) {
+  using namespace pagoda;
   check_cuda(x, "x");
   check_cuda(weight, "weight");
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
@@ -26,22 +25,14 @@ at::Tensor checked_gemv_output(const at::Tensor& x, const at::Tensor& weight, co
               "dense_gemv: split must be 1, 2 or 4 (0: the kernel's rule), not ", split);
   TORCH_CHECK(rows == 0 || rows == 1 || rows == 2,
               "dense_gemv: rows (weight rows a warp) must be 1 or 2 (0: the kernel's rule), not ", rows);
+  const void* bias_ptr = nullptr;
   if (bias.has_value()) {
     TORCH_CHECK(bias->is_contiguous() && bias->numel() == n && bias->scalar_type() == x.scalar_type() &&
                     bias->device() == x.device(),
                 "dense_gemv: bias must be [n], contiguous, in x's dtype and device");
+    bias_ptr = bias->data_ptr();
   }
-  return at::empty({x.size(0), n}, x.options());
-}
-
-}  // namespace pagoda
-
-at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                      int64_t split, int64_t rows) {
-  using namespace pagoda;
-  at::Tensor out = checked_gemv_output(x, weight, bias, split, rows);
-  const int64_t k = x.size(1), n = weight.size(0);
-  const void* bias_ptr = bias.has_value() ? bias->data_ptr() : nullptr;
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
   if (n == 0 || k == 0) return k == 0 ? out.zero_() : out;
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_dense_gemv(kernel_dtype(x, "dense_gemv"), out.data_ptr(), x.data_ptr(), x.stride(0), weight.data_ptr(),

@@ -53,8 +53,7 @@ void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, in
 }
 
 void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes,
-                                bool pushed) {
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
   using namespace pagoda;
   check_cuda(x, "x");
   const DType dtype = kernel_dtype(x, "ll_all_reduce_add_rms_norm");
@@ -74,27 +73,9 @@ void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::T
   if (nbytes == 0) return;
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_ll_all_reduce_add_rms_norm(dtype, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), x.size(0),
-                                    static_cast<int>(x.size(1)), static_cast<float>(eps), group, pushed,
+                                    static_cast<int>(x.size(1)), static_cast<float>(eps), group,
                                     c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-at::Tensor dense_gemv_push(const at::Tensor& x, const at::Tensor& weight, int64_t split, int64_t rows,
-                           const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
-  using namespace pagoda;
-  at::Tensor out = checked_gemv_output(x, weight, c10::nullopt, split, rows);
-  const int64_t k = x.size(1), n = weight.size(0);
-  TORCH_CHECK(k > 0 && n > 0 && n % 4 == 0 && out.numel() * out.element_size() <= max_bytes,
-              "dense_gemv_push: weight must be [n, k] with k > 0 and n a positive multiple of 4, and the output at "
-              "most ", max_bytes, " bytes");
-  const LLGroup group = ll_group(peers, state, rank, max_bytes, x.device());
-  const c10::cuda::OptionalCUDAGuard guard(x.device());
-  launch_dense_gemv_pushing(kernel_dtype(x, "dense_gemv_push"), out.data_ptr(), x.data_ptr(), x.stride(0),
-                            weight.data_ptr(), static_cast<int>(x.size(0)), static_cast<int>(n), static_cast<int>(k),
-                            static_cast<int>(split), static_cast<int>(rows), group,
-                            c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
 }
 
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size) {

@@ -26,10 +26,6 @@ void masked_embedding(at::Tensor& out, const at::Tensor& ids, const at::Tensor& 
 // row's k (1, 2 or 4; for tests and benchmarks), 0 for the kernel's rule.
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                       int64_t split, int64_t rows);
-namespace pagoda {  // dense_gemv's checks, shared with dense_gemv_push: out [m, n], not yet written
-at::Tensor checked_gemv_output(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                               int64_t split, int64_t rows);
-}  // namespace pagoda
 
 // kv_cache [2, num_blocks, block_size, num_kv_heads, head_size]; key/value [num_tokens, num_kv_heads,
 // head_size] (token and head strides free); slot_mapping [num_tokens] int64, negative slots skipped.
@@ -82,14 +78,8 @@ void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, in
 // Fused with the residual add and RMSNorm after it, in place on contiguous [num_tokens, hidden] (rows of a
 // multiple of 16 bytes, 16-byte aligned): residual += sum of x over the ranks; x = rms_norm(residual) *
 // weight, rounded as fused_add_rms_norm after an all-reduce.
-// pushed: x comes from dense_gemv_push on the same group (its lines are with the peers already).
 void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes,
-                                bool pushed);
-// dense_gemv without bias (weight rows n % 4 == 0, m * n elements at most max_bytes) that also pushes its
-// output to the peers for the ll_all_reduce* call that sums it next, which must come next on the group.
-at::Tensor dense_gemv_push(const at::Tensor& x, const at::Tensor& weight, int64_t split, int64_t rows,
-                           const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
 // Bytes of one rank's buffer for messages up to max_bytes on world_size ranks.
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size);
 #endif

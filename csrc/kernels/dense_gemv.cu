@@ -6,16 +6,11 @@
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
 // before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
-// launch_dense_gemv_pushing (ll_all_reduce.h): each block also pushes its rows to the peers' LL buffers.
 #include <initializer_list>
 
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
-#include "ll_all_reduce.h"
-#ifndef USE_ROCM
-#include "ll_lines.cuh"
-#endif
 
 namespace pagoda {
 
@@ -124,35 +119,17 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-// The block's rows of `out` (RB rows of each of M tokens, staged by the warps that wrote them) pushed to
-// every peer of `g` as the LL call that sums `out` next would push them: thread t takes 8-byte line t.
-template <typename T, int M, int RB>
-PAGODA_INLINE void push_rows(const T (&staged)[M][RB], int row_begin, int n, const LLGroup& g) {
-#ifndef USE_ROCM
-  static_assert(RB % 4 == 0 && sizeof(T) == 2, "a block's rows are whole 8-byte lines");
-  constexpr int kLines = RB / 4;
-  __syncthreads();
-  const int m = threadIdx.x / kLines, row = row_begin + threadIdx.x % kLines * 4;
-  if (m >= M || row >= n) return;  // n % 4 == 0: a line is whole or past the end
-  uint2 data;
-  memcpy(&data, &staged[m][row - row_begin], sizeof(data));
-  ll_push_to_peers(g, ll_epoch(g), (static_cast<int64_t>(m) * n + row) / 4, data);
-#endif
-}
-
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
 // spilling).
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k,
-                                                                  const LLGroup push_to) {
+                                                                  const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
-  constexpr int kRowsPerBlock = kGemvWarps / S * R;
-  const int row0 = blockIdx.x * kRowsPerBlock + warp / S * R;
+  const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
   const auto [begin, end] = share_of<S>(k / 8, warp % S);  // end >= 1: k >= 8
   const Vec<T, 8>* rows[R];
 #pragma unroll
@@ -177,25 +154,20 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
-  if constexpr (S > 1) combine_split<S, M, R>(acc, warp, lane);
-  __shared__ T staged[M][kRowsPerBlock];  // for push_rows
-  if (warp % S == 0) {
+  if constexpr (S > 1) {
+    combine_split<S, M, R>(acc, warp, lane);
+    if (warp % S != 0) return;
+  }
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int row = row0 + r;
-        if (lane == m * R + r && row < n) {
-          const float sum = acc[m][r];
-          const T value = from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
-          out[static_cast<int64_t>(m) * n + row] = value;
-          staged[m][row - blockIdx.x * kRowsPerBlock] = value;
-        }
+    for (int r = 0; r < R; ++r) {
+      const int row = row0 + r;
+      if (lane == m * R + r && row < n) {
+        const float sum = acc[m][r];
+        out[static_cast<int64_t>(m) * n + row] = from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
       }
-  }
-  if constexpr (kRowsPerBlock % 4 == 0) {
-    if (push_to.world_size > 0) push_rows<T, M, kRowsPerBlock>(staged, blockIdx.x * kRowsPerBlock, n, push_to);
-  }
+    }
 }
 
 // A forcing environment variable, read once: its value if one of `allowed`, else 0.
@@ -262,83 +234,62 @@ inline bool four_blocks_an_sm() {
   return enabled;
 }
 
-// One launch's operands; push_to.world_size == 0: push nothing.
-template <typename T>
-struct GemvArgs {
-  T* out;
-  const T* x;
-  int64_t x_stride;
-  const T* w;
-  const T* bias;
-  int n, k;
-  LLGroup push_to;
-};
-
 template <typename T, int M, int R, int S, int B>
-void launch_bounded(const GemvArgs<T>& a, cudaStream_t stream) {
+void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
-  const dim3 grid((a.n + kRowsPerBlock - 1) / kRowsPerBlock);
+  const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
   auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, a.out, a.x, a.x_stride, a.w, a.bias, a.n, a.k,
-                   a.push_to);
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R, int S>
-void launch_split(const GemvArgs<T>& a, cudaStream_t stream) {
+void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   if constexpr (M == 1 && R == 1) {
-    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(a, stream);
+    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
   }
-  launch_bounded<T, M, R, S, 1>(a, stream);
+  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
 
 template <typename T, int M, int R>
-void launch_rows(const GemvArgs<T>& a, int split, cudaStream_t stream) {
-  switch (split) {
-    case 4: launch_split<T, M, R, 4>(a, stream); break;
-    case 2: launch_split<T, M, R, 2>(a, stream); break;
-    default: launch_split<T, M, R, 1>(a, stream); break;
+void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
+                 cudaStream_t stream) {
+  switch (split_k(n, k / 8, split)) {
+    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, stream); break;
+    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, stream); break;
+    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, stream); break;
   }
 }
 
-// Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream. A
-// pushing GEMV split four ways takes two (the same sums): one would leave a block two rows, half a line.
+// Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream.
 template <typename T, int M>
-void launch_tokens(const GemvArgs<T>& a, int split, int rows, cudaStream_t stream) {
-  split = split_k(a.n, a.k / 8, split);
-  if (rows_per_warp(a.n, rows) == 2 || (a.push_to.world_size > 0 && split == 4)) {
-    launch_rows<T, M, 2>(a, split, stream);
+void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
+                   int rows, cudaStream_t stream) {
+  if (rows_per_warp(n, rows) == 2) {
+    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, stream);
   } else {
-    launch_rows<T, M, 1>(a, split, stream);
+    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, stream);
   }
-}
-
-void launch_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                 int m, int n, int k, int split, int rows, const LLGroup& push_to, cudaStream_t stream) {
-  dispatch_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (sizeof(T) == 2) {
-      const GemvArgs<T> a{static_cast<T*>(out), static_cast<const T*>(x), x_stride, static_cast<const T*>(weight),
-                          static_cast<const T*>(bias), n, k, push_to};
-      switch (m) {
-        case 1: launch_tokens<T, 1>(a, split, rows, stream); break;
-        case 2: launch_tokens<T, 2>(a, split, rows, stream); break;
-        case 3: launch_tokens<T, 3>(a, split, rows, stream); break;
-        default: launch_tokens<T, 4>(a, split, rows, stream); break;
-      }
-    }
-  });
 }
 
 }  // namespace
 
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
                        int m, int n, int k, int split, int rows, cudaStream_t stream) {
-  launch_gemv(dtype, out, x, x_stride, weight, bias, m, n, k, split, rows, LLGroup{}, stream);
-}
-
-void launch_dense_gemv_pushing(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, int m,
-                               int n, int k, int split, int rows, const LLGroup& group, cudaStream_t stream) {
-  launch_gemv(dtype, out, x, x_stride, weight, nullptr, m, n, k, split, rows, group, stream);
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2) {
+      auto* o = static_cast<T*>(out);
+      const auto* xp = static_cast<const T*>(x);
+      const auto* w = static_cast<const T*>(weight);
+      const auto* b = static_cast<const T*>(bias);
+      switch (m) {
+        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+      }
+    }
+  });
 }
 
 }  // namespace pagoda

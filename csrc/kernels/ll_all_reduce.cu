@@ -5,7 +5,6 @@
 
 #include "dependent_launch.h"
 #include "ll_all_reduce.h"
-#include "ll_lines.cuh"
 #include "rms_norm.cuh"
 #include "../vec.cuh"
 
@@ -15,6 +14,28 @@ namespace {
 constexpr int kLLThreads = 128;   // small blocks: a decode step's message spreads over many SMs
 constexpr int kLLMaxBlocks = 512;  // all resident at once on the GPUs this runs on; larger messages loop
 constexpr int kLLNormThreads = 1024;  // at most, per block (one row) of the fused variant, as fused_add_rms_norm
+
+// Rank p's buffer (p < kLLMaxRanks; constant indices after unrolling keep `buffers` in parameter space).
+PAGODA_INLINE void* buffer_of(const LLGroup& g, int p) {
+  void* found = g.buffers[0];
+#pragma unroll
+  for (int q = 1; q < kLLMaxRanks; ++q) {
+    if (q == p) found = g.buffers[q];
+  }
+  return found;
+}
+
+PAGODA_INLINE uint4* line_at(void* buffer, const LLGroup& g, uint32_t epoch, int sender, int64_t line) {
+  const int64_t region = static_cast<int64_t>(epoch & 1) * g.world_size + sender;
+  return static_cast<uint4*>(buffer) + region * g.max_lines + line;
+}
+
+// One 16-byte store: the 8 data bytes, each half with the flag (each 8-byte half lands whole).
+PAGODA_INLINE void push_line(uint4* dst, uint2 data, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(data.x), "r"(flag),
+               "r"(data.y), "r"(flag)
+               : "memory");
+}
 
 // Polls a line of one's own buffer until both halves carry `flag`; returns its 8 data bytes.
 PAGODA_INLINE uint2 await_line(const uint4* src, uint32_t flag) {
@@ -52,14 +73,20 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
                                                                    const LLGroup g) {
   constexpr int kPerLine = 8 / sizeof(T);
   wait_for_prior_grids();  // x comes from the kernel before; so does state[0] (the last call's end)
-  const uint32_t epoch = ll_epoch(g);
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
   allow_dependents_to_start();
   uint2* data = reinterpret_cast<uint2*>(x);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = first; i < lines; i += stride) ll_push_to_peers(g, epoch, i, data[i]);
+  for (int64_t i = first; i < lines; i += stride) {
+    const uint2 mine = data[i];
+#pragma unroll
+    for (int p = 0; p < kLLMaxRanks; ++p) {
+      if (p < g.world_size && p != g.rank) push_line(line_at(buffer_of(g, p), g, epoch, g.rank, i), mine, epoch);
+    }
+  }
   arrive(g, epoch);
-  void* own = ll_buffer_of(g, g.rank);
+  void* own = buffer_of(g, g.rank);
   for (int64_t i = first; i < lines; i += stride) {
     float acc[kPerLine];
 #pragma unroll
@@ -67,7 +94,7 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
 #pragma unroll
     for (int p = 0; p < kLLMaxRanks; ++p) {
       if (p >= g.world_size) break;
-      const uint2 part = p == g.rank ? data[i] : await_line(ll_line_at(own, g, epoch, p, i), epoch);
+      const uint2 part = p == g.rank ? data[i] : await_line(line_at(own, g, epoch, p, i), epoch);
       const auto values = bit_cast_vec<T, kPerLine>(part);
 #pragma unroll
       for (int j = 0; j < kPerLine; ++j) acc[j] += to_float(values.val[j]);
@@ -89,8 +116,8 @@ PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 
     if (p >= g.world_size) break;
     uint4 part = mine;
     if (p != g.rank) {
-      const uint2 lo = await_line(ll_line_at(own, g, epoch, p, line), epoch);
-      const uint2 hi = await_line(ll_line_at(own, g, epoch, p, line + 1), epoch);
+      const uint2 lo = await_line(line_at(own, g, epoch, p, line), epoch);
+      const uint2 hi = await_line(line_at(own, g, epoch, p, line + 1), epoch);
       part = make_uint4(lo.x, lo.y, hi.x, hi.y);
     }
     const auto values = bit_cast_vec<T, V>(part);
@@ -102,14 +129,13 @@ PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 
 // Block b owns row b of x/residual [num_tokens, hidden]; thread i its 16-byte chunks i, i + blockDim, ...
 // (C at most; lines 2c and 2c + 1 of chunk c), held in registers from the first read to the last write:
 // the weights are requested before the wait, x and the residual together right after it, and nothing
-// is read twice (`pushed`: the GEMV before pushed x's lines already, launch_dense_gemv_pushing). Rounding
-// and the order of the sums of squares follow the unfused sequence (an all-reduce into the dtype, then
-// kernels/layernorm.cu's fused_add_rms_norm with the same block size), so at two ranks the result is bit
-// for bit the unfused one.
+// is read twice. Rounding and the order of the sums of squares follow the unfused sequence (an all-reduce
+// into the dtype, then kernels/layernorm.cu's fused_add_rms_norm with the same block size), so at two
+// ranks the result is bit for bit the unfused one.
 template <typename T, int C>
 __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_kernel(
     T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int hidden, float eps,
-    const LLGroup g, bool late_trigger, bool pushed) {
+    const LLGroup g, bool late_trigger) {
   constexpr int V = 16 / sizeof(T);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const int64_t first_line = base * static_cast<int64_t>(sizeof(T)) / 8;
@@ -123,7 +149,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
     if (c < chunks) w[j] = bit_cast_vec<T, V>(load_before_wait(weight + c * V));  // written by no kernel
   }
   wait_for_prior_grids();  // x (partial sums), residual and state[0] come from kernels before
-  const uint32_t epoch = ll_epoch(g);
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
   if (!late_trigger) allow_dependents_to_start();
 #pragma unroll
   for (int j = 0; j < C; ++j) {
@@ -131,13 +157,17 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
     if (c >= chunks) break;
     mine[j] = row[c];
     res[j] = load_vec<T, V>(residual + base + c * V);
-    if (!pushed) {
-      ll_push_to_peers(g, epoch, first_line + 2 * c, make_uint2(mine[j].x, mine[j].y));
-      ll_push_to_peers(g, epoch, first_line + 2 * c + 1, make_uint2(mine[j].z, mine[j].w));
+#pragma unroll
+    for (int p = 0; p < kLLMaxRanks; ++p) {
+      if (p < g.world_size && p != g.rank) {
+        uint4* dst = line_at(buffer_of(g, p), g, epoch, g.rank, first_line + 2 * c);
+        push_line(dst, make_uint2(mine[j].x, mine[j].y), epoch);
+        push_line(dst + 1, make_uint2(mine[j].z, mine[j].w), epoch);
+      }
     }
   }
   arrive(g, epoch);
-  void* own = ll_buffer_of(g, g.rank);
+  void* own = buffer_of(g, g.rank);
   float sum_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < C; ++j) {
@@ -173,8 +203,7 @@ bool late_trigger() {
 }  // namespace
 
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
-                                       int hidden, float eps, const LLGroup& group, bool pushed,
-                                       cudaStream_t stream) {
+                                       int hidden, float eps, const LLGroup& group, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int chunks = hidden / (16 / static_cast<int>(sizeof(T)));
@@ -184,7 +213,7 @@ void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, con
                                                  : ll_all_reduce_add_rms_norm_kernel<T, 2>;
     launch_dependent(kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
                      stream, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden,
-                     eps, group, late_trigger(), pushed);
+                     eps, group, late_trigger());
   });
 }
 

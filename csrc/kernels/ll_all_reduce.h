@@ -24,11 +24,9 @@
 // call e + 1 ended; that call read q's lines of epoch e + 1, which q pushes only after its call e (its
 // reads of parity e % 2) ended. Flags are epochs, never reset: a stale line never carries the wanted
 // epoch (the 32-bit epoch wraps after 4e9 calls, harmless: the line with that flag was overwritten
-// 2e9 times since). A GEMV that pushes a call's lines (launch_dense_gemv_pushing) does so after waiting
-// for the kernels before it, the last call included: the same order holds. Deadlock freedom: a thread
-// pushes all its lines before it polls any, and block b polls only lines that block b of each peer
-// pushes (every rank launches the same grid for the same message), or that a GEMV pushed before the
-// call began.
+// 2e9 times since). Deadlock freedom: a thread pushes all its lines before it polls any, and block b
+// polls only lines that block b of each peer pushes (every rank launches the same grid for the same
+// message).
 #pragma once
 
 #include <cstdint>
@@ -63,16 +61,8 @@ void launch_ll_all_reduce(DType dtype, void* x, int64_t numel, const LLGroup& gr
 // kLLNormMaxRowBytes, every pointer 16-byte aligned, num_tokens * hidden * sizeof(dtype) <= 8 *
 // max_lines): s = the sum of every rank's x (rounded to the dtype, as an all-reduce returns it);
 // residual <- s + residual; x <- weight * rms_norm(residual) (rounded like launch_fused_add_rms_norm).
-// The same lines and epochs as launch_ll_all_reduce: the two may alternate on one group. pushed: x comes
-// from launch_dense_gemv_pushing, which pushed its lines already (the kernel skips step 2).
+// The same lines and epochs as launch_ll_all_reduce: the two may alternate on one group.
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
-                                       int hidden, float eps, const LLGroup& group, bool pushed, cudaStream_t stream);
-
-// launch_dense_gemv (kernels/launch.h; no bias) whose blocks also push their rows of `out` to every peer
-// as step 2 of the call that sums `out` next would, so the peers' lines arrive while the GEMV ends: that
-// call (the fused norm with pushed) then only sums. A block's rows must be whole lines: n % 4 == 0 (the
-// kernel runs two rows a warp where one would leave a block half a line), m * n * 2 <= 8 * max_lines.
-void launch_dense_gemv_pushing(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, int m,
-                               int n, int k, int split, int rows, const LLGroup& group, cudaStream_t stream);
+                                       int hidden, float eps, const LLGroup& group, cudaStream_t stream);
 
 }  // namespace pagoda

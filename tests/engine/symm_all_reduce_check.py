@@ -2,8 +2,8 @@
 eager and replayed from a CUDA graph, for sizes up to its limit and beyond (the fallback); then a chain
 of dependent sums between matmuls, as in a decode step, replayed from one graph. Mode (argv[1], set as
 PAGODA_SYMM_ALL_REDUCE): ``1`` torch's one-shot path, ``ll`` the csrc low-latency kernel in front of
-it (and its fusion with the residual add and RMSNorm, against NCCL then the csrc norm; with
-PAGODA_LL_GEMV_PUSH=1 also after the GEMV that pushes its output). Prints 'symm all-reduce ok'."""
+it (and its fusion with the residual add and RMSNorm, against NCCL then the csrc norm). Prints
+'symm all-reduce ok'."""
 
 import os
 import sys
@@ -98,53 +98,6 @@ def check_fused(op, device: torch.device, g: torch.Generator) -> None:
                 assert torch.equal(static_x, expected_x) and torch.equal(static_res, expected_res), ("replay", dtype)
 
 
-def check_pushed(op, device: torch.device, g: torch.Generator) -> None:
-    """The GEMV that pushes its output, then the fused norm that only sums, against the csrc GEMV, NCCL and
-    the csrc fused norm, to the bit: 1 to 4 tokens, rows split 1, 2 and 4 ways (two rows a warp at 4);
-    then 32 such layers captured in one graph and replayed."""
-    def norm_of_sum(part, residual, weight):
-        x, residual = nccl_sum(part), residual.clone()
-        op.kernels.fused_add_rms_norm(x, residual, weight, 1e-5)
-        return x, residual
-
-    for dtype in (torch.bfloat16, torch.float16):
-        for tokens, n, k in ((1, 4096, 2048), (4, 4096, 7168), (1, 2048, 7168), (3, 1024, 8192)):
-            x = torch.randn(tokens, k, generator=g, device=device).to(dtype)
-            w = (torch.randn(n, k, generator=g, device=device) / k ** 0.5).to(dtype)
-            residual = torch.randn(tokens, n, generator=g, device=device).to(dtype)
-            weight = (torch.rand(n, generator=g, device=device) + 0.5).to(dtype)
-            part = op.kernels.dense_gemv(x, w)
-            expected = norm_of_sum(part, residual, weight)
-            out = op.linear(x, w)
-            assert out is not None and torch.equal(out, part), ("gemv", dtype, tokens, n, k)
-            got = op.add_rms_norm(out, residual.clone(), weight, 1e-5)
-            assert all(map(torch.equal, got, expected)), ("pushed", dtype, tokens, n, k)
-    hidden = 4096
-    weights = [(torch.randn(hidden, hidden, generator=g, device=device) / 64).to(torch.bfloat16) for _ in range(4)]
-    norm_weight = torch.ones(hidden, device=device, dtype=torch.bfloat16)
-
-    def layers(x, residual, summed):
-        for i in range(32):
-            x, residual = summed(x, residual, weights[i % 4])
-        return x, residual
-
-    def pushed(x, residual, w):
-        return op.add_rms_norm(op.linear(x, w), residual, norm_weight, 1e-5)
-
-    static = [torch.randn(1, hidden, generator=g, device=device, dtype=torch.bfloat16) for _ in range(2)]
-    layers(static[0].clone(), static[1].clone(), pushed)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = layers(*static, pushed)
-    for _ in range(3):
-        fresh = [torch.randn(1, hidden, generator=g, device=device, dtype=torch.bfloat16) for _ in range(2)]
-        expected = layers(*fresh, lambda x, res, w: norm_of_sum(op.kernels.dense_gemv(x, w), res, norm_weight))
-        for s, f in zip(static, fresh):
-            s.copy_(f)
-        graph.replay()
-        assert all(map(torch.equal, out, expected)), "pushed chain replay"
-
-
 def main() -> None:
     rank = int(os.environ["RANK"])
     os.environ["PAGODA_SYMM_ALL_REDUCE"] = sys.argv[1] if len(sys.argv) > 1 else "1"
@@ -161,8 +114,6 @@ def main() -> None:
     check_chain(op, device, g)
     if hasattr(op, "kernels") and op.fused_norm:
         check_fused(op, device, g)
-    if getattr(op, "gemv_push", False):
-        check_pushed(op, device, g)
     dist.barrier()
     print("symm all-reduce ok", flush=True)
     dist.destroy_process_group()

@@ -229,18 +229,6 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, symm):
 
 
 @pytest.mark.gpu
-def test_tp2_bf16_decode_with_pushing_gemvs_equals_without(tiny_models):
-    """PAGODA_LL_GEMV_PUSH=1: one bf16 sequence (decode steps of one token take the csrc GEMV), its
-    row-parallel GEMVs pushing their sums: the same greedy tokens as the GEMVs that do not push."""
-    path, _ = tiny_models["llama"]
-    prompts = shared_prefix_prompts()[:1]
-    runs = [tp2_engines(path, prompts, [{"dtype": "bfloat16"}], env={"PAGODA_LL_GEMV_PUSH": push})[0]
-            for push in ("1", "0")]
-    assert runs[0]["gemv_pushes"] > 0 and runs[1]["gemv_pushes"] == 0
-    assert runs[0]["tokens"] == runs[1]["tokens"]
-
-
-@pytest.mark.gpu
 def test_a_second_tp2_engine_in_one_process_sums_over_nccl(tiny_models):
     """Torch's rendezvous cannot set symmetric memory up again in a process that did it for an engine
     before (it waited forever): the second engine sums over NCCL, with the same tokens."""
@@ -267,17 +255,15 @@ def test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models, 
 
 
 @pytest.mark.gpu
-# torch's one-shot path; the csrc low-latency kernel, also with its fused norm's late trigger, and after the GEMV
-@pytest.mark.parametrize("mode", ["1", "ll", "ll-late", "ll-push"])  # that pushes its output
-def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):
+@pytest.mark.parametrize("mode", ["1", "ll", "ll-late"])  # torch's one-shot path; the csrc low-latency kernel,
+def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):  # also with its fused norm's late trigger
     """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed,
     and a graph of 64 dependent sums between matmuls."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     script = os.path.join(os.path.dirname(__file__), "symm_all_reduce_check.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGODA_LL_LATE_TRIGGER": str(int(mode == "ll-late")),
-           "PAGODA_LL_GEMV_PUSH": str(int(mode == "ll-push"))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGODA_LL_LATE_TRIGGER": str(int(mode == "ll-late"))}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          script, mode.split("-")[0]], capture_output=True, text=True, env=env, timeout=240)
+                          script, mode.removesuffix("-late")], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert run.stdout.count("symm all-reduce ok") == 2

@@ -10,8 +10,6 @@ Row-parallel layers followed by a residual add and RMSNorm may leave their sum t
 (``LinearBase.defer_all_reduce``, ``RMSNorm.take_all_reduce_of``), which then calls
 :meth:`TensorParallel.all_reduce_add_rms_norm`: one kernel where the platform's
 :class:`FastAllReduce` has it (``add_rms_norm``), else the all-reduce and the fused norm as before.
-Such a layer may also hand its GEMV to the :class:`FastAllReduce` (``linear``), which can send the
-partial sums to the peers while it computes them.
 """
 
 from __future__ import annotations
@@ -44,13 +42,6 @@ class FastAllReduce:
     def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
         """Whether :meth:`add_rms_norm` takes these (by default it takes nothing)."""
         return False
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, rows: int = 0) -> torch.Tensor | None:
-        """``x @ weight^T`` (a row-parallel layer's partial sums) computed so that their sum, which must be
-        the next call on this object, starts early: e.g. a GEMV that sends each sum to the peers as it
-        comes. None where not taken (by default nothing is): the caller computes it. ``rows``: the csrc
-        GEMV's tuned weight rows a warp (0: its rule)."""
-        return None
 
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float

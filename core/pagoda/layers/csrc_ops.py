@@ -16,14 +16,10 @@ import importlib.util
 import os
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import torch
 
 from pagoda.layers.ops import CustomOps
-
-if TYPE_CHECKING:
-    from pagoda.distributed.parallel import FastAllReduce
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -104,14 +100,11 @@ class CsrcOps(CustomOps):
         self.kernels.masked_embedding(out, ids.long().contiguous(), weight, start)
         return out
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-               sum_to: "FastAllReduce | None" = None) -> torch.Tensor:
-        """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped; the one of
-        ``sum_to``, which sends the sums as they come, where it takes them), else F.linear."""
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
             rows = self.gemv_rows.get((weight.shape[0], weight.shape[1], weight.dtype), 0)  # 0: the kernel's rule
-            sent = None if sum_to is None or bias is not None else sum_to.linear(x, weight, rows)
-            return sent if sent is not None else self.kernels.dense_gemv(x, weight, bias, 0, rows)
+            return self.kernels.dense_gemv(x, weight, bias, 0, rows)
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, FastAllReduce, TensorParallel
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.errors import ModelLoadError
 from pagoda.layers.sharding import materialize, narrow
 
@@ -96,7 +96,6 @@ class LinearBase(nn.Module):
         self.quant_method = quant_method
         self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
         self.partial_output = False  # row-parallel: return this rank's partial sums (defer_all_reduce)
-        self.sum_to: FastAllReduce | None = None  # then where they are summed (ops.linear's sum_to)
         quant_method.create_weights(self, self.in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
@@ -133,7 +132,6 @@ class LinearBase(nn.Module):
         if self.parallel != "row" or self.bias is not None:
             return False
         self.partial_output = True
-        self.sum_to = self.tp.fast
         return True
 
     def rank_slice(self, param: nn.Parameter, tensor, shard_index: int = 0):

@@ -7,13 +7,8 @@ inputs except ``rotary_embedding`` and ``reshape_and_cache``, which write in pla
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
-
-if TYPE_CHECKING:
-    from pagoda.distributed.parallel import FastAllReduce
 
 
 class CustomOps:
@@ -66,11 +61,8 @@ class CustomOps:
         rows = F.embedding(local.masked_fill(~mine, 0), weight)  # [num_tokens, hidden]
         return rows.masked_fill_(~mine.unsqueeze(-1), 0)
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-               sum_to: "FastAllReduce | None" = None) -> torch.Tensor:
-        """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer. ``sum_to``: a
-        row-parallel layer's partial sums are summed next on it, which may start while this computes
-        them (:meth:`FastAllReduce.linear`); F.linear here does not."""
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer."""
         return F.linear(x, weight, bias)
 
     def fused_moe(

@@ -9,9 +9,6 @@ the kernels around it stay chained, and its epoch lives in device memory, so CUD
 A second kernel fuses the residual add and RMSNorm after the sum (``add_rms_norm``: the decoder's
 norms sum the row-parallel layers' partial outputs, :meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`),
 bit for bit the unfused sequence at two ranks; ``PAGODA_LL_FUSED_NORM=0`` keeps the two apart.
-With ``PAGODA_LL_GEMV_PUSH=1`` (an experiment, off) the row-parallel layer's GEMV itself pushes its
-output's lines to the peers as its blocks finish (:meth:`LLAllReduce.linear`), and the sum that follows
-only sums.
 
 Used unless ``PAGODA_SYMM_ALL_REDUCE`` is ``1`` or ``0``, for messages up to :data:`MAX_BYTES` (64
 tokens of hidden 4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
@@ -53,9 +50,6 @@ class LLAllReduce(FastAllReduce):
         self.fallback = fallback
         self.max_bytes = max_bytes
         self.fused_norm = os.environ.get("PAGODA_LL_FUSED_NORM") != "0"  # the same on every rank (one environment)
-        self.gemv_push = os.environ.get("PAGODA_LL_GEMV_PUSH") == "1"
-        self._pushed: tuple[int, int] | None = None  # (address, numel) of the output a GEMV pushed, not yet summed
-        self.gemv_pushes = 0  # GEMVs launched that push (graph replays not counted)
 
     def _takes(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
@@ -66,32 +60,10 @@ class LLAllReduce(FastAllReduce):
         return self._takes(x) or (self.fallback is not None and self.fallback.fits(x))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self._take_pushed(x)  # if pushed, the kernel pushes the same lines and flags again: harmless
         if not self._takes(x):
             return self.fallback(x)
         self.kernels.ll_all_reduce(x, self.peers, self.state, self.rank, self.max_bytes)
         return x
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, rows: int = 0) -> torch.Tensor | None:
-        """With ``PAGODA_LL_GEMV_PUSH=1``: the csrc GEMV of ``x`` [m, k] and ``weight`` [n, k], its blocks
-        pushing their rows to the peers as the next call's kernel would; that call (which must sum this
-        output: checked) then only sums."""
-        nbytes = x.shape[0] * weight.shape[0] * x.element_size()
-        if not self.gemv_push or weight.shape[0] % 4 or nbytes > self.max_bytes or x.dtype not in DTYPES[:2]:
-            return None
-        out = self.kernels.dense_gemv_push(x, weight, 0, rows, self.peers, self.state, self.rank, self.max_bytes)
-        self._pushed = (out.data_ptr(), out.numel())
-        self.gemv_pushes += 1
-        return out
-
-    def _take_pushed(self, x: torch.Tensor) -> bool:
-        """Whether a GEMV pushed ``x`` for this call; raises if it pushed another tensor (the peers would
-        sum its lines as this one's)."""
-        pushed, self._pushed = self._pushed, None
-        if pushed is not None and pushed != (x.data_ptr(), x.numel()):
-            raise RuntimeError("low-latency all-reduce: a GEMV pushed its output for the next sum, but the next sum "
-                               "is of another tensor; a row-parallel layer's output must be summed right after it")
-        return pushed is not None
 
     def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
         row_bytes = x.shape[-1] * x.element_size()
@@ -105,7 +77,7 @@ class LLAllReduce(FastAllReduce):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """In place: ``x`` [T, hidden] gets the normed output, ``residual`` the sum."""
         self.kernels.ll_all_reduce_add_rms_norm(x, residual, weight, eps, self.peers, self.state, self.rank,
-                                                self.max_bytes, self._take_pushed(x))
+                                                self.max_bytes)
         return x, residual
 
 
@@ -152,9 +124,9 @@ def _peer_addresses(buffer: torch.Tensor, handle, group) -> torch.Tensor | None:
 
 
 def _probe(op: LLAllReduce, device: torch.device, world_size: int) -> bool:
-    """Exact sums (:func:`probe_sums`), then the fused op on exact per-rank values (pushed by the GEMV
-    where it pushes) against the csrc ``fused_add_rms_norm`` of the exact sum: equal to the bit. Every
-    kernel runs before any verdict, so the ranks stay in step even where one of them sees a wrong answer."""
+    """Exact sums (:func:`probe_sums`), then the fused op on exact per-rank values against the csrc
+    ``fused_add_rms_norm`` of the exact sum: equal to the bit. Every kernel runs before any verdict, so
+    the ranks stay in step even where one of them sees a wrong answer."""
     try:
         sums_ok = probe_sums(op, op.rank, device, world_size)
     except RuntimeError:
@@ -169,9 +141,7 @@ def _probe(op: LLAllReduce, device: torch.device, world_size: int) -> bool:
         expected, expected_residual = total.clone(), residual.clone()
         op.kernels.fused_add_rms_norm(expected, expected_residual, weight, 1e-6)
         x = (base + op.rank).to(dtype)
-        if op.gemv_push:  # the same values through the pushing GEMV (an identity weight)
-            x = op.linear(x, torch.eye(hidden, device=device, dtype=dtype))
-        op.add_rms_norm(x, residual, weight, 1e-6)
+        op.kernels.ll_all_reduce_add_rms_norm(x, residual, weight, 1e-6, op.peers, op.state, op.rank, op.max_bytes)
         if not (torch.equal(x, expected) and torch.equal(residual, expected_residual)):
             wrong.append(str(dtype))
     if not sums_ok or wrong:

@@ -23,16 +23,11 @@ class RecordingKernels:
         self.calls.append((x.numel(), rank, max_bytes))
         x.mul_(2)  # what two ranks holding the same x would get
 
-    def ll_all_reduce_add_rms_norm(self, x, residual, weight, eps, peers, state, rank, max_bytes, pushed) -> None:
-        self.calls.append(("fused", x.numel(), rank, max_bytes) + (("pushed",) if pushed else ()))
+    def ll_all_reduce_add_rms_norm(self, x, residual, weight, eps, peers, state, rank, max_bytes) -> None:
+        self.calls.append(("fused", x.numel(), rank, max_bytes))
         out, res = CustomOps().fused_add_rms_norm(2 * x, residual, weight, eps)
         x.copy_(out)
         residual.copy_(res)
-
-
-    def dense_gemv_push(self, x, weight, split, rows, peers, state, rank, max_bytes) -> torch.Tensor:
-        self.calls.append(("gemv", tuple(weight.shape), rows))
-        return x @ weight.t()
 
 
 class Fallback:
@@ -113,26 +108,3 @@ def test_create_without_the_kernel_leaves_every_rank_on_the_other_paths(caplog) 
         assert "9 ranks; the kernel takes at most 8" in caplog.text
     finally:
         dist.destroy_process_group()
-
-
-def test_a_pushing_gemv_is_summed_next_without_a_second_push(monkeypatch) -> None:
-    """PAGODA_LL_GEMV_PUSH=1: the row-parallel GEMV goes to the kernel that pushes its lines, and the fused
-    norm after it is told so; a plain sum of it pushes again (the same lines); anything else in between is
-    an error, not a wrong sum."""
-    x, weight = torch.randn(1, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
-    assert make()[0].linear(x, weight) is None  # the switch is off by default
-    monkeypatch.setenv("PAGODA_LL_GEMV_PUSH", "1")
-    op, kernels = make(Fallback())
-    out = op.linear(x, weight, rows=2)
-    assert torch.equal(out, x @ weight.t()) and kernels.calls == [("gemv", (64, 32), 2)]
-    residual, norm_weight = torch.randn(1, 64, dtype=torch.bfloat16), torch.ones(64, dtype=torch.bfloat16)
-    op.add_rms_norm(out, residual, norm_weight, 1e-5)
-    op.add_rms_norm(torch.randn_like(out), residual, norm_weight, 1e-5)  # not pushed
-    assert kernels.calls[1:] == [("fused", 64, 1, 64 << 10, "pushed"), ("fused", 64, 1, 64 << 10)]
-    assert op(op.linear(x, weight)).shape == (1, 64) and kernels.calls[-1] == (64, 1, 64 << 10)
-    op.linear(x, weight)
-    with pytest.raises(RuntimeError, match="the next sum is of another tensor"):
-        op(torch.ones(4096, dtype=torch.bfloat16))
-    assert op.linear(x, weight[:62]) is None  # 62 rows: not whole 8-byte lines
-    assert op.linear(x.expand(4, 32), weight.repeat(130, 1)) is None  # 4 x 8320 rows: above the 64 KiB here
-    assert op.linear(x.float(), weight.float()) is None  # the GEMV takes fp16 and bf16
