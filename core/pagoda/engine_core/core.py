@@ -34,6 +34,7 @@ from pagoda.engine.builder import EngineParts, build_engine_parts
 from pagoda.engine.model_runner import PendingStep, RunnerOutput
 from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.engine.sampler import needs_tokens_before_launch
+from pagoda.engine.torch_profiler import profiler_dir
 from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
 from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
@@ -55,7 +56,8 @@ class InflightStep:
 class EngineCore:
     """Schedules and runs steps; see the module docstring."""
 
-    UTILITIES = frozenset({"snapshot_stats", "kv_cache_state", "reset_prefix_cache", "info"})
+    UTILITIES = frozenset({"snapshot_stats", "kv_cache_state", "reset_prefix_cache", "info", "start_profile",
+                           "stop_profile"})
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
@@ -290,6 +292,14 @@ class EngineCore:
 
     def reset_prefix_cache(self) -> None:
         self.kv_cache.reset_prefix_cache()
+
+    def start_profile(self) -> None:
+        """The torch profiler on every rank, from the next step on (pagoda.engine.torch_profiler)."""
+        self.executor.profile(profiler_dir())
+
+    def stop_profile(self) -> None:
+        """Stop it; returns once every rank wrote its trace."""
+        self.executor.profile(None)
 
     def shutdown(self) -> None:
         """Stop the other tensor-parallel ranks, if any (idempotent)."""

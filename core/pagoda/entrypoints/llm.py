@@ -42,6 +42,15 @@ class LLM(PoolingAPI):
     def get_tokenizer(self):
         return self.engine.tokenizer
 
+    def start_profile(self) -> None:
+        """Start the torch profiler on every tensor-parallel rank; the traces go to the folder that
+        ``PAGODA_TORCH_PROFILER_DIR`` names (an error if unset). Then :meth:`stop_profile`."""
+        self.engine.client.call_utility("start_profile")
+
+    def stop_profile(self) -> None:
+        """Stop the profiler; returns once every rank wrote its trace (``rank{r}.*.pt.trace.json.gz``)."""
+        self.engine.client.call_utility("stop_profile")
+
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],

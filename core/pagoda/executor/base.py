@@ -13,6 +13,7 @@ from pagoda.distributed.parallel import TensorParallel
 from pagoda.engine.builder import step_token_budget
 from pagoda.engine.model_runner import ModelRunner, PendingStep
 from pagoda.engine.piecewise import mixed_graph_limit
+from pagoda.engine.torch_profiler import RankProfiler
 from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM
@@ -29,6 +30,7 @@ class Executor(ABC):
     """Runs scheduled steps; ``runner`` is this process's ModelRunner (rank 0's)."""
 
     runner: ModelRunner
+    profiler: RankProfiler | None = None  # this process's rank's, made by the first profile()
 
     @abstractmethod
     def launch(self, out: SchedulerOutput, block_tables: list[list[int]], prev: PendingStep | None) -> PendingStep:
@@ -40,6 +42,13 @@ class Executor(ABC):
 
     def shutdown(self) -> None:
         """Stop the other ranks, if any (idempotent)."""
+
+    def profile(self, directory: str | None) -> None:
+        """Start the torch profiler on every rank, the traces to ``directory``; None: stop it, and return once
+        every rank wrote its trace (pagoda.engine.torch_profiler). Here: this process's rank."""
+        if self.profiler is None:
+            self.profiler = RankProfiler(self.runner.tp.rank)
+        self.profiler.switch(directory)
 
 
 class UniprocExecutor(Executor):

@@ -49,7 +49,11 @@ class StopWorker(msgspec.Struct, array_like=True, tag=True):
     pass
 
 
-WorkerMessage = Union[StepMessage, StopWorker]
+class Profile(msgspec.Struct, array_like=True, tag=True):
+    directory: str | None  # start the torch profiler, its trace to this folder; None: stop it, write the trace
+
+
+WorkerMessage = Union[StepMessage, StopWorker, Profile]
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(WorkerMessage)
 

@@ -16,6 +16,8 @@ from pagoda.executor.base import Executor
 from pagoda.executor.workers import WorkerGroup
 from pagoda.interfaces.scheduler import SchedulerOutput
 
+PROFILE_REPLY_S = 300.0  # a worker writing a long trace
+
 
 class MultiprocExecutor(Executor):
     def __init__(self, runner: ModelRunner, workers: WorkerGroup) -> None:
@@ -49,6 +51,13 @@ class MultiprocExecutor(Executor):
     def release(self, request_id: str) -> None:
         self.runner.release(request_id)
         self.encoder.release(request_id)
+
+    def profile(self, directory: str | None) -> None:
+        super().profile(directory)  # rank 0 first: a state error is raised before the workers hear of it
+        self.workers.send(messages.encode(messages.Profile(directory)))
+        errors = [frame.decode() for frame in self.workers.replies(PROFILE_REPLY_S, "answered").values() if frame]
+        if errors:
+            raise RuntimeError(f"profiling failed on a tensor-parallel rank: {errors[0]}")
 
     def shutdown(self) -> None:
         self.runner.drop_graphs()  # every rank drops its graphs before the group is destroyed

@@ -21,6 +21,7 @@ import zmq
 
 from pagoda.config import EngineConfig
 from pagoda.distributed.parallel import TensorParallel, join_world
+from pagoda.engine.torch_profiler import RankProfiler
 from pagoda.executor import messages
 from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout
 
@@ -113,6 +114,15 @@ class WorkerChannels:
         self.context.term()
 
 
+def _profile(profiler: RankProfiler, directory: str | None) -> bytes:
+    """Start or stop this rank's profiler; the answer for the driver: empty, or what went wrong."""
+    try:
+        profiler.switch(directory)
+    except (OSError, RuntimeError) as exc:
+        return f"rank {profiler.rank}: {type(exc).__name__}: {exc}".encode()
+    return b""
+
+
 def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: WorkerChannels,
                 parent_pid: int | None) -> None:
     """Build this rank's shard and runner like the driver, then run steps until told to stop."""
@@ -125,7 +135,7 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
     shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
     runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp)
     capture_verify_graphs(runner, config, shard.max_model_len)  # after the decode graphs, as on the driver
-    mirror, pending = messages.StepMirror(), None
+    mirror, pending, profiler = messages.StepMirror(), None, RankProfiler(tp.rank)
     while True:
         if not channels.steps.poll(POLL_MS):
             if parent_pid is not None and os.getppid() != parent_pid:
@@ -135,6 +145,9 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
         message = messages.decode(channels.steps.recv(copy=False))
         if isinstance(message, messages.StopWorker):
             break
+        if isinstance(message, messages.Profile):
+            channels.steps.send(_profile(profiler, message.directory))
+            continue
         for request_id in message.finished:
             runner.release(request_id)
         out, tables = mirror.apply(message)

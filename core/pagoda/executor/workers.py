@@ -186,15 +186,22 @@ class WorkerGroup:
     # -- start-up --------------------------------------------------------------------------------
     def wait_for_hellos(self) -> None:
         """Each worker's DEALER says hello first (the ROUTER learns its identity)."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while len(self.identities) < self.world_size - 1:
+        self.identities = list(self.replies(STARTUP_TIMEOUT_S, "started"))
+
+    def replies(self, timeout_s: float, what: str) -> dict[bytes, bytes]:
+        """One frame from each worker (identity -> frame): its hello, or its answer to a message that asks
+        for one."""
+        deadline = time.monotonic() + timeout_s
+        got: dict[bytes, bytes] = {}
+        while len(got) < self.world_size - 1:
             self.check()
             if time.monotonic() > deadline:
-                raise WorkerFailedError(f"only {len(self.identities)} of {self.world_size - 1} tensor-parallel workers "
-                                        f"started within {STARTUP_TIMEOUT_S:.0f} s")
+                raise WorkerFailedError(f"only {len(got)} of {self.world_size - 1} tensor-parallel workers {what} "
+                                        f"within {timeout_s:.0f} s")
             if self.steps.poll(100):
-                identity, _ = self.steps.recv_multipart()
-                self.identities.append(identity)
+                identity, frame = self.steps.recv_multipart()
+                got[identity] = frame
+        return got
 
     def start_watcher(self) -> None:
         atexit.register(self.shutdown)  # a front end that exits without shutting the engine down

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import os
 
 from fastapi import Depends, FastAPI
 
 from pagoda import __version__
-from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling
+from pagoda.engine import torch_profiler
+from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling, routes_profile
 from pagoda.server.async_engine import AsyncEngine
 from pagoda.server.errors import error_body, install_error_handlers
 from pagoda.server.openapi import install_openapi
@@ -100,5 +102,7 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
         app.include_router(module.router, dependencies=[Depends(routes_pooling.generation_only)])
     app.include_router(routes_pooling.router, dependencies=[Depends(routes_pooling.pooling_only)])
     app.include_router(routes_misc.router)
+    if os.environ.get(torch_profiler.ENV):
+        app.include_router(routes_profile.router)
     app.add_middleware(GateMiddleware, state=state)
     return app

@@ -186,9 +186,9 @@ class AsyncEngine(AsyncPooling):
             except (asyncio.TimeoutError, EngineDeadError, RuntimeError):
                 pass
 
-    async def call_utility(self, method: str, *args):
+    async def call_utility(self, method: str, *args, timeout: float = 30.0):
         """Call an engine core utility (``EngineCore.UTILITIES``) between its steps."""
-        return await self.client.call_utility(method, *args)
+        return await self.client.call_utility(method, *args, timeout=timeout)
 
     # -- the reader task's callbacks ---------------------------------------------------------------
     def _on_outputs(self, batch: EngineCoreOutputs) -> None:
