@@ -64,13 +64,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32, help="decode steps in the trace")
     parser.add_argument("--layer-gemvs", default="qkv,o,gate_up,down", help="a layer's dense GEMVs in launch order")
     args = parser.parse_args()
-    groups = label(device_events(args.trace), args.layer_gemvs.split(","))
+    print(table(device_events(args.trace), args.layer_gemvs.split(","), args.steps))
+
+
+def table(events: list[dict], layer_gemvs: list[str], steps: int) -> str:
+    """The kernels by total exclusive time: count a step, mean duration, mean exclusive time, mean gap."""
+    groups = label(events, layer_gemvs)
     rows = sorted(groups.items(), key=lambda kv: -sum(e["exclusive"] for e in kv[1]))
-    print(f"{'per step':>8} {'mean us':>8} {'excl us':>8} {'gap us':>7}  kernel")
+    lines = [f"{'per step':>8} {'mean us':>8} {'excl us':>8} {'gap us':>7}  kernel"]
     for name, evs in rows:
         n = len(evs)
         mean, exclusive, gap = (sum(e[key] for e in evs) / n for key in ("dur", "exclusive", "gap"))
-        print(f"{n / args.steps:8.1f} {mean:8.2f} {exclusive:8.2f} {gap:7.2f}  {name}")
+        lines.append(f"{n / steps:8.1f} {mean:8.2f} {exclusive:8.2f} {gap:7.2f}  {name}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
