@@ -9,5 +9,6 @@
 source scripts/device/begin_cuda.sh rank_waits
 timeout 240 python3 scripts/device/rank_waits.py "$M8" --out "$R" > "$R/rank_waits.txt" 2>&1
 echo "rank_waits: exit $?" | tee -a "$OUT/summary.txt"
-grep -E "^rank|^sums after|^ +[0-9.]+ +[0-9.]+ +[0-9.]+" "$R/rank_waits.txt" | grep -A10 -E "^rank" | tee -a "$OUT/summary.txt"
+# each rank: its name, the table's first 8 rows, its sums' waits
+awk '/^rank/ {n = 10} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits.txt" | tee -a "$OUT/summary.txt"
 pack_results
