@@ -41,6 +41,17 @@ def test_latency_reports_each_batch(tmp_path):
     assert all(s["step_ms"] > 0 and s["floor_ms"] > 0 for s in steps)
 
 
+def test_latency_profile_traces_each_batch(tmp_path, monkeypatch, capsys):
+    args = ["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "1,2",
+            "--input-len", "8", "--output-len", "3", "--repeats", "1", "--profile"]
+    monkeypatch.delenv("PAGODA_TORCH_PROFILER_DIR", raising=False)
+    assert main(args) == 2
+    assert "--profile needs PAGODA_TORCH_PROFILER_DIR set" in capsys.readouterr().err
+    monkeypatch.setenv("PAGODA_TORCH_PROFILER_DIR", str(tmp_path / "traces"))
+    assert main(args) == 0
+    assert len(list((tmp_path / "traces").glob("rank0.*.pt.trace.json.gz"))) == 2  # one a batch size
+
+
 def test_streamed_weights_leave_out_gathered_embeddings(tmp_path):
     """The memory floor counts weights a step reads whole: an untied input embedding is only
     gathered (left out); a table the LM head shares is read whole (counted once)."""

@@ -9,10 +9,13 @@ traffic the device sustains, which a read-only stream can use whole). The step t
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, random_prompts, spec_decode_summary,
                                  streamed_weights, synchronize)
+from pagoda.engine import torch_profiler
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -22,11 +25,18 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--input-len", type=int, default=128, help="prompt tokens per request (random ids)")
     p.add_argument("--output-len", type=int, default=64, help="new tokens per request")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per batch size (the best counts)")
+    p.add_argument("--profile", action="store_true",
+                   help="after timing each batch size, run it once more under the torch profiler on every "
+                        "tensor-parallel rank (LLM.start_profile); the traces go to the folder that "
+                        "PAGODA_TORCH_PROFILER_DIR names, which must be set")
     add_common_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.profile and not os.environ.get(torch_profiler.ENV):
+        print(f"error: --profile needs {torch_profiler.ENV} set to the folder the traces go to", file=sys.stderr)
+        return 2
     llm = build_llm(args)
     parts = llm.engine.core.parts
     device = parts.platform.device()
@@ -38,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         prompts = random_prompts(batch, args.input_len, parts.hf_config.vocab_size, args.seed)
         stats_before = llm.engine.stats
         step = _decode_step_seconds(llm, prompts, args.output_len, args.repeats, device)
+        if args.profile:
+            _profiled_run(llm, prompts, args.output_len)
         context = args.input_len + args.output_len / 2
         floor = (weight_bytes + batch * context * kv_bytes_per_token) / read_bandwidth
         rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
@@ -47,6 +59,17 @@ def run(args: argparse.Namespace) -> int:
     emit({"platform": parts.platform.describe(), "weight_bytes": weight_bytes,
           "read_gbps": read_bandwidth / 1e9, "steps": rows}, args.result_file)
     return 0
+
+
+def _profiled_run(llm, prompts, output_len: int) -> None:
+    """One more run of the batch, traced on every rank (the timed runs above are not)."""
+    from pagoda import SamplingParams
+
+    llm.start_profile()
+    try:
+        llm.generate(prompts, SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True), use_tqdm=False)
+    finally:
+        llm.stop_profile()
 
 
 def _decode_step_seconds(llm, prompts, output_len: int, repeats: int, device) -> float:
