@@ -19,7 +19,7 @@ from pathlib import Path
 from pagoda import LLM, SamplingParams
 from pagoda.bench.common import random_prompts
 from pagoda.engine.torch_profiler import ENV
-from trace_kernels import device_events, table  # scripts/device: this script's own folder
+from trace_kernels import LAYER_GEMVS, device_events, table  # scripts/device: this script's own folder
 
 SUM_KERNEL = "ll_all_reduce_add_rms_norm"
 
@@ -40,7 +40,7 @@ def report(trace: Path, steps: int) -> str:
     events = device_events(str(trace))
     if not events:
         return f"{trace.name}: no device kernels"
-    lines = [trace.name, table(events, ["qkv", "o", "gate_up", "down"], steps)]
+    lines = [trace.name, table(events, list(LAYER_GEMVS), steps)]
     for grid, waits in sorted(sum_waits(events).items()):
         lines.append(f"sums after the GEMV of grid {grid}: {len(waits)}, mean {statistics.mean(waits):.2f} us, "
                      f"median {statistics.median(waits):.2f}")

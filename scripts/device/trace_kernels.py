@@ -17,7 +17,8 @@ import json
 
 
 
-DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")  # a torch profiler trace's events that run on the device
+DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAYER_GEMVS = ("qkv", "o", "gate_up", "down")  # a decoder layer's dense GEMVs in launch order  # a torch profiler trace's events that run on the device
 
 
 def device_events(path: str) -> list[dict]:
@@ -62,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
     parser.add_argument("--steps", type=int, default=32, help="decode steps in the trace")
-    parser.add_argument("--layer-gemvs", default="qkv,o,gate_up,down", help="a layer's dense GEMVs in launch order")
+    parser.add_argument("--layer-gemvs", default=",".join(LAYER_GEMVS), help="a layer's dense GEMVs in launch order")
     args = parser.parse_args()
     print(table(device_events(args.trace), args.layer_gemvs.split(","), args.steps))
 
