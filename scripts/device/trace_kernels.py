@@ -15,10 +15,8 @@ import collections
 import gzip
 import json
 
-
-
-DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
-LAYER_GEMVS = ("qkv", "o", "gate_up", "down")  # a decoder layer's dense GEMVs in launch order  # a torch profiler trace's events that run on the device
+DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")  # a torch profiler trace's events that run on the device
+LAYER_GEMVS = ("qkv", "o", "gate_up", "down")  # a decoder layer's dense GEMVs in launch order
 
 
 def device_events(path: str) -> list[dict]:
