@@ -26,42 +26,11 @@ struct RowBlock {
   Vec<T, 8> chunk[R][kBlock];
 };
 
-// The L2 policy of the weight reads: evict_first (weights are read once a step: kept, they only push out
-// what the latency-bound kernels between GEMVs read again, such as the KV cache, the residual and the LL
-// sum's epoch, which then wait behind the next GEMV's early reads) or, by default, evict_normal.
-PAGODA_INLINE uint64_t weight_policy(bool evict_first) {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(USE_ROCM)
-  if (evict_first) {
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  } else {
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  }
-#endif
-  return policy;
-}
-
-// A 16-byte chunk of weights, each read once under `policy`: past L1 on NVIDIA GPUs (x stays there),
-// plain elsewhere. EARLY: read before the wait (a weak load, as load_before_wait: a read-only load would
-// start only after it).
+// A 16-byte chunk of weights, each read once: past L1 on NVIDIA GPUs (x stays there), plain elsewhere.
+// EARLY: read before the wait (load_before_wait: a read-only load would start only after it).
 template <typename T, bool EARLY = false>
-PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(USE_ROCM)
-  uint4 v;
-  if constexpr (EARLY) {
-    asm volatile("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr), "l"(policy));
-  } else {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr), "l"(policy));
-  }
-  Vec<T, 8> out;
-  memcpy(&out, &v, sizeof(out));
-  return out;
-#elif defined(__CUDA_ARCH__) && !defined(USE_ROCM)
-  (void)policy;
+PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr) {
+#if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
   uint4 v;
   if constexpr (EARLY) {
     v = load_before_wait(ptr);
@@ -74,7 +43,6 @@ PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr, uint64_t policy) {
   memcpy(&out, &v, sizeof(out));
   return out;
 #else
-  (void)policy;
   return *ptr;
 #endif
 }
@@ -82,13 +50,12 @@ PAGODA_INLINE Vec<T, 8> load_once(const Vec<T, 8>* ptr, uint64_t policy) {
 // Chunks base + u * warp size + lane of each of the warp's rows (a chunk from `end` on, past the warp's
 // share, rereads the one before `end`: loaded, never used).
 template <typename T, int R, bool EARLY = false>
-PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows)[R], int base, int end, int lane,
-                              uint64_t policy) {
+PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows)[R], int base, int end, int lane) {
 #pragma unroll
   for (int u = 0; u < kBlock; ++u) {
     const int c = min(base + u * PAGODA_WARP_SIZE + lane, end - 1);
 #pragma unroll
-    for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T, EARLY>(rows[r] + c, policy);
+    for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T, EARLY>(rows[r] + c);
   }
 }
 
@@ -158,8 +125,7 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k,
-                                                                  bool evict_first) {
+                                                                  const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
@@ -168,10 +134,9 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   const Vec<T, 8>* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
-  const uint64_t policy = weight_policy(evict_first);
   RowBlock<T, R> cur, next;
-  load_block<T, R, true>(cur, rows, begin, end, lane, policy);  // weights: written by no kernel, read before the wait
-  if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane, policy);
+  load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
+  if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
   float acc[M][R] = {};
   int base = begin;
@@ -181,7 +146,7 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
     base += kStride;
   }
   for (; base < end; base += kStride) {
-    load_block<T, R>(next, rows, base + kStride, end, lane, policy);  // past the share: its last chunk, unused
+    load_block<T, R>(next, rows, base + kStride, end, lane);  // past the share: its last chunk, unused
     multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
     cur = next;
   }
@@ -269,20 +234,12 @@ inline bool four_blocks_an_sm() {
   return enabled;
 }
 
-// Whether the weights are read with the L2 policy evict_first (weight_policy): PAGODA_GEMV_EVICT_FIRST=1, an
-// experiment, off. The same loads and sums either way, so the same bits.
-inline bool weights_evict_first() {
-  static const bool enabled = env_switch_set("PAGODA_GEMV_EVICT_FIRST");
-  return enabled;
-}
-
 template <typename T, int M, int R, int S, int B>
 void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
   auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k,
-                   weights_evict_first());
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R, int S>

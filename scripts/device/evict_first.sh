@@ -12,6 +12,8 @@
 # About 7 minutes.
 # -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/evict_first.sh
+# Measured in session 27 and reverted: the switch lives in
+# benchmarks/results/h200x2_2026-11-28_round27/evict_first/evict_first.patch (git apply it to rerun).
 source scripts/device/begin_cuda.sh evict_first
 run_tests plugins/platform_cuda/tests/test_dense_gemv.py::test_weights_evicted_first_from_l2_give_the_same_bits
 declare -A ARM=([base]="" [ef]="PAGODA_GEMV_EVICT_FIRST=1")

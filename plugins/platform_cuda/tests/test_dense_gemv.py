@@ -148,12 +148,6 @@ def test_three_or_four_blocks_an_sm_give_the_same_bits(tmp_path):
     assert_same_bits_with("PAGODA_GEMV_OCCUPANCY", ("0", "1"), tmp_path)
 
 
-def test_weights_evicted_first_from_l2_give_the_same_bits(tmp_path):
-    """PAGODA_GEMV_EVICT_FIRST=1 reads the weights under the L2 policy evict_first (evict_normal without): a
-    cache hint, the same loads and sums, so the same bits."""
-    assert_same_bits_with("PAGODA_GEMV_EVICT_FIRST", ("0", "1"), tmp_path)
-
-
 def assert_same_bits_with(env_var: str, values: tuple[str, str], tmp_path) -> None:
     paths = [str(tmp_path / f"{env_var}{value}.pt") for value in values]
     for value, path in zip(values, paths):
