@@ -6,7 +6,6 @@
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
 // before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
-#include <algorithm>
 #include <initializer_list>
 
 #include "../vec.cuh"
@@ -58,48 +57,6 @@ PAGODA_INLINE void load_block(RowBlock<T, R>& dst, const Vec<T, 8>* const (&rows
 #pragma unroll
     for (int r = 0; r < R; ++r) dst.chunk[r][u] = load_once<T, EARLY>(rows[r] + c);
   }
-}
-
-// 16 bytes of weights copied into shared memory without passing through registers (cp.async, L2 only), for
-// blocks beyond the two held in registers before the wait; plain copies elsewhere.
-PAGODA_INLINE void copy_async_16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(USE_ROCM)
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#endif
-}
-
-// Waits until this thread's copy_async_16 copies have landed (each lane reads back only its own).
-PAGODA_INLINE void copies_landed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(USE_ROCM)
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-
-// A warp's staged block in shared memory: chunk u of row r of each lane, lanes adjacent (conflict free).
-PAGODA_INLINE int staged_slot(int r, int u, int lane) { return (r * kBlock + u) * PAGODA_WARP_SIZE + lane; }
-
-// Copies the block at `base` of each of the warp's rows into `area` (chunks past `end` are not copied:
-// multiply_block never reads them).
-template <typename T, int R>
-PAGODA_INLINE void stage_block(Vec<T, 8>* area, const Vec<T, 8>* const (&rows)[R], int base, int end, int lane) {
-#pragma unroll
-  for (int u = 0; u < kBlock; ++u) {
-    const int c = base + u * PAGODA_WARP_SIZE + lane;
-    if (c >= end) break;
-#pragma unroll
-    for (int r = 0; r < R; ++r) copy_async_16(area + staged_slot(r, u, lane), rows[r] + c);
-  }
-}
-
-template <typename T, int R>
-PAGODA_INLINE void unstage_block(RowBlock<T, R>& dst, const Vec<T, 8>* area, int lane) {
-#pragma unroll
-  for (int u = 0; u < kBlock; ++u)
-#pragma unroll
-    for (int r = 0; r < R; ++r) dst.chunk[r][u] = area[staged_slot(r, u, lane)];
 }
 
 template <typename T, int M, int R>
@@ -168,8 +125,7 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k,
-                                                                  int staged) {
+                                                                  const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
@@ -178,11 +134,6 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   const Vec<T, 8>* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
-  extern __shared__ __align__(16) unsigned char staged_bytes[];  // staged * R * kStride chunks a warp
-  Vec<T, 8>* const area = reinterpret_cast<Vec<T, 8>*>(staged_bytes) + warp * staged * R * kStride;
-  if constexpr (B == 1) {  // a bounded kernel has no registers to spare: it never stages
-    for (int d = 0; d < staged; ++d) stage_block<T, R>(area + d * R * kStride, rows, begin + (P + d) * kStride, end, lane);
-  }
   RowBlock<T, R> cur, next;
   load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
   if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
@@ -193,17 +144,6 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
     multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
     cur = next;
     base += kStride;
-  }
-  if (B == 1 && staged > 0) {  // the last register block, then the staged ones, the first block past them in flight
-    load_block<T, R>(next, rows, base + (staged + 1) * kStride, end, lane);
-    multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
-    base += kStride;
-    copies_landed();
-    for (int d = 0; d < staged; ++d, base += kStride) {
-      unstage_block<T, R>(cur, area + d * R * kStride, lane);
-      multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
-    }
-    cur = next;
   }
   for (; base < end; base += kStride) {
     load_block<T, R>(next, rows, base + kStride, end, lane);  // past the share: its last chunk, unused
@@ -294,30 +234,18 @@ inline bool four_blocks_an_sm() {
   return enabled;
 }
 
-// Blocks of each row copied into shared memory before the wait, past the ones in registers:
-// PAGODA_GEMV_STAGED=1, 2 or 3 (at most 48 KiB a block: 3 / R), an experiment, default 0. More of the next
-// layer's weights stream while the kernel before (an LL sum, attention, SiLU) runs, so that the DRAM does
-// not idle between the end of those early reads and the end of that kernel. The same sums in the same
-// order, so the same bits.
-inline int staged_blocks(int rows_per_warp) {
-  static const int forced = forced_by_env("PAGODA_GEMV_STAGED", {1, 2, 3});
-  return std::min(forced, 3 / rows_per_warp);
-}
-
 template <typename T, int M, int R, int S, int B>
 void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
   auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  const int staged = B == 1 ? staged_blocks(R) : 0;
-  const int shared_bytes = staged * R * kStride * kGemvWarps * 16;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), shared_bytes, stream, out, x, x_stride, w, bias, n, k, staged);
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R, int S>
 void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   if constexpr (M == 1 && R == 1) {
-    if (four_blocks_an_sm() && staged_blocks(R) == 0) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
+    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
   }
   launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
