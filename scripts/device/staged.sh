@@ -10,6 +10,8 @@
 # About 8 minutes.
 # -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/staged.sh
+# Measured in session 27 and reverted (slower): the switch lives in
+# benchmarks/results/h200x2_2026-11-28_round27/staged/staged.patch (git apply it to rerun).
 source scripts/device/begin_cuda.sh staged
 run_tests "plugins/platform_cuda/tests/test_dense_gemv.py::test_blocks_staged_in_shared_memory_give_the_same_bits"
 declare -A ARM=([base]="" [s1]="PAGODA_GEMV_STAGED=1" [s2]="PAGODA_GEMV_STAGED=2")
