@@ -50,3 +50,40 @@ def test_every_rank_writes_a_trace_of_the_steps_it_ran(tiny_models, tmp_path, mo
         assert greedy(llm, prompts) == expected  # and the engine goes on as before
     finally:
         llm.shutdown()
+
+
+def test_a_start_that_fails_on_one_rank_leaves_no_rank_profiling(tiny_models, tmp_path, monkeypatch):
+    """Rank 1 already profiling (started behind the engine's back) refuses the start: the error names it,
+    rank 0's profiler is stopped without a trace, and rank 1's too; the next start and stop work on both
+    ranks and write one trace each."""
+    from pagoda.executor import messages
+
+    path, _ = tiny_models["llama"]
+    monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+    llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
+    try:
+        executor = llm.engine.core.executor
+        assert executor._tell_workers(messages.Profile(str(tmp_path / "traces"))) == []
+        with pytest.raises(RuntimeError, match="profiling failed on a tensor-parallel rank: rank 1: .*already running"):
+            llm.start_profile()
+        assert not list((tmp_path / "traces").glob("*.pt.trace.json.gz"))  # both rolled back, no trace
+        llm.start_profile()
+        greedy(llm, random_prompts(1, range(5, 7), seed=1))
+        llm.stop_profile()
+        traces = sorted(p.name.split(".")[0] for p in (tmp_path / "traces").glob("*.pt.trace.json.gz"))
+        assert traces == ["rank0", "rank1"]
+    finally:
+        llm.shutdown()
+
+
+def test_an_engine_that_stops_while_profiling_writes_every_rank_s_trace(tiny_models, tmp_path, monkeypatch):
+    path, _ = tiny_models["llama"]
+    monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+    llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
+    try:
+        llm.start_profile()
+        greedy(llm, random_prompts(1, range(5, 7), seed=2))
+    finally:
+        llm.shutdown()
+    traces = sorted(p.name.split(".")[0] for p in (tmp_path / "traces").glob("*.pt.trace.json.gz"))
+    assert traces == ["rank0", "rank1"]

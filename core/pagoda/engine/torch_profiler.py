@@ -40,15 +40,24 @@ class RankProfiler:
                                                on_trace_ready=handler)
         self._profile.start()
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = True) -> None:
+        """Stop profiling and write the trace; ``keep=False``: write nothing (a start rolled back)."""
         if self._profile is None:
             raise RuntimeError("the profiler is not running: start it first")
         profile, self._profile = self._profile, None
+        if not keep:
+            profile.on_trace_ready = None
         profile.stop()  # on_trace_ready writes the trace
 
-    def switch(self, directory: str | None) -> None:
-        """:meth:`start` with a folder, :meth:`stop` with None."""
-        if directory is None:
+    def close(self) -> None:
+        """At shutdown: stop profiling if it runs, writing the trace (nothing is lost to an engine that
+        stops while profiling)."""
+        if self._profile is not None:
             self.stop()
+
+    def switch(self, directory: str | None, keep: bool = True) -> None:
+        """:meth:`start` with a folder, :meth:`stop` (``keep``) with None."""
+        if directory is None:
+            self.stop(keep)
         else:
             self.start(directory)

@@ -41,7 +41,9 @@ class Executor(ABC):
         """Forget a finished request on every rank."""
 
     def shutdown(self) -> None:
-        """Stop the other ranks, if any (idempotent)."""
+        """Stop the other ranks, if any (idempotent); a running profiler writes its trace first."""
+        if self.profiler is not None:
+            self.profiler.close()
 
     def profile(self, directory: str | None) -> None:
         """Start the torch profiler on every rank, the traces to ``directory``; None: stop it, and return once

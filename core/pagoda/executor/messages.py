@@ -51,6 +51,7 @@ class StopWorker(msgspec.Struct, array_like=True, tag=True):
 
 class Profile(msgspec.Struct, array_like=True, tag=True):
     directory: str | None  # start the torch profiler, its trace to this folder; None: stop it, write the trace
+    keep: bool = True  # on a stop: False writes no trace (a start that failed on another rank, rolled back)
 
 
 WorkerMessage = Union[StepMessage, StopWorker, Profile]

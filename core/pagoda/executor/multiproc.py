@@ -54,12 +54,20 @@ class MultiprocExecutor(Executor):
 
     def profile(self, directory: str | None) -> None:
         super().profile(directory)  # rank 0 first: a state error is raised before the workers hear of it
-        self.workers.send(messages.encode(messages.Profile(directory)))
-        errors = [frame.decode() for frame in self.workers.replies(PROFILE_REPLY_S, "answered").values() if frame]
+        errors = self._tell_workers(messages.Profile(directory))
+        if errors and directory is not None:  # a start fails whole: no rank is left profiling
+            self.profiler.stop(keep=False)
+            self._tell_workers(messages.Profile(None, keep=False))  # the ranks that failed answer "not running"
         if errors:
             raise RuntimeError(f"profiling failed on a tensor-parallel rank: {errors[0]}")
 
+    def _tell_workers(self, message: messages.Profile) -> list[str]:
+        """Send every worker ``message``; what went wrong on each that failed."""
+        self.workers.send(messages.encode(message))
+        return [frame.decode() for frame in self.workers.replies(PROFILE_REPLY_S, "answered").values() if frame]
+
     def shutdown(self) -> None:
+        super().shutdown()
         self.runner.drop_graphs()  # every rank drops its graphs before the group is destroyed
         self.workers.shutdown()
 

@@ -114,10 +114,10 @@ class WorkerChannels:
         self.context.term()
 
 
-def _profile(profiler: RankProfiler, directory: str | None) -> bytes:
+def _profile(profiler: RankProfiler, message: messages.Profile) -> bytes:
     """Start or stop this rank's profiler; the answer for the driver: empty, or what went wrong."""
     try:
-        profiler.switch(directory)
+        profiler.switch(message.directory, message.keep)
     except (OSError, RuntimeError) as exc:
         return f"rank {profiler.rank}: {type(exc).__name__}: {exc}".encode()
     return b""
@@ -146,13 +146,14 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
         if isinstance(message, messages.StopWorker):
             break
         if isinstance(message, messages.Profile):
-            channels.steps.send(_profile(profiler, message.directory))
+            channels.steps.send(_profile(profiler, message))
             continue
         for request_id in message.finished:
             runner.release(request_id)
         out, tables = mirror.apply(message)
         pending = runner.launch(out, tables, pending if message.has_prev else None)
     del pending
+    profiler.close()
     runner.drop_graphs()
     dist.destroy_process_group()  # collective under NCCL: the driver leaves at the same time
     sys.stdout.flush()
