@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On nvidia-h200-x2 (tool `run`, carry [".whl"]): the gate_up GEMV writing silu(gate) * up in its epilogue
+# (PAGODA_GEMV_SILU=1: no SiLU-and-mul kernel, 2.7-3.7 us a layer in session 27's traces). Session 27
+# found the latency-bound kernels between the GEMVs unchanged by TP (25-26 us a layer): one fewer helps
+# both sizes.
+#   1. GPU tests (TESTS=1, the default): the gated GEMV bit for bit against the product then SiLU-and-mul
+#      (shapes, tokens, splits, bias), and CudaOps.silu_mul_linear with and without the switch;
+#   2. `pagoda bench latency` Llama-3.1-8B dummy bf16 batch 1, PAIRS (1) rounds: TP=2 and TP=1, base and silu.
+# About 4 minutes.
+# -> $OUT/summary.txt, $OUT/results.tgz
+#   bash scripts/device/gemv_silu.sh
+source scripts/device/begin_cuda.sh gemv_silu
+run_tests plugins/platform_cuda/tests/test_dense_gemv.py -k "gated or silu_mul_linear"
+declare -A ARM=([base]="" [silu]="PAGODA_GEMV_SILU=1")
+for pair in $(seq "${PAIRS:-1}"); do
+  for tp in 2 1; do
+    for arm in base silu; do bench_latency "latency_p${pair}_tp${tp}_$arm" "$M8" "$tp" "${ARM[$arm]}"; done
+  done
+done | tee -a "$OUT/summary.txt"
+pack_results
