@@ -17,8 +17,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reshape_and_cache", &reshape_and_cache, "write key/value into the paged cache", py::arg("key"),
         py::arg("value"), py::arg("kv_cache"), py::arg("slot_mapping"));
   m.def("dense_gemv", &dense_gemv, "x @ weight^T (+ bias) for 1..4 tokens, weights streamed", py::arg("x"),
-        py::arg("weight"), py::arg("bias") = py::none(), py::arg("split") = 0, py::arg("rows") = 0,
-        py::arg("gated") = false);
+        py::arg("weight"), py::arg("bias") = py::none(), py::arg("split") = 0, py::arg("rows") = 0);
   m.def("awq_gemv", &awq_gemv, "x @ dequant(AWQ int4 W) for 1..8 tokens", py::arg("x"), py::arg("qweight"),
         py::arg("qzeros"), py::arg("scales"), py::arg("group_size"));
 #ifndef USE_ROCM

@@ -4,7 +4,7 @@
 #include "ops.h"
 
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                      int64_t split, int64_t rows, bool gated) {
+                      int64_t split, int64_t rows) {
   using namespace pagoda;
   check_cuda(x, "x");
   check_cuda(weight, "weight");
@@ -32,13 +32,12 @@ at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::
                 "dense_gemv: bias must be [n], contiguous, in x's dtype and device");
     bias_ptr = bias->data_ptr();
   }
-  TORCH_CHECK(!gated || n % 2 == 0, "dense_gemv: gated needs an even number of weight rows (gate, then up), not ", n);
-  at::Tensor out = at::empty({x.size(0), gated ? n / 2 : n}, x.options());
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
   if (n == 0 || k == 0) return k == 0 ? out.zero_() : out;
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_dense_gemv(kernel_dtype(x, "dense_gemv"), out.data_ptr(), x.data_ptr(), x.stride(0), weight.data_ptr(),
                     bias_ptr, static_cast<int>(x.size(0)), static_cast<int>(n), static_cast<int>(k),
-                    static_cast<int>(split), static_cast<int>(rows), gated, c10::cuda::getCurrentCUDAStream());
+                    static_cast<int>(split), static_cast<int>(rows), c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

@@ -25,7 +25,7 @@ void masked_embedding(at::Tensor& out, const at::Tensor& ids, const at::Tensor& 
 // layout), fp16/bf16, rows 16-byte aligned; the sum in fp32, rounded once. split: warps sharing each
 // row's k (1, 2 or 4; for tests and benchmarks), 0 for the kernel's rule.
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                      int64_t split, int64_t rows, bool gated);
+                      int64_t split, int64_t rows);
 
 // kv_cache [2, num_blocks, block_size, num_kv_heads, head_size]; key/value [num_tokens, num_kv_heads,
 // head_size] (token and head strides free); slot_mapping [num_tokens] int64, negative slots skipped.

@@ -4,9 +4,15 @@
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
-#include "silu.cuh"
 
 namespace pagoda {
+
+template <typename T>
+PAGODA_INLINE T silu_mul(T gate, T up) {
+  const float g = to_float(gate);
+  const T silu = from_float<T>(g / (1.0f + expf(-g)));
+  return from_float<T>(to_float(silu) * to_float(up));
+}
 
 template <typename T, int VEC>
 __global__ void silu_and_mul_kernel(T* __restrict__ out,          // [num_tokens, d]

@@ -11,7 +11,6 @@
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
-#include "silu.cuh"
 
 namespace pagoda {
 
@@ -120,43 +119,21 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-// A row's sum plus its bias in fp32, rounded once to T (as cuBLAS does).
-template <typename T>
-PAGODA_INLINE T biased(float sum, const T* bias, int row) {
-  return from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
-}
-
-// The gated epilogue: lane m writes token m's silu(gate) * up into out [M, d], the two rounded to T first
-// as the unfused GEMV writes them, then combined as the SiLU-and-mul kernel does (the same bits).
-template <typename T, int M>
-PAGODA_INLINE void write_gated(T* out, const float (&acc)[M][2], const T* bias, int pair, int d, int lane) {
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if (lane == m && pair < d) {
-      out[static_cast<int64_t>(m) * d + pair] = silu_mul(biased<T>(acc[m][0], bias, pair), biased<T>(acc[m][1], bias, pair + d));
-    }
-  }
-}
-
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
 // spilling).
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k,
-                                                                  bool gated) {
+                                                                  const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
-  // a warp's rows: row0 + r (gated: gate row row0 and up row row0 + n / 2, R = 2)
-  const int group = blockIdx.x * (kGemvWarps / S) + warp / S, step = gated ? n / 2 : 1;
-  const int row0 = gated ? group : group * R;
+  const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
   const auto [begin, end] = share_of<S>(k / 8, warp % S);  // end >= 1: k >= 8
   const Vec<T, 8>* rows[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r * step, n - 1)) * k);
+  for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
   load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
   if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
@@ -181,15 +158,15 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
     combine_split<S, M, R>(acc, warp, lane);
     if (warp % S != 0) return;
   }
-  if constexpr (R == 2) {
-    if (gated) return write_gated<T, M>(out, acc, bias, row0, n / 2, lane);
-  }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int row = row0 + r;
-      if (lane == m * R + r && row < n) out[static_cast<int64_t>(m) * n + row] = biased<T>(acc[m][r], bias, row);
+      if (lane == m * R + r && row < n) {
+        const float sum = acc[m][r];
+        out[static_cast<int64_t>(m) * n + row] = from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
+      }
     }
 }
 
@@ -258,51 +235,46 @@ inline bool four_blocks_an_sm() {
 }
 
 template <typename T, int M, int R, int S, int B>
-void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, bool gated,
-                    cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kGemvWarps / S * R;  // gated: row pairs a block, kGemvWarps / S
-  const int groups = gated ? n / 2 : n;
-  const int per_block = gated ? kGemvWarps / S : kRowsPerBlock;
-  const dim3 grid((groups + per_block - 1) / per_block);
+void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = kGemvWarps / S * R;
+  const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
   auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, gated);
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R, int S>
-void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, bool gated,
-                  cudaStream_t stream) {
+void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   if constexpr (M == 1 && R == 1) {
-    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, gated, stream);
+    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
   }
-  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, gated, stream);
+  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
 
 template <typename T, int M, int R>
 void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
-                 bool gated, cudaStream_t stream) {
+                 cudaStream_t stream) {
   switch (split_k(n, k / 8, split)) {
-    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, gated, stream); break;
-    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, gated, stream); break;
-    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, gated, stream); break;
+    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, stream); break;
+    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, stream); break;
+    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, stream); break;
   }
 }
 
 // Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream.
-// Gated: always two (a gate row and its up row).
 template <typename T, int M>
 void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
-                   int rows, bool gated, cudaStream_t stream) {
-  if (gated || rows_per_warp(n, rows) == 2) {
-    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, gated, stream);
+                   int rows, cudaStream_t stream) {
+  if (rows_per_warp(n, rows) == 2) {
+    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, stream);
   } else {
-    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, false, stream);
+    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, stream);
   }
 }
 
 }  // namespace
 
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                       int m, int n, int k, int split, int rows, bool gated, cudaStream_t stream) {
+                       int m, int n, int k, int split, int rows, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
@@ -311,10 +283,10 @@ void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, 
       const auto* w = static_cast<const T*>(weight);
       const auto* b = static_cast<const T*>(bias);
       switch (m) {
-        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, gated, stream); break;
-        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, gated, stream); break;
-        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, gated, stream); break;
-        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, gated, stream); break;
+        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
       }
     }
   });

@@ -9,6 +9,8 @@
 # About 4 minutes.
 # -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/gemv_silu.sh
+# Measured in session 27 and reverted (within the spread): the switch lives in
+# benchmarks/results/h200x2_2026-11-28_round27/gemv_silu/gemv_silu.patch (git apply it to rerun).
 source scripts/device/begin_cuda.sh gemv_silu
 run_tests plugins/platform_cuda/tests/test_dense_gemv.py -k "gated or silu_mul_linear"
 declare -A ARM=([base]="" [silu]="PAGODA_GEMV_SILU=1")

@@ -33,8 +33,6 @@ class CsrcOps(CustomOps):
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
         self.gemv_rows: dict[tuple[int, int, torch.dtype], int] = {}  # weight shape -> rows a warp (tune)
-        # The GEMV writes silu(gate) * up itself (silu_mul_linear): PAGODA_GEMV_SILU=1, an experiment, off
-        self.gemv_silu = os.environ.get("PAGODA_GEMV_SILU") == "1"
 
     def tune(self, model: torch.nn.Module) -> str:
         """Times one and two weight rows a warp of the GEMV for each dense weight shape (pagoda.layers.gemv_tuning);
@@ -108,13 +106,6 @@ class CsrcOps(CustomOps):
             rows = self.gemv_rows.get((weight.shape[0], weight.shape[1], weight.dtype), 0)  # 0: the kernel's rule
             return self.kernels.dense_gemv(x, weight, bias, 0, rows)
         return super().linear(x, weight, bias)
-
-    def silu_mul_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """With PAGODA_GEMV_SILU=1, a few tokens' gate_up GEMV writes silu(gate) * up in its epilogue (no
-        SiLU-and-mul kernel, the same bits); else the product, then the SiLU-and-mul kernel."""
-        if self.gemv_silu and weight.shape[0] % 2 == 0 and gemv_fits(x, weight, bias, self.dense_gemv_tokens):
-            return self.kernels.dense_gemv(x, weight, bias, 0, 2, True)
-        return super().silu_mul_linear(x, weight, bias)
 
     def reshape_and_cache(
         self,

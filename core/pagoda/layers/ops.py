@@ -53,11 +53,6 @@ class CustomOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
-    def silu_mul_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``silu_and_mul(linear(x, weight, bias))``: ``weight`` [2 * d, in] holds the gate rows, then the up
-        rows (a gated MLP's merged gate_up projection) -> [num_tokens, d]. Platforms may fuse the two."""
-        return self.silu_and_mul(self.linear(x, weight, bias))
-
     def masked_embedding(self, ids: torch.Tensor, weight: torch.Tensor, start: int) -> torch.Tensor:
         """[num_tokens] int ids -> [num_tokens, hidden]: row ``ids[t] - start`` of ``weight`` [rows, hidden] where
         ``0 <= ids[t] - start < rows``, else zeros (a vocab-parallel rank's share of the embedding)."""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
-from pagoda.layers.activation import SiluAndMul, gated_activation
+from pagoda.layers.activation import gated_activation
 from pagoda.layers.attention import Attention
 from pagoda.layers.embedding import LMHead, VocabEmbedding
 from pagoda.layers.linear import Linear, MergedLinear, QKVLinear
@@ -22,7 +22,6 @@ from pagoda.layers.norm import RMSNorm
 from pagoda.layers.rotary import RotaryEmbedding, rope_config_from_hf
 from pagoda.models import spec
 from pagoda.models.weights import Experts, Stacked, WeightMapper
-from pagoda.quantization.unquantized import UnquantizedMethod
 
 
 @dataclass(frozen=True)
@@ -89,10 +88,7 @@ class GatedMLP(nn.Module):
         return self.gate_up_proj.input_quantizer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        quant, gate_up = self.down_proj.input_quantizer, self.gate_up_proj
-        if quant is None and isinstance(self.act_fn, SiluAndMul) and isinstance(gate_up.quant_method, UnquantizedMethod):
-            return self.down_proj(self.act_fn.ops.silu_mul_linear(x, gate_up.weight, gate_up.bias))  # one op to fuse
-        return self.down_proj(self.act_fn(gate_up(x), quant))  # [T, hidden]
+        return self.down_proj(self.act_fn(self.gate_up_proj(x), self.down_proj.input_quantizer))  # [T, hidden]
 
     def defer_all_reduce(self) -> bool:
         """Return down_proj's partial sums from now on, if it can (see ``LinearBase.defer_all_reduce``)."""

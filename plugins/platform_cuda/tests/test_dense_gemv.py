@@ -115,48 +115,6 @@ def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
         assert launched == [tuned.gemv_rows[(layer.weight.shape[0], 4096, torch.bfloat16)]]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(28672, 4096), (14336, 4096), (2 * 7168, 2048), (34, 1032), (2, 8)])
-@pytest.mark.parametrize("m", [1, 2, 4])
-@pytest.mark.parametrize("split", (0, 1, 4))
-def test_gated_gemv_equals_the_product_then_silu_and_mul(ops, dtype, n, k, m, split):
-    """``gated``: silu(gate) * up written by the GEMV itself (gate rows first, then up rows), bit for bit the
-    product then the SiLU-and-mul kernel, at an odd number of row pairs, short rows, with a bias, on a
-    strided x; and the product's own values within the float64 bound."""
-    torch.manual_seed(n + k + m)
-    x = torch.randn(m, k + 8, device="cuda").to(dtype)[:, 8:]
-    w = (torch.randn(n, k, device="cuda") / k**0.5).to(dtype)
-    for bias in (None, torch.randn(n, device="cuda").to(dtype)):
-        product = ops.kernels.dense_gemv(x, w, bias, split, 2)
-        assert_within_bound(product, x, w, bias, split)
-        fused = ops.kernels.dense_gemv(x, w, bias, split, 2, True)
-        assert fused.shape == (m, n // 2)
-        assert torch.equal(fused, ops.silu_and_mul(product))
-
-
-def test_silu_mul_linear_fuses_only_when_switched_on(ops, monkeypatch):
-    """CudaOps.silu_mul_linear: the gated GEMV with PAGODA_GEMV_SILU=1, else the product then SiLU-and-mul;
-    the same bits either way."""
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(2 * 1024, 4096, device="cuda") / 64).to(torch.bfloat16)
-    calls = []
-    gemv = ops.kernels.dense_gemv
-
-    class Recording:
-        def __getattr__(self, name):
-            return getattr(ops.kernels, name)
-
-        def dense_gemv(self, *args):
-            calls.append(args[5:])
-            return gemv(*args)
-
-    off, on = type(ops)(Recording()), type(ops)(Recording())
-    on.gemv_silu = True
-    assert not off.gemv_silu  # off unless the variable says 1
-    assert torch.equal(on.silu_mul_linear(x, w), off.silu_mul_linear(x, w))
-    assert calls == [(True,), ()]
-
-
 PRELOAD_SHAPES = [(4096, 2048), (4096, 4096), (6144, 4096), (4096, 14336), (17, 1032), (100, 8)]
 
 
