@@ -206,6 +206,33 @@ def tp_chart() -> None:
     fig.savefig(IMG / "tp_h100x2.png", dpi=110)
 
 
+def tp_layers_chart() -> None:
+    """Where a decoder layer's time goes at TP=1 and TP=2 on 2 x H200 (2026-11-28, session 27's traces through
+    scripts/device/layer_breakdown.py): the GEMVs halve, the latency-bound kernels between them do not."""
+    layers = load("h200x2_2026-11-28_round27/layer_breakdown.json")
+    tp1, tp2 = layers["TP=1"], layers["TP=2 rank 1"]
+    kinds = (("dense GEMVs", "#1d4e89"), ("norms / LL sums", "#c44536"), ("attention", "#89c2d9"),
+             ("SiLU-and-mul", "#999999"))
+    rows = (("TP=1", tp1), ("TP=1 GEMVs halved,\nthe rest as TP=1", {**tp1, "dense GEMVs": tp1["dense GEMVs"] / 2}),
+            ("TP=2 (a rank)", tp2))
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    for y, (_, row) in enumerate(rows):
+        left = 0.0
+        for kind, color in kinds:
+            ax.barh(y, row[kind], left=left, color=color, label=kind if y == 0 else None)
+            left += row[kind]
+        ax.text(left + 1, y, f"{left:.1f} us ({left / tp1['layer']:.3f}x)", va="center", fontsize=8)
+    ax.axvline(0.6 * tp1["layer"], color="#c44536", linestyle="--", linewidth=1, label="0.6x TP=1's layer")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, tp1["layer"] * 1.25)
+    ax.set(xlabel="microseconds a decoder layer (exclusive time plus gaps, decode steps)",
+           title="Llama-3.1-8B dummy bf16, batch-1 decode, 2 x H200: a layer by kind")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(IMG / "tp_layers_h200x2.png", dpi=110)
+
+
 def verify_chart() -> None:
     """The verify step (1-5 query tokens) over the 1-token decode step, Llama-3.1-8B batch 1 on an H100,
     Triton's short-query path against the prefill kernel (2026-11-27, one machine)."""
@@ -255,6 +282,7 @@ if __name__ == "__main__":
     flash_decode_chart()
     awq_chart()
     tp_chart()
+    tp_layers_chart()
     verify_chart()
     flash_chunks_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
