@@ -35,3 +35,21 @@ bench_latency() {  # NAME MODEL TP ENV
   env $4 timeout 150 pagoda bench latency "$2" "${LAT[@]}" -tp "$3" --result-file "$R/$1.json" > "$R/$1.log" 2>&1
   echo "$1: exit $? $(python3 scripts/device/summarize_bench.py "$R/$1.json" 2>/dev/null)"
 }
+
+# An A/B of switches on the 8B: PAIRS rounds of bench_latency, TP=2 with each arm of TP2_ARMS, then TP=1 with
+# each of TP1_ARMS (keys of the caller's associative array ARM: arm -> environment assignments), into the
+# summary.
+ab_latency() {  # PAIRS "TP2_ARMS" "TP1_ARMS"
+  for pair in $(seq "$1"); do
+    for arm in $2; do bench_latency "latency_p${pair}_tp2_$arm" "$M8" 2 "${ARM[$arm]}"; done
+    for arm in $3; do bench_latency "latency_p${pair}_tp1_$arm" "$M8" 1 "${ARM[$arm]}"; done
+  done | tee -a "$OUT/summary.txt"
+}
+
+# rank_waits.py at TP=2 under ARM's arm ARM_NAME: both ranks' kernel tables and their sums' waits into the
+# summary, the traces under $R/ARM_NAME.
+rank_waits_arm() {  # ARM_NAME
+  env ${ARM[$1]} timeout 150 python3 scripts/device/rank_waits.py "$M8" --out "$R/$1" > "$R/rank_waits_$1.txt" 2>&1
+  echo "rank_waits $1: exit $?" | tee -a "$OUT/summary.txt"
+  awk '/^rank/ {n = 12} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits_$1.txt" | tee -a "$OUT/summary.txt"
+}

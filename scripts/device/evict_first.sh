@@ -17,14 +17,6 @@
 source scripts/device/begin_cuda.sh evict_first
 run_tests plugins/platform_cuda/tests/test_dense_gemv.py::test_weights_evicted_first_from_l2_give_the_same_bits
 declare -A ARM=([base]="" [ef]="PAGODA_GEMV_EVICT_FIRST=1")
-for pair in $(seq "${PAIRS:-2}"); do
-  for tp in 2 1; do
-    for arm in base ef; do bench_latency "latency_p${pair}_tp${tp}_$arm" "$M8" "$tp" "${ARM[$arm]}"; done
-  done
-done | tee -a "$OUT/summary.txt"
-if [ "${PROFILE:-1}" = 1 ]; then
-  env ${ARM[ef]} timeout 150 python3 scripts/device/rank_waits.py "$M8" --out "$R/ef" > "$R/rank_waits_ef.txt" 2>&1
-  echo "rank_waits ef: exit $?" | tee -a "$OUT/summary.txt"
-  awk '/^rank/ {n = 12} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits_ef.txt" | tee -a "$OUT/summary.txt"
-fi
+ab_latency "${PAIRS:-2}" "base ef" "base ef"
+[ "${PROFILE:-1}" = 1 ] && rank_waits_arm ef
 pack_results

@@ -14,9 +14,5 @@
 source scripts/device/begin_cuda.sh gemv_silu
 run_tests plugins/platform_cuda/tests/test_dense_gemv.py -k "gated or silu_mul_linear"
 declare -A ARM=([base]="" [silu]="PAGODA_GEMV_SILU=1")
-for pair in $(seq "${PAIRS:-1}"); do
-  for tp in 2 1; do
-    for arm in base silu; do bench_latency "latency_p${pair}_tp${tp}_$arm" "$M8" "$tp" "${ARM[$arm]}"; done
-  done
-done | tee -a "$OUT/summary.txt"
+ab_latency "${PAIRS:-1}" "base silu" "base silu"
 pack_results

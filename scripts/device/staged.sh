@@ -15,13 +15,6 @@
 source scripts/device/begin_cuda.sh staged
 run_tests "plugins/platform_cuda/tests/test_dense_gemv.py::test_blocks_staged_in_shared_memory_give_the_same_bits"
 declare -A ARM=([base]="" [s1]="PAGODA_GEMV_STAGED=1" [s2]="PAGODA_GEMV_STAGED=2")
-for pair in $(seq "${PAIRS:-2}"); do
-  for arm in base s1 s2; do bench_latency "latency_p${pair}_tp2_$arm" "$M8" 2 "${ARM[$arm]}"; done
-  for arm in base s2; do bench_latency "latency_p${pair}_tp1_$arm" "$M8" 1 "${ARM[$arm]}"; done
-done | tee -a "$OUT/summary.txt"
-if [ "${PROFILE:-1}" = 1 ]; then
-  env ${ARM[s2]} timeout 150 python3 scripts/device/rank_waits.py "$M8" --out "$R/s2" > "$R/rank_waits_s2.txt" 2>&1
-  echo "rank_waits s2: exit $?" | tee -a "$OUT/summary.txt"
-  awk '/^rank/ {n = 12} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits_s2.txt" | tee -a "$OUT/summary.txt"
-fi
+ab_latency "${PAIRS:-2}" "base s1 s2" "base s2"
+[ "${PROFILE:-1}" = 1 ] && rank_waits_arm s2
 pack_results
