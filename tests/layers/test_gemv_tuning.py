@@ -5,13 +5,17 @@ The GPU timer and the kernel's bit-identical rows choices: plugins/platform_cuda
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 from torch import nn
 
 from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
-from pagoda.layers.gemv_tuning import choose_rows, gemv_weights
+from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, choose_rows, forced_rows, gemv_weights
 from pagoda.layers.linear import Linear
 from pagoda.layers.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
@@ -76,3 +80,33 @@ def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
     ops.dense_gemv_tokens = 0  # the GEMV itself off
     assert ops.tune(tiny_model()) == "" and ops.gemv_rows == {}
     assert CustomOps().tune(tiny_model()) == ""
+
+
+def test_rows_forced_by_shape_parse_and_errors():
+    assert forced_rows(None) == {} and forced_rows("") == {}
+    assert forced_rows("4096x7168:1, 14336x4096:2,") == {(4096, 7168): 1, (14336, 4096): 2}
+    for bad in ("4096x7168", "4096:1", "4096x7168:3", "ax7168:1", "4096*7168:1"):
+        with pytest.raises(ValueError, match=re.escape(f"{ROWS_BY_SHAPE_ENV}: '{bad}' is not NxK:ROWS with ROWS 1 or 2")):
+            forced_rows(bad)
+
+
+def test_forced_rows_win_over_the_tuned_ones(monkeypatch):
+    """CsrcOps.linear launches a forced shape with its forced rows, a tuned shape with the tuned rows, and any
+    other with 0 (the kernel's rule); the tuning's log line names the forced shapes."""
+    launched = []
+
+    class Kernels:
+        def dense_gemv(self, x, weight, bias, split, rows):
+            launched.append((tuple(weight.shape), rows))
+
+    monkeypatch.setenv(ROWS_BY_SHAPE_ENV, "128x64:1")
+    monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
+    monkeypatch.setattr(csrc_ops, "gemv_fits", lambda *args: True)  # CPU tensors standing in for GPU ones
+    ops = CsrcOps(Kernels())
+    ops.dense_gemv_tokens = 1
+    ops.gemv_rows = {(128, 64, BF16): 2, (256, 64, BF16): 2}
+    x = torch.zeros(1, 64, dtype=BF16)
+    for n in (128, 256, 96):
+        ops.linear(x, torch.zeros(n, 64, dtype=BF16))
+    assert launched == [((128, 64), 1), ((256, 64), 2), ((96, 64), 0)]
+    assert ops.tune(tiny_model()) == f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: 128x64: 1"

@@ -19,6 +19,7 @@ from types import ModuleType
 
 import torch
 
+from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, forced_rows
 from pagoda.layers.ops import CustomOps
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -33,21 +34,27 @@ class CsrcOps(CustomOps):
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
         self.gemv_rows: dict[tuple[int, int, torch.dtype], int] = {}  # weight shape -> rows a warp (tune)
+        self.rows_forced = forced_rows(os.environ.get(ROWS_BY_SHAPE_ENV))  # (n, k) -> rows a warp, over the tune
 
     def tune(self, model: torch.nn.Module) -> str:
         """Times one and two weight rows a warp of the GEMV for each dense weight shape (pagoda.layers.gemv_tuning);
-        PAGODA_GEMV_TUNE=0 leaves the kernel's own rule."""
-        if self.dense_gemv_tokens == 0 or os.environ.get("PAGODA_GEMV_TUNE") == "0":
+        PAGODA_GEMV_TUNE=0 leaves the kernel's own rule. PAGODA_GEMV_ROWS_BY_SHAPE's shapes win over both.
+        Returns what to log ("" for nothing)."""
+        if self.dense_gemv_tokens == 0:
             return ""
+        forced = ", ".join(f"{n}x{k}: {rows}" for (n, k), rows in self.rows_forced.items())
+        lines = [f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: {forced}"] if forced else []
+        if os.environ.get("PAGODA_GEMV_TUNE") == "0":
+            return "; ".join(lines)
         from pagoda.layers.gemv_tuning import choose_rows, graph_timer
 
         begin = time.perf_counter()
         chosen = choose_rows(model, graph_timer(self.kernels))
-        if not chosen:
-            return ""
-        self.gemv_rows.update(chosen)  # the ops object is shared by every model of the process
-        summary = ", ".join(f"{n}x{k}: {rows}" for (n, k, _), rows in chosen.items())
-        return f"dense GEMV rows a warp timed in {time.perf_counter() - begin:.2f} s: {summary}"
+        if chosen:
+            self.gemv_rows.update(chosen)  # the ops object is shared by every model of the process
+            summary = ", ".join(f"{n}x{k}: {rows}" for (n, k, _), rows in chosen.items())
+            lines.insert(0, f"dense GEMV rows a warp timed in {time.perf_counter() - begin:.2f} s: {summary}")
+        return "; ".join(lines)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """``x``: [..., hidden] (last dim contiguous) -> a new contiguous tensor."""
@@ -103,7 +110,8 @@ class CsrcOps(CustomOps):
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
-            rows = self.gemv_rows.get((weight.shape[0], weight.shape[1], weight.dtype), 0)  # 0: the kernel's rule
+            n, k = weight.shape
+            rows = self.rows_forced.get((n, k)) or self.gemv_rows.get((n, k, weight.dtype), 0)  # 0: the kernel's rule
             return self.kernels.dense_gemv(x, weight, bias, 0, rows)
         return super().linear(x, weight, bias)
 

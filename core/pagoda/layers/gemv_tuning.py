@@ -41,6 +41,23 @@ def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
     return shapes
 
 
+ROWS_BY_SHAPE_ENV = "PAGODA_GEMV_ROWS_BY_SHAPE"
+
+
+def forced_rows(value: str | None) -> dict[tuple[int, int], int]:
+    """Rows a warp forced per weight shape, from ``PAGODA_GEMV_ROWS_BY_SHAPE`` (``NxK:ROWS,...``, e.g.
+    ``4096x7168:1``: weights of n rows of k, whatever the tuning chose); an error naming the variable and
+    the format for anything else."""
+    forced = {}
+    for item in filter(None, (part.strip() for part in (value or "").split(","))):
+        shape, _, rows = item.partition(":")
+        n, _, k = shape.partition("x")
+        if not (n.isdigit() and k.isdigit() and rows in ("1", "2")):
+            raise ValueError(f"{ROWS_BY_SHAPE_ENV}: {item!r} is not NxK:ROWS with ROWS 1 or 2 (e.g. 4096x7168:1)")
+        forced[(int(n), int(k))] = int(rows)
+    return forced
+
+
 def choose_rows(model: nn.Module, timer: Timer) -> dict[Shape, int]:
     """The faster rows-a-warp choice for each dense weight shape of ``model`` (ties: one row)."""
     chosen = {}
