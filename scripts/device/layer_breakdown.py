@@ -1,8 +1,9 @@
 """Where a decode step's time goes, per decoder layer, from a torch profiler trace (rank_waits.py's or
 profile_decode.py's): each kernel's exclusive time plus the idle gap before it, summed by kind over the
 decode steps (from the second LM head to the last: the prefill and the first decode step after it are
-left out) and divided by steps and layers; the rest of the step (LM head, sampler, copies, embedding) by step. Runs here, on the traces
-that come back; issue 15 set TP=1 and TP=2 side by side this way (benchmarks/results/h200x2_2026-11-28_round27/).
+left out) and divided by steps and layers; the rest of the step (LM head, sampler, copies, embedding)
+by step. Runs here, on the traces that come back; issue 15 set TP=1 and TP=2 side by side this way
+(benchmarks/results/h200x2_2026-11-28_round27/).
 
     python scripts/device/layer_breakdown.py [LABEL=]TRACE ... --layers 32 [--json out.json]
 """
@@ -13,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from trace_kernels import LAYER_GEMVS, device_events, label  # scripts/device: this script's own folder
+from trace_kernels import LAYER_GEMVS, device_events, label, lm_head_indices  # scripts/device: this script's folder
 
 KINDS = {  # kind -> kernel-name fragments (after trace_kernels.label's naming)
     "dense GEMVs": tuple(f"gemv {g}" for g in LAYER_GEMVS),
@@ -23,16 +24,9 @@ KINDS = {  # kind -> kernel-name fragments (after trace_kernels.label's naming)
 }
 
 
-def lm_heads(events: list[dict]) -> list[int]:
-    """Indices of the LM head's GEMVs (the widest dense GEMV grid): one a step, at its end."""
-    grids = [e["args"].get("grid", [0])[0] for e in events if "dense_gemv" in e["name"]]
-    widest = max(grids, default=None)
-    return [i for i, e in enumerate(events) if "dense_gemv" in e["name"] and e["args"].get("grid", [0])[0] == widest]
-
-
 def breakdown(events: list[dict], layers: int) -> dict[str, float]:
     """Microseconds per layer of each kind of KINDS, the layer's total, and per step: the step and the rest."""
-    heads = lm_heads(events)[1:]  # the prefill's LM head left out
+    heads = lm_head_indices(events)[1:]  # the prefill's LM head left out
     if len(heads) < 2:
         raise ValueError("need a prefill and two decode steps or more (three LM heads) in the trace")
     decode = events[heads[0] + 1: heads[-1] + 1]

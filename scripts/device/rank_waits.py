@@ -19,7 +19,7 @@ from pathlib import Path
 from pagoda import LLM, SamplingParams
 from pagoda.bench.common import random_prompts
 from pagoda.engine.torch_profiler import ENV
-from trace_kernels import LAYER_GEMVS, device_events, table  # scripts/device: this script's own folder
+from trace_kernels import LAYER_GEMVS, device_events, gemv_grid, table  # scripts/device: this script's own folder
 
 SUM_KERNEL = "ll_all_reduce_add_rms_norm"
 
@@ -29,8 +29,8 @@ def sum_waits(events: list[dict]) -> dict[int, list[float]]:
     waits: dict[int, list[float]] = defaultdict(list)
     grid = None
     for e in events:
-        if "dense_gemv" in e["name"]:
-            grid = e["args"].get("grid", [0])[0]
+        if gemv_grid(e) is not None:
+            grid = gemv_grid(e)
         elif SUM_KERNEL in e["name"] and grid is not None:
             waits[grid].append(e["exclusive"])
     return waits

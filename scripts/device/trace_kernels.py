@@ -38,15 +38,25 @@ def timed(events: list[dict]) -> list[dict]:
     return events
 
 
+def gemv_grid(event: dict) -> int | None:
+    """The grid (blocks) of a dense GEMV event, None for any other kernel."""
+    return event["args"].get("grid", [0])[0] if "dense_gemv" in event["name"] else None
+
+
+def lm_head_indices(events: list[dict]) -> list[int]:
+    """Indices of the LM head's GEMVs (the widest dense GEMV grid): one a step, at its end."""
+    widest = max(filter(None, map(gemv_grid, events)), default=None)
+    return [i for i, e in enumerate(events) if widest is not None and gemv_grid(e) == widest]
+
+
 def label(events: list[dict], layer_gemvs: list[str]) -> dict[str, list[dict]]:
     """Events by name; dense GEMVs by their place in a layer (the widest grid: the LM head)."""
-    gemv_grids = {e["args"].get("grid", [0])[0] for e in events if "dense_gemv" in e["name"]}
-    lm_head_grid = max(gemv_grids, default=None)
+    heads = set(lm_head_indices(events))
     groups: dict[str, list[dict]] = collections.defaultdict(list)
     place = 0
-    for e in events:
+    for i, e in enumerate(events):
         name = e["name"]
-        if "dense_gemv" in name and e["args"].get("grid", [0])[0] == lm_head_grid:
+        if i in heads:
             groups["gemv lm_head"].append(e)
             place = 0
         elif "dense_gemv" in name:

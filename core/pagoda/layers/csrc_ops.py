@@ -19,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, forced_rows
+from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, choose_rows, forced_rows, graph_timer
 from pagoda.layers.ops import CustomOps
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -46,8 +46,6 @@ class CsrcOps(CustomOps):
         lines = [f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: {forced}"] if forced else []
         if os.environ.get("PAGODA_GEMV_TUNE") == "0":
             return "; ".join(lines)
-        from pagoda.layers.gemv_tuning import choose_rows, graph_timer
-
         begin = time.perf_counter()
         chosen = choose_rows(model, graph_timer(self.kernels))
         if chosen:
