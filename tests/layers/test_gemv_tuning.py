@@ -1,4 +1,4 @@
-"""Which weights the GEMV's rows-a-warp tuning times, and how it chooses (pagoda.layers.gemv_tuning).
+"""Which weights the GEMV's tuning times, and how it chooses a split and rows a warp (pagoda.layers.gemv_tuning).
 
 The GPU timer and the kernel's bit-identical rows choices: plugins/platform_cuda/tests/test_dense_gemv.py.
 """
@@ -15,7 +15,7 @@ from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
-from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, choose_rows, forced_rows, gemv_weights
+from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, SPLIT_TOLERANCE, choose_configs, fastest, forced_rows, gemv_weights
 from pagoda.layers.linear import Linear
 from pagoda.layers.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
@@ -55,17 +55,33 @@ def test_dense_weights_grouped_by_shape():
     assert shapes[(100, 64, BF16)][0] is model[3].weight
 
 
-def test_the_faster_choice_per_shape_one_row_on_ties():
+def times(split_us: dict[int, float], two_rows: float = 1.0) -> dict[tuple[int, int], float]:
+    """Six configurations' times: each split's, two rows a warp ``two_rows`` times one row's."""
+    return {(split, rows): us * (two_rows if rows == 2 else 1.0) for split, us in split_us.items() for rows in (1, 2)}
+
+
+def test_the_fastest_configuration_per_shape():
     timed = []
 
-    def timer(weights: list[torch.Tensor]) -> dict[int, float]:
+    def timer(weights: list[torch.Tensor]) -> dict[tuple[int, int], float]:
         timed.append(len(weights))
         n = weights[0].shape[0]
-        return {128: {1: 10.0, 2: 9.0}, 256: {1: 4.0, 2: 6.0}, 100: {1: 5.0, 2: 5.0}}[n]
+        return {128: times({1: 10.0, 2: 8.0, 4: 6.0}, 0.9), 256: times({1: 4.0, 2: 5.0, 4: 6.0}, 1.5),
+                100: times({1: 5.0, 2: 5.0, 4: 5.0})}[n]
 
-    chosen = choose_rows(tiny_model(), timer)
-    assert chosen == {(128, 64, BF16): 2, (256, 64, BF16): 1, (100, 64, BF16): 1}
+    chosen = choose_configs(tiny_model(), timer)
+    assert chosen == {(128, 64, BF16): (4, 2), (256, 64, BF16): (1, 1), (100, 64, BF16): (1, 1)}  # ties: fewest
     assert sorted(timed) == [1, 1, 2]  # each shape timed once, over all its weights
+
+
+def test_more_warps_a_row_only_beyond_the_tolerance():
+    """The split changes the bits: a faster split within SPLIT_TOLERANCE of fewer warps' time is not taken, so
+    that timing noise seldom moves the choice; rows a warp (the same bits) follow the time alone."""
+    just_inside, just_outside = 100 / (1 + SPLIT_TOLERANCE) + 0.01, 100 / (1 + SPLIT_TOLERANCE) - 0.01
+    assert fastest(times({1: 100.0, 2: 101.0, 4: just_inside})) == (1, 1)
+    assert fastest(times({1: 100.0, 2: 101.0, 4: just_outside})) == (4, 1)
+    assert fastest(times({1: 100.0, 2: 101.0, 4: 90.0}, 0.99)) == (4, 2)
+    assert fastest({(1, 1): 100.0, (1, 2): 100.0, (2, 1): 50.0, (2, 2): 50.5, (4, 1): 49.0, (4, 2): 60.0}) == (2, 1)
 
 
 def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
@@ -75,10 +91,10 @@ def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
     ops = CsrcOps(Kernels())
     ops.dense_gemv_tokens = 1
     monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
-    assert ops.tune(tiny_model()) == "" and ops.gemv_rows == {}
+    assert ops.tune(tiny_model()) == "" and ops.gemv_configs == {}
     monkeypatch.delenv("PAGODA_GEMV_TUNE")
     ops.dense_gemv_tokens = 0  # the GEMV itself off
-    assert ops.tune(tiny_model()) == "" and ops.gemv_rows == {}
+    assert ops.tune(tiny_model()) == "" and ops.gemv_configs == {}
     assert CustomOps().tune(tiny_model()) == ""
 
 
@@ -91,22 +107,22 @@ def test_rows_forced_by_shape_parse_and_errors():
 
 
 def test_forced_rows_win_over_the_tuned_ones(monkeypatch):
-    """CsrcOps.linear launches a forced shape with its forced rows, a tuned shape with the tuned rows, and any
-    other with 0 (the kernel's rule); the tuning's log line names the forced shapes."""
+    """CsrcOps.linear launches a tuned shape with its tuned split and rows (the rows forced where its shape is
+    forced), and any other with 0s (the kernel's rules); the tuning's log line names the forced shapes."""
     launched = []
 
     class Kernels:
         def dense_gemv(self, x, weight, bias, split, rows):
-            launched.append((tuple(weight.shape), rows))
+            launched.append((tuple(weight.shape), split, rows))
 
     monkeypatch.setenv(ROWS_BY_SHAPE_ENV, "128x64:1")
     monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
     monkeypatch.setattr(csrc_ops, "gemv_fits", lambda *args: True)  # CPU tensors standing in for GPU ones
     ops = CsrcOps(Kernels())
     ops.dense_gemv_tokens = 1
-    ops.gemv_rows = {(128, 64, BF16): 2, (256, 64, BF16): 2}
+    ops.gemv_configs = {(128, 64, BF16): (4, 2), (256, 64, BF16): (2, 2)}
     x = torch.zeros(1, 64, dtype=BF16)
     for n in (128, 256, 96):
         ops.linear(x, torch.zeros(n, 64, dtype=BF16))
-    assert launched == [((128, 64), 1), ((256, 64), 2), ((96, 64), 0)]
+    assert launched == [((128, 64), 4, 1), ((256, 64), 2, 2), ((96, 64), 0, 0)]
     assert ops.tune(tiny_model()) == f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: 128x64: 1"

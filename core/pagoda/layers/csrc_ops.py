@@ -19,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, choose_rows, forced_rows, graph_timer
+from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, Config, choose_configs, forced_rows, graph_timer
 from pagoda.layers.ops import CustomOps
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -33,12 +33,13 @@ class CsrcOps(CustomOps):
 
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
-        self.gemv_rows: dict[tuple[int, int, torch.dtype], int] = {}  # weight shape -> rows a warp (tune)
+        self.gemv_configs: dict[tuple[int, int, torch.dtype], Config] = {}  # weight shape -> (split, rows) (tune)
         self.rows_forced = forced_rows(os.environ.get(ROWS_BY_SHAPE_ENV))  # (n, k) -> rows a warp, over the tune
 
     def tune(self, model: torch.nn.Module) -> str:
-        """Times one and two weight rows a warp of the GEMV for each dense weight shape (pagoda.layers.gemv_tuning);
-        PAGODA_GEMV_TUNE=0 leaves the kernel's own rule. PAGODA_GEMV_ROWS_BY_SHAPE's shapes win over both.
+        """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning);
+        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules. PAGODA_GEMV_ROWS_BY_SHAPE's rows win over both, and
+        the kernel's PAGODA_GEMV_SPLIT / PAGODA_GEMV_ROWS over everything.
         Returns what to log ("" for nothing)."""
         if self.dense_gemv_tokens == 0:
             return ""
@@ -47,11 +48,12 @@ class CsrcOps(CustomOps):
         if os.environ.get("PAGODA_GEMV_TUNE") == "0":
             return "; ".join(lines)
         begin = time.perf_counter()
-        chosen = choose_rows(model, graph_timer(self.kernels))
+        chosen = choose_configs(model, graph_timer(self.kernels))
         if chosen:
-            self.gemv_rows.update(chosen)  # the ops object is shared by every model of the process
-            summary = ", ".join(f"{n}x{k}: {rows}" for (n, k, _), rows in chosen.items())
-            lines.insert(0, f"dense GEMV rows a warp timed in {time.perf_counter() - begin:.2f} s: {summary}")
+            self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
+            summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
+            took = time.perf_counter() - begin
+            lines.insert(0, f"dense GEMV configurations (warps a row / rows a warp) timed in {took:.2f} s: {summary}")
         return "; ".join(lines)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -109,8 +111,8 @@ class CsrcOps(CustomOps):
         """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
             n, k = weight.shape
-            rows = self.rows_forced.get((n, k)) or self.gemv_rows.get((n, k, weight.dtype), 0)  # 0: the kernel's rule
-            return self.kernels.dense_gemv(x, weight, bias, 0, rows)
+            split, rows = self.gemv_configs.get((n, k, weight.dtype), (0, 0))  # 0: the kernel's rules
+            return self.kernels.dense_gemv(x, weight, bias, split, self.rows_forced.get((n, k), rows))
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

@@ -1,10 +1,17 @@
-"""Weight rows a warp for the csrc dense GEMV, chosen per weight shape by timing both on the device.
+"""The csrc dense GEMV's configuration, chosen per weight shape by timing each on the device: the warps a
+row group (split-K: 1, 2 or 4) and the weight rows a warp (1 or 2).
 
-One or two rows a warp give the same sums bit for bit (each row keeps its own order over k), so the
-choice only moves the speed, and no fixed rule was right for every shape: on an H100 (2026-11-27,
+No fixed rule was right for every shape and device. On an H100 (2026-11-27,
 benchmarks/results/h100x2_2026-11-27_round20/) Llama-3.1-8B's o projection (4096 x 4096) ran 14.8 ->
-13.8 us with two rows a warp while its qkv (6144 x 4096) ran 19.7 -> 22.0. ``CsrcOps.tune`` times both
-for every dense weight shape of the loaded model, before the KV cache takes the free memory.
+13.8 us with two rows a warp while its qkv (6144 x 4096) ran 19.7 -> 22.0; on an H200 (2026-11-28,
+benchmarks/results/h200x2_2026-11-28_round28/) four warps a row were fastest for every projection of the
+8B, two for the 1B's and one for the 1B's LM head. ``CsrcOps.tune`` times the six for every dense weight
+shape of the loaded model, before the KV cache takes the free memory.
+
+One or two rows a warp give the same sums bit for bit (each row keeps its own order over k); the split
+does not (each warp sums its share of k, then the shares meet). So that timing noise seldom changes the
+bits from one start to the next, the fewest warps a row whose time is within ``SPLIT_TOLERANCE`` of the
+fastest win.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ import torch
 from torch import nn
 
 ROWS = (1, 2)  # weight rows a warp the kernel is built for
+SPLITS = (1, 2, 4)  # warps a row group (split-K) the kernel is built for
+SPLIT_TOLERANCE = 0.03  # more warps a row are taken only where they are faster by more than this share
 STREAM_FACTOR = 4  # each timed graph streams at least this many L2 caches' worth of weights
 MAX_LAUNCHES = 64  # GEMVs a timed graph runs at most
 Shape = tuple[int, int, torch.dtype]  # (rows n, row length k, dtype) of a weight
-Timer = Callable[[list[torch.Tensor]], dict[int, float]]  # weights of one shape -> microseconds per rows choice
+Config = tuple[int, int]  # (warps a row group, weight rows a warp): the GEMV's split and rows arguments
+Timer = Callable[[list[torch.Tensor]], dict[Config, float]]  # weights of one shape -> microseconds per config
 
 
 def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
@@ -58,38 +68,42 @@ def forced_rows(value: str | None) -> dict[tuple[int, int], int]:
     return forced
 
 
-def choose_rows(model: nn.Module, timer: Timer) -> dict[Shape, int]:
-    """The faster rows-a-warp choice for each dense weight shape of ``model`` (ties: one row)."""
-    chosen = {}
-    for shape, weights in gemv_weights(model).items():
-        times = timer(weights)
-        chosen[shape] = min(ROWS, key=lambda rows: (times[rows], rows))
-    return chosen
+def choose_configs(model: nn.Module, timer: Timer) -> dict[Shape, Config]:
+    """The GEMV configuration for each dense weight shape of ``model``: the fewest warps a row within
+    ``SPLIT_TOLERANCE`` of the fastest time, then the faster rows a warp (ties: one row)."""
+    return {shape: fastest(timer(weights)) for shape, weights in gemv_weights(model).items()}
+
+
+def fastest(times: dict[Config, float]) -> Config:
+    """The configuration ``choose_configs`` takes from one shape's times."""
+    limit = min(times.values()) * (1 + SPLIT_TOLERANCE)
+    split = min(split for (split, _), us in times.items() if us <= limit)
+    return min((config for config in times if config[0] == split), key=lambda config: (times[config], config[1]))
 
 
 def graph_timer(kernels: ModuleType, reps: int = 7) -> Timer:
-    """A Timer on the GPU: one CUDA graph per choice runs a one-token GEMV through the shape's weights in
-    turn until ``STREAM_FACTOR`` L2 caches' worth streamed (as a step streams its cold weights); the
-    graphs replay alternately ``reps`` times and each choice's median time per GEMV counts."""
+    """A Timer on the GPU: one CUDA graph per configuration runs a one-token GEMV through the shape's weights
+    in turn until ``STREAM_FACTOR`` L2 caches' worth streamed (as a step streams its cold weights); the
+    graphs replay alternately ``reps`` times and each configuration's median time per GEMV counts."""
 
-    def timer(weights: list[torch.Tensor]) -> dict[int, float]:
+    def timer(weights: list[torch.Tensor]) -> dict[Config, float]:
         first = weights[0]
         l2_bytes = torch.cuda.get_device_properties(first.device).L2_cache_size
         launches = min(MAX_LAUNCHES, max(len(weights), -(-STREAM_FACTOR * l2_bytes // first.nbytes)))
         order = [weights[i % len(weights)] for i in range(launches)]
         x = torch.randn(1, first.shape[1], dtype=first.dtype, device=first.device)
-        graphs = {rows: _captured(lambda rows=rows: [kernels.dense_gemv(x, w, None, 0, rows) for w in order])
-                  for rows in ROWS}
+        graphs = {(split, rows): _captured(lambda c=(split, rows): [kernels.dense_gemv(x, w, None, *c) for w in order])
+                  for split in SPLITS for rows in ROWS}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times: dict[int, list[float]] = {rows: [] for rows in ROWS}
+        times: dict[Config, list[float]] = {config: [] for config in graphs}
         for _ in range(reps):
-            for rows, graph in graphs.items():
+            for config, graph in graphs.items():
                 start.record()
                 graph.replay()
                 end.record()
                 end.synchronize()
-                times[rows].append(start.elapsed_time(end) * 1e3 / launches)
-        return {rows: statistics.median(t) for rows, t in times.items()}
+                times[config].append(start.elapsed_time(end) * 1e3 / launches)
+        return {config: statistics.median(t) for config, t in times.items()}
 
     return timer
 

@@ -19,11 +19,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pagoda.layers.gemv_tuning import ROWS, SPLITS  # rows a warp, warps sharing a row's k (0 for either: the rule)
+
 pytest.importorskip("pagoda_platform_cuda", reason="pagoda-platform-cuda is not installed")
 pytestmark = pytest.mark.gpu
 
 UNIT = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-SPLITS = (1, 2, 4)  # warps sharing a row's k (the binding's split; 0: the kernel's rule)
 
 
 def assert_within_bound(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
@@ -92,12 +93,12 @@ def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
 
     launched = []
 
-    class Recording:  # the kernels, noting the rows each GEMV launch asks for
+    class Recording:  # the kernels, noting the split and rows each GEMV launch asks for
         def __getattr__(self, name):
             return getattr(ops.kernels, name)
 
         def dense_gemv(self, x, w, bias=None, split=0, rows=0):
-            launched.append(rows)
+            launched.append((split, rows))
             return ops.kernels.dense_gemv(x, w, bias, split, rows)
 
     tuned = type(ops)(Recording())
@@ -106,13 +107,16 @@ def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
     for layer in dense:
         layer.weight.data.normal_(0, 4096**-0.5)
     summary = tuned.tune(model)
-    assert set(tuned.gemv_rows) == {(n, 4096, torch.bfloat16) for n in (4096, 6144, 32000)}, summary
-    assert set(tuned.gemv_rows.values()) <= {1, 2} and set(launched) == {1, 2}  # both timed
+    configs = {(split, rows) for split in SPLITS for rows in ROWS}
+    assert set(tuned.gemv_configs) == {(n, 4096, torch.bfloat16) for n in (4096, 6144, 32000)}, summary
+    assert set(tuned.gemv_configs.values()) <= configs and set(launched) == configs  # each timed
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     for layer in dense:
         launched.clear()
-        assert torch.equal(tuned.linear(x, layer.weight), ops.linear(x, layer.weight))
-        assert launched == [tuned.gemv_rows[(layer.weight.shape[0], 4096, torch.bfloat16)]]
+        config = tuned.gemv_configs[(layer.weight.shape[0], 4096, torch.bfloat16)]
+        assert torch.equal(tuned.linear(x, layer.weight), ops.kernels.dense_gemv(x, layer.weight, None, *config))
+        assert launched == [config]
+        assert_within_bound(tuned.linear(x, layer.weight), x, layer.weight, None, config[0])
 
 
 PRELOAD_SHAPES = [(4096, 2048), (4096, 4096), (6144, 4096), (4096, 14336), (17, 1032), (100, 8)]
