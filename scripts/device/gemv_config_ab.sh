@@ -8,7 +8,7 @@
 # blocks an SM); gate_up one row at both sizes (1792 blocks at TP=2, 3.4 waves). Their configuration in the
 # model, arms in one build, forced for every GEMV shape:
 #   base (tuned rows, the split rule); rows2 / rows1 (PAGODA_GEMV_ROWS); split1 / split4 (PAGODA_GEMV_SPLIT);
-#   down1: only a TP=2 rank's down (4096 x 7168) on one row a warp (PAGODA_GEMV_ROWS_BY_SHAPE), as TP=1's.
+#   down1: only a TP=2 rank's down (4096 x 7168) on one row a warp (PAGODA_GEMV_BY_SHAPE), as TP=1's.
 #   1. `pagoda bench latency` Llama-3.1-8B dummy bf16 batch 1, PAIRS (1) rounds: TP=2 every arm, TP=1 base
 #      and rows2;
 #   2. (PROFILE=1, the default) rank_waits.py with ARM_PROFILE (rows2): both ranks' kernel tables.
@@ -17,7 +17,7 @@
 #   bash scripts/device/gemv_config_ab.sh
 source scripts/device/begin_cuda.sh gemv_config_ab
 declare -A ARM=([base]="" [rows2]="PAGODA_GEMV_ROWS=2" [rows1]="PAGODA_GEMV_ROWS=1" [split1]="PAGODA_GEMV_SPLIT=1"
-                [split4]="PAGODA_GEMV_SPLIT=4" [down1]="PAGODA_GEMV_ROWS_BY_SHAPE=4096x7168:1")
+                [split4]="PAGODA_GEMV_SPLIT=4" [down1]="PAGODA_GEMV_BY_SHAPE=4096x7168:0/1")
 ab_latency "${PAIRS:-1}" "base rows2 rows1 split1 split4 down1" "base rows2"
 [ "${PROFILE:-1}" = 1 ] && rank_waits_arm "${ARM_PROFILE:-rows2}"
 pack_results

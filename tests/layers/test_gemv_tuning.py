@@ -15,7 +15,8 @@ from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
-from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, SPLIT_TOLERANCE, choose_configs, fastest, forced_rows, gemv_weights
+from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, SPLIT_TOLERANCE, choose_configs, fastest, forced_configs,
+                                      gemv_weights)
 from pagoda.layers.linear import Linear
 from pagoda.layers.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
@@ -98,31 +99,34 @@ def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
     assert CustomOps().tune(tiny_model()) == ""
 
 
-def test_rows_forced_by_shape_parse_and_errors():
-    assert forced_rows(None) == {} and forced_rows("") == {}
-    assert forced_rows("4096x7168:1, 14336x4096:2,") == {(4096, 7168): 1, (14336, 4096): 2}
-    for bad in ("4096x7168", "4096:1", "4096x7168:3", "ax7168:1", "4096*7168:1"):
-        with pytest.raises(ValueError, match=re.escape(f"{ROWS_BY_SHAPE_ENV}: '{bad}' is not NxK:ROWS with ROWS 1 or 2")):
-            forced_rows(bad)
+def test_configs_forced_by_shape_parse_and_errors():
+    assert forced_configs(None) == {} and forced_configs("") == {}
+    assert forced_configs("4096x7168:0/1, 14336x4096:4/2,4096x2048:2/0,") == {
+        (4096, 7168): (0, 1), (14336, 4096): (4, 2), (4096, 2048): (2, 0)}
+    for bad in ("4096x7168", "4096x7168:1", "4096:4/1", "4096x7168:3/1", "4096x7168:4/3", "ax7168:4/1", "4096*7168:4/1"):
+        expected = f"{BY_SHAPE_ENV}: '{bad}' is not NxK:SPLIT/ROWS with SPLIT 0, 1, 2 or 4 and ROWS 0, 1 or 2"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            forced_configs(bad)
 
 
-def test_forced_rows_win_over_the_tuned_ones(monkeypatch):
-    """CsrcOps.linear launches a tuned shape with its tuned split and rows (the rows forced where its shape is
-    forced), and any other with 0s (the kernel's rules); the tuning's log line names the forced shapes."""
+def test_forced_configs_win_over_the_tuned_ones(monkeypatch):
+    """CsrcOps.linear launches a tuned shape with its tuned split and rows, each replaced where its shape forces
+    it (0: not forced), and any other with 0s (the kernel's rules); the tuning's log names the forced shapes."""
     launched = []
 
     class Kernels:
         def dense_gemv(self, x, weight, bias, split, rows):
             launched.append((tuple(weight.shape), split, rows))
 
-    monkeypatch.setenv(ROWS_BY_SHAPE_ENV, "128x64:1")
+    monkeypatch.setenv(BY_SHAPE_ENV, "128x64:0/1,256x64:1/0,32x64:4/2")
     monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
     monkeypatch.setattr(csrc_ops, "gemv_fits", lambda *args: True)  # CPU tensors standing in for GPU ones
     ops = CsrcOps(Kernels())
     ops.dense_gemv_tokens = 1
     ops.gemv_configs = {(128, 64, BF16): (4, 2), (256, 64, BF16): (2, 2)}
     x = torch.zeros(1, 64, dtype=BF16)
-    for n in (128, 256, 96):
+    for n in (128, 256, 32, 96):
         ops.linear(x, torch.zeros(n, 64, dtype=BF16))
-    assert launched == [((128, 64), 4, 1), ((256, 64), 2, 2), ((96, 64), 0, 0)]
-    assert ops.tune(tiny_model()) == f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: 128x64: 1"
+    assert launched == [((128, 64), 4, 1), ((256, 64), 1, 2), ((32, 64), 4, 2), ((96, 64), 0, 0)]
+    assert ops.tune(tiny_model()) == (f"dense GEMV configurations forced by {BY_SHAPE_ENV}: "
+                                      "128x64: 0/1, 256x64: 1/0, 32x64: 4/2")

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-from pagoda.layers.gemv_tuning import ROWS_BY_SHAPE_ENV, Config, choose_configs, forced_rows, graph_timer
+from pagoda.layers.gemv_tuning import BY_SHAPE_ENV, Config, choose_configs, forced_configs, graph_timer
 from pagoda.layers.ops import CustomOps
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -34,17 +34,17 @@ class CsrcOps(CustomOps):
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
         self.gemv_configs: dict[tuple[int, int, torch.dtype], Config] = {}  # weight shape -> (split, rows) (tune)
-        self.rows_forced = forced_rows(os.environ.get(ROWS_BY_SHAPE_ENV))  # (n, k) -> rows a warp, over the tune
+        self.gemv_forced = forced_configs(os.environ.get(BY_SHAPE_ENV))  # (n, k) -> (split, rows), over the tune
 
     def tune(self, model: torch.nn.Module) -> str:
         """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning);
-        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules. PAGODA_GEMV_ROWS_BY_SHAPE's rows win over both, and
+        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules. PAGODA_GEMV_BY_SHAPE's shapes win over both, and
         the kernel's PAGODA_GEMV_SPLIT / PAGODA_GEMV_ROWS over everything.
         Returns what to log ("" for nothing)."""
         if self.dense_gemv_tokens == 0:
             return ""
-        forced = ", ".join(f"{n}x{k}: {rows}" for (n, k), rows in self.rows_forced.items())
-        lines = [f"dense GEMV rows a warp forced by {ROWS_BY_SHAPE_ENV}: {forced}"] if forced else []
+        forced = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k), (split, rows) in self.gemv_forced.items())
+        lines = [f"dense GEMV configurations forced by {BY_SHAPE_ENV}: {forced}"] if forced else []
         if os.environ.get("PAGODA_GEMV_TUNE") == "0":
             return "; ".join(lines)
         begin = time.perf_counter()
@@ -112,7 +112,8 @@ class CsrcOps(CustomOps):
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
             n, k = weight.shape
             split, rows = self.gemv_configs.get((n, k, weight.dtype), (0, 0))  # 0: the kernel's rules
-            return self.kernels.dense_gemv(x, weight, bias, split, self.rows_forced.get((n, k), rows))
+            forced_split, forced_rows = self.gemv_forced.get((n, k), (0, 0))
+            return self.kernels.dense_gemv(x, weight, bias, forced_split or split, forced_rows or rows)
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

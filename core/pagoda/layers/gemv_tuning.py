@@ -51,20 +51,23 @@ def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
     return shapes
 
 
-ROWS_BY_SHAPE_ENV = "PAGODA_GEMV_ROWS_BY_SHAPE"
+BY_SHAPE_ENV = "PAGODA_GEMV_BY_SHAPE"
 
 
-def forced_rows(value: str | None) -> dict[tuple[int, int], int]:
-    """Rows a warp forced per weight shape, from ``PAGODA_GEMV_ROWS_BY_SHAPE`` (``NxK:ROWS,...``, e.g.
-    ``4096x7168:1``: weights of n rows of k, whatever the tuning chose); an error naming the variable and
-    the format for anything else."""
+def forced_configs(value: str | None) -> dict[tuple[int, int], Config]:
+    """Configurations forced per weight shape, from ``PAGODA_GEMV_BY_SHAPE`` (``NxK:SPLIT/ROWS,...``, e.g.
+    ``4096x2048:4/1``: weights of n rows of k on four warps a row and one row a warp, whatever the tuning
+    chose; a 0 leaves that half to the tuning or the kernel's rule); an error naming the variable and the
+    format for anything else."""
     forced = {}
     for item in filter(None, (part.strip() for part in (value or "").split(","))):
-        shape, _, rows = item.partition(":")
+        shape, _, config = item.partition(":")
         n, _, k = shape.partition("x")
-        if not (n.isdigit() and k.isdigit() and rows in ("1", "2")):
-            raise ValueError(f"{ROWS_BY_SHAPE_ENV}: {item!r} is not NxK:ROWS with ROWS 1 or 2 (e.g. 4096x7168:1)")
-        forced[(int(n), int(k))] = int(rows)
+        split, _, rows = config.partition("/")
+        if not (n.isdigit() and k.isdigit() and split in ("0", "1", "2", "4") and rows in ("0", "1", "2")):
+            raise ValueError(f"{BY_SHAPE_ENV}: {item!r} is not NxK:SPLIT/ROWS with SPLIT 0, 1, 2 or 4 and ROWS 0, "
+                             "1 or 2 (e.g. 4096x2048:4/1)")
+        forced[(int(n), int(k))] = (int(split), int(rows))
     return forced
 
 
