@@ -207,9 +207,10 @@ inline int sm_count() {
 constexpr int kMinSplitChunks = 7 * kStride;
 
 // Warps a row group (split-K): PAGODA_GEMV_SPLIT=1, 2 or 4 forces it (for timing each), else `requested`
-// (1, 2 or 4: the choice CsrcOps.tune timed for this shape; 0 for none), else the rule. A layer of long rows and under 32 rows an SM (4224 on an H100's 132)
-// has too few warps streaming (each with kBlock chunks of a row in flight), each with a long chain of
-// blocks: 2 warps a row group (4 under 16 rows an SM) bring it to 32-64 warps an SM. Counted in rows, not
+// (1, 2 or 4: the choice CsrcOps.tune timed for this shape; 0 for none), else the rule. A layer of long
+// rows and under 32 rows an SM (4224 on an H100's 132) has too few warps streaming (each with kBlock chunks
+// of a row in flight), each with a long chain of blocks: 2 warps a row group (4 under 16 rows an SM) bring
+// it to 32-64 warps an SM. Counted in rows, not
 // row groups, so that one or two rows a warp (CsrcOps.tune times both) sum in the same order.
 inline int split_k(int rows, int chunks, int requested) {
   static const int forced = forced_by_env("PAGODA_GEMV_SPLIT", {1, 2, 4});
