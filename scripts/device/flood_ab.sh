@@ -7,11 +7,16 @@
 #   tuned (main); o4: that o on four warps a row (PAGODA_GEMV_BY_SHAPE=4096x2048:4/1);
 #   preload1: one block before the wait, not two (PAGODA_GEMV_PRELOAD=1), on top of the tuned split.
 #   1. `pagoda bench latency` 8B batch 1, PAIRS (2) rounds: TP=2 every arm, TP=1 tuned and preload1;
-#   2. (PROFILE=1, the default) rank_waits.py with ARM_PROFILE (o4): both ranks' kernel tables.
-# About 8 minutes. -> $OUT/summary.txt, $OUT/results.tgz
+#   2. rank_waits.py at TP=2 for each arm of PROFILE_ARMS ("o4 tuned"; "" for none): both ranks' kernel
+#      tables; and at TP=1 on main (TP1_TRACE=1, the default), for layer_breakdown.py's TP=1 / TP=2 chart.
+# About 9 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/flood_ab.sh
 source scripts/device/begin_cuda.sh flood_ab
 declare -A ARM=([tuned]="" [o4]="PAGODA_GEMV_BY_SHAPE=4096x2048:4/1" [preload1]="PAGODA_GEMV_PRELOAD=1")
 ab_latency "${PAIRS:-2}" "tuned o4 preload1" "tuned preload1"
-[ "${PROFILE:-1}" = 1 ] && rank_waits_arm "${ARM_PROFILE:-o4}"
+for arm in ${PROFILE_ARMS-o4 tuned}; do rank_waits_arm "$arm"; done
+if [ "${TP1_TRACE:-1}" = 1 ]; then
+  timeout 150 python3 scripts/device/rank_waits.py "$M8" -tp 1 --out "$R/tp1_tuned" > "$R/rank_waits_tp1.txt" 2>&1
+  echo "rank_waits -tp 1: exit $?" | tee -a "$OUT/summary.txt"; head -12 "$R/rank_waits_tp1.txt" | tee -a "$OUT/summary.txt"
+fi
 pack_results
