@@ -15,8 +15,8 @@ from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
-from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, SPLIT_TOLERANCE, choose_configs, fastest, forced_configs,
-                                      gemv_weights)
+from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, SPLIT_TOLERANCE, TUNE_ENV, choose_configs, fastest,
+                                      forced_configs, gemv_weights, tune_mode)
 from pagoda.layers.linear import Linear
 from pagoda.layers.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
@@ -97,6 +97,32 @@ def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
     ops.dense_gemv_tokens = 0  # the GEMV itself off
     assert ops.tune(tiny_model()) == "" and ops.gemv_configs == {}
     assert CustomOps().tune(tiny_model()) == ""
+
+
+def test_tune_modes_and_the_timer_each_asks_for(monkeypatch):
+    """PAGODA_GEMV_TUNE: unset or 1 times the GEMVs back to back, norm each after an RMS norm; anything else
+    is an error naming the variable and the values."""
+    assert [tune_mode(v) for v in (None, "", "1", "0", "norm")] == ["1", "1", "1", "0", "norm"]
+    for bad in ("2", "off", "Norm"):
+        with pytest.raises(ValueError, match=re.escape(f"{TUNE_ENV}={bad!r}: expected 1 (the default")):
+            tune_mode(bad)
+    asked = []
+
+    def fake_timer(kernels, after_norm=False):
+        asked.append(after_norm)
+        return lambda weights: {(split, rows): 1.0 for split in (1, 2, 4) for rows in (1, 2)}
+
+    monkeypatch.setattr(csrc_ops, "graph_timer", fake_timer)
+    ops = CsrcOps(object())
+    ops.dense_gemv_tokens = 1
+    for mode in ("norm", "1"):
+        monkeypatch.setenv(TUNE_ENV, mode)
+        assert ops.tune(tiny_model()).startswith("dense GEMV configurations (warps a row / rows a warp) timed"
+                                                 + (" after a norm" if mode == "norm" else "") + " in ")
+    assert asked == [True, False] and set(ops.gemv_configs.values()) == {(1, 1)}
+    monkeypatch.setenv(TUNE_ENV, "fast")
+    with pytest.raises(ValueError, match=TUNE_ENV):
+        ops.tune(tiny_model())
 
 
 def test_configs_forced_by_shape_parse_and_errors():

@@ -19,7 +19,8 @@ from types import ModuleType
 
 import torch
 
-from pagoda.layers.gemv_tuning import BY_SHAPE_ENV, Config, choose_configs, forced_configs, graph_timer
+from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, TUNE_ENV, Config, choose_configs, forced_configs, graph_timer,
+                                      tune_mode)
 from pagoda.layers.ops import CustomOps
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -38,22 +39,25 @@ class CsrcOps(CustomOps):
 
     def tune(self, model: torch.nn.Module) -> str:
         """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning);
-        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules. PAGODA_GEMV_BY_SHAPE's shapes win over both, and
+        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules, =norm times each GEMV after an RMS norm (as in a
+        layer) instead of back to back. PAGODA_GEMV_BY_SHAPE's shapes win over the tune and the rules, and
         the kernel's PAGODA_GEMV_SPLIT / PAGODA_GEMV_ROWS over everything.
         Returns what to log ("" for nothing)."""
         if self.dense_gemv_tokens == 0:
             return ""
         forced = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k), (split, rows) in self.gemv_forced.items())
         lines = [f"dense GEMV configurations forced by {BY_SHAPE_ENV}: {forced}"] if forced else []
-        if os.environ.get("PAGODA_GEMV_TUNE") == "0":
+        mode = tune_mode(os.environ.get(TUNE_ENV))
+        if mode == "0":
             return "; ".join(lines)
         begin = time.perf_counter()
-        chosen = choose_configs(model, graph_timer(self.kernels))
+        chosen = choose_configs(model, graph_timer(self.kernels, after_norm=mode == "norm"))
         if chosen:
             self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
             summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
-            took = time.perf_counter() - begin
-            lines.insert(0, f"dense GEMV configurations (warps a row / rows a warp) timed in {took:.2f} s: {summary}")
+            took, how = time.perf_counter() - begin, " after a norm" if mode == "norm" else ""
+            lines.insert(0, f"dense GEMV configurations (warps a row / rows a warp) timed{how} in {took:.2f} s: "
+                         f"{summary}")
         return "; ".join(lines)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -84,10 +84,28 @@ def fastest(times: dict[Config, float]) -> Config:
     return min((config for config in times if config[0] == split), key=lambda config: (times[config], config[1]))
 
 
-def graph_timer(kernels: ModuleType, reps: int = 7) -> Timer:
+TUNE_ENV = "PAGODA_GEMV_TUNE"
+
+
+def tune_mode(value: str | None) -> str:
+    """``PAGODA_GEMV_TUNE``: unset or 1 (time the GEMVs back to back), 0 (no tuning: the kernel's rules) or
+    norm (time each after an RMS norm of its input, as a layer runs it); an error naming the variable for
+    anything else."""
+    if (value or "1") not in ("1", "0", "norm"):
+        raise ValueError(f"{TUNE_ENV}={value!r}: expected 1 (the default: GEMVs timed back to back), 0 (not "
+                         "tuned: the kernel's rules) or norm (each GEMV timed after an RMS norm)")
+    return value or "1"
+
+
+def graph_timer(kernels: ModuleType, reps: int = 7, after_norm: bool = False) -> Timer:
     """A Timer on the GPU: one CUDA graph per configuration runs a one-token GEMV through the shape's weights
     in turn until ``STREAM_FACTOR`` L2 caches' worth streamed (as a step streams its cold weights); the
-    graphs replay alternately ``reps`` times and each configuration's median time per GEMV counts."""
+    graphs replay alternately ``reps`` times and each configuration's median time per GEMV counts.
+
+    ``after_norm``: each GEMV multiplies the output of an RMS norm launched just before it, as in a layer,
+    and the pair is timed. The GEMV requests its first weights while the norm runs, and the norm, a few
+    dependent memory round trips, waits behind them (docs/cuda.md): a configuration that requests fewer
+    weights early is charged less for it than back to back, where a GEMV overlaps another GEMV."""
 
     def timer(weights: list[torch.Tensor]) -> dict[Config, float]:
         first = weights[0]
@@ -95,8 +113,15 @@ def graph_timer(kernels: ModuleType, reps: int = 7) -> Timer:
         launches = min(MAX_LAUNCHES, max(len(weights), -(-STREAM_FACTOR * l2_bytes // first.nbytes)))
         order = [weights[i % len(weights)] for i in range(launches)]
         x = torch.randn(1, first.shape[1], dtype=first.dtype, device=first.device)
-        graphs = {(split, rows): _captured(lambda c=(split, rows): [kernels.dense_gemv(x, w, None, *c) for w in order])
-                  for split in SPLITS for rows in ROWS}
+        normed, norm_weight = torch.empty_like(x), torch.ones(first.shape[1], dtype=first.dtype, device=first.device)
+
+        def run(config: Config) -> None:
+            for w in order:
+                if after_norm:
+                    kernels.rms_norm(normed, x, norm_weight, 1e-6)
+                kernels.dense_gemv(normed if after_norm else x, w, None, *config)
+
+        graphs = {(split, rows): _captured(lambda c=(split, rows): run(c)) for split in SPLITS for rows in ROWS}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times: dict[Config, list[float]] = {config: [] for config in graphs}
         for _ in range(reps):

@@ -119,6 +119,22 @@ def test_tune_times_each_dense_shape_and_linear_launches_its_choice(ops):
         assert_within_bound(tuned.linear(x, layer.weight), x, layer.weight, None, config[0])
 
 
+@pytest.mark.parametrize("after_norm", [False, True])
+def test_the_timer_times_each_configuration(ops, after_norm):
+    """graph_timer, back to back and each GEMV after an RMS norm (PAGODA_GEMV_TUNE=norm): a time for each of
+    the six configurations, in a plausible range for 2 MB of weights; a norm and a GEMV take longer than
+    the GEMV."""
+    from pagoda.layers.gemv_tuning import graph_timer
+
+    weights = [(torch.randn(512, 2048, device="cuda") / 45).to(torch.bfloat16) for _ in range(4)]
+    times = graph_timer(ops.kernels, reps=3, after_norm=after_norm)(weights)
+    assert set(times) == {(split, rows) for split in SPLITS for rows in ROWS}
+    assert all(0.2 < us < 500 for us in times.values()), times
+    if after_norm:
+        alone = graph_timer(ops.kernels, reps=3)(weights)
+        assert min(times.values()) > min(alone.values()), (times, alone)
+
+
 PRELOAD_SHAPES = [(4096, 2048), (4096, 4096), (6144, 4096), (4096, 14336), (17, 1032), (100, 8)]
 
 
