@@ -23,7 +23,7 @@ run_tests() {  # NODE_ID...
   grep -E "^(FAILED|ERROR)" "$R/tests.log" | head | tee -a "$OUT/summary.txt"
 }
 
-M8=benchmarks/configs/llama-3.1-8b
+M8=benchmarks/configs/llama-3.1-8b M1=benchmarks/configs/llama-3.2-1b
 # bench_latency's flags: the batch-1 decode step (a script may set its own after sourcing this file).
 LAT=(--batch-sizes 1 --input-len 128 --output-len 128 --repeats 2 --load-format dummy --attention-backend triton
      --max-model-len 2048 --log-level warning)

@@ -8,7 +8,6 @@
 # About 6 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/gemv_split_all.sh
 source scripts/device/begin_cuda.sh gemv_split_all
-M1=benchmarks/configs/llama-3.2-1b
 timeout 200 python3 benchmarks/dense_gemv.py --tokens 1 --out "$R/dense_gemv.json" > "$R/dense_gemv.log" 2>&1
 echo "dense gemv benchmark: exit $?" | tee -a "$OUT/summary.txt"; grep -E "M=1" "$R/dense_gemv.log" | tee -a "$OUT/summary.txt"
 declare -A ARM=([rule]="" [split2]="PAGODA_GEMV_SPLIT=2" [split4]="PAGODA_GEMV_SPLIT=4")

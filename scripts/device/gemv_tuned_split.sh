@@ -10,7 +10,6 @@
 source scripts/device/begin_cuda.sh gemv_tuned_split
 run_tests plugins/platform_cuda/tests/test_dense_gemv.py
 LAT=("${LAT[@]/warning/info}")
-M1=benchmarks/configs/llama-3.2-1b
 for pair in $(seq "${PAIRS:-1}"); do
   bench_latency "latency_p${pair}_8b_tp1_tuned" "$M8" 1 ""
   bench_latency "latency_p${pair}_8b_tp2_tuned" "$M8" 2 ""

@@ -113,13 +113,14 @@ def graph_timer(kernels: ModuleType, reps: int = 7, after_norm: bool = False) ->
         launches = min(MAX_LAUNCHES, max(len(weights), -(-STREAM_FACTOR * l2_bytes // first.nbytes)))
         order = [weights[i % len(weights)] for i in range(launches)]
         x = torch.randn(1, first.shape[1], dtype=first.dtype, device=first.device)
-        normed, norm_weight = torch.empty_like(x), torch.ones(first.shape[1], dtype=first.dtype, device=first.device)
+        gemv_input = torch.empty_like(x) if after_norm else x  # after a norm: the norm's output
+        norm_weight = torch.ones_like(x[0])
 
         def run(config: Config) -> None:
             for w in order:
                 if after_norm:
-                    kernels.rms_norm(normed, x, norm_weight, 1e-6)
-                kernels.dense_gemv(normed if after_norm else x, w, None, *config)
+                    kernels.rms_norm(gemv_input, x, norm_weight, 1e-6)
+                kernels.dense_gemv(gemv_input, w, None, *config)
 
         graphs = {(split, rows): _captured(lambda c=(split, rows): run(c)) for split in SPLITS for rows in ROWS}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
