@@ -71,10 +71,13 @@ def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_que
     if plan.decode_scratch is not None:
         for t in plan.decode_scratch:
             t.fill_(float("nan"))
+    for half in batch.kv_cache:  # this step's slots hold NaN until its KV write: a read before that shows
+        half.view(-1, spec.num_kv_heads, spec.head_size)[m.slot_mapping.long()] = float("nan")
     backend.ops.reshape_and_cache(batch.key, batch.value, batch.kv_cache, m.slot_mapping)
     out = torch.full(batch.query.shape, float("nan"), dtype=spec.dtype, device="cuda")
     flash_attention(out, batch.query, batch.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
-                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch, plan.short_query_len)
+                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch, plan.short_query_len,
+                    backend.early_keys)
     torch.cuda.synchronize()
     return out
 
@@ -124,6 +127,14 @@ def test_prefill_one_q_head_a_program() -> None:
     """PAGODA_FLASH_PACK_GQA=0: the mixed batches, chunked prefills after cached prefixes and prefill-only
     batches again, one q head a prefill program (the default packs a kv head's q heads into its rows)."""
     rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "0")
+
+
+def test_decode_requesting_earlier_keys_before_its_wait() -> None:
+    """PAGODA_FLASH_EARLY_KEYS=1: the decode tests again (mixed batches, split-KV, decode-only, short queries,
+    graph replays), the decode kernel requesting the keys of earlier steps before it waits for the KV write
+    (this step's slots are NaN until that write, run_poisoned)."""
+    rerun_in_child("mixed_batches or split_kv or decode_only or short_queries or replay", "PAGODA_FLASH_EARLY_KEYS",
+                   "1")
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
