@@ -58,3 +58,67 @@ def test_leading_dimensions_and_out():
     out = torch.empty(6, dtype=torch.long)
     result = argmax(x.reshape(6, 32000), out=out)
     assert result.data_ptr() == out.data_ptr() and torch.equal(out, torch.argmax(x.reshape(6, 32000), dim=-1))
+
+
+@pytest.fixture
+def one_launch():
+    """The Triton argmax module (under the interpreter without CUDA)."""
+    from pagoda.testing import interpreted_kernels
+
+    yield from interpreted_kernels("pagoda.layers.argmax_triton")
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("rows,vocab", [(1, 128256), (3, 151936), (1, 5000), (2, 100), (1, 1)])
+def test_one_launch_equals_torch_argmax(one_launch, rows, vocab):
+    """Random rows, then every edge case at once: ties inside and across slices, NaN (the first), -inf only,
+    +inf against NaN, the max in the last entry; twice, since the row counts must return to zero."""
+    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(vocab)).to(_device())
+    out = torch.empty(rows, dtype=torch.int64, device=x.device)
+    for _ in range(2):
+        assert torch.equal(one_launch.argmax_rows(x, out), torch.argmax(x, dim=-1))
+
+
+def test_one_launch_ties_nan_and_infinities(one_launch):
+    vocab = 128256
+    x = torch.zeros(7, vocab, device=_device())
+    x[0, [7, 501, 90000]] = 3.0  # a tie across slices: the first
+    x[1, [900, 901]] = 2.0  # a tie inside one block
+    x[2, [70000, 5]] = float("nan")  # NaN wins, the first of them
+    x[3] = float("-inf")  # all -inf: index 0
+    x[4, [3, 60000]] = float("inf")
+    x[4, 100000] = float("nan")  # NaN beats +inf
+    x[5, vocab - 1] = 1.0  # the last entry
+    x[6, 2000:4000] = 1.0  # a tie over a slice boundary
+    out = torch.empty(7, dtype=torch.int64, device=x.device)
+    got = one_launch.argmax_rows(x, out)
+    assert got.tolist() == [7, 900, 5, 0, 100000, vocab - 1, 2000] and torch.equal(got, torch.argmax(x, dim=-1))
+
+
+def test_one_launch_reads_bf16_and_strided_rows(one_launch):
+    wide = torch.randn(3, 40000, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).to(_device())
+    x = wide[:, :32000]  # rows 40000 apart (a gathered tensor's vocabulary slice)
+    out = torch.empty(3, dtype=torch.int64, device=x.device)
+    assert torch.equal(one_launch.argmax_rows(x, out), torch.argmax(x, dim=-1))
+
+
+@pytest.mark.gpu
+def test_argmax_takes_the_one_launch_where_switched_on(monkeypatch):
+    """PAGODA_TRITON_ARGMAX=1 on a GPU: ``argmax`` (the sampler's) gives torch's index for a decode step's rows,
+    ``out=`` included, also inside a CUDA graph replayed after the logits change."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setenv("PAGODA_TRITON_ARGMAX", "1")
+    x = torch.randn(4, 128256, device="cuda")
+    out = torch.empty(4, dtype=torch.int64, device="cuda")
+    assert torch.equal(argmax(x, out=out), torch.argmax(x, dim=-1)) and torch.equal(out, torch.argmax(x, dim=-1))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        argmax(x, out=out)
+    x.copy_(torch.randn(4, 128256, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.argmax(x, dim=-1))

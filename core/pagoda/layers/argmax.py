@@ -9,8 +9,13 @@ included, since both stages keep the first of equals and a NaN beats every numbe
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from pagoda.triton_support import triton_installed
+
+TRITON_ENV = "PAGODA_TRITON_ARGMAX"
 SPLIT_ROWS = 32  # from this many rows on, torch's one-block-per-row reduction fills the GPU well enough
 MIN_SLICE = 256  # entries a slice keeps at least
 
@@ -19,6 +24,12 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.argmax(x, dim=-1)`` (into ``out`` if given, an int64 tensor of ``x.shape[:-1]``)."""
     vocab = x.shape[-1]
     rows = x.numel() // max(vocab, 1)
+    if 0 < rows < SPLIT_ROWS and vocab > 0 and _one_launch(x):
+        from pagoda.layers.argmax_triton import argmax_rows
+
+        index = out.view(rows) if out is not None else torch.empty(rows, dtype=torch.int64, device=x.device)
+        argmax_rows(x.reshape(rows, vocab) if x.stride(-1) == 1 else x.reshape(rows, vocab).contiguous(), index)
+        return index.view(x.shape[:-1])
     groups = _groups(rows, vocab)
     if groups == 1:
         return torch.argmax(x, dim=-1, out=out)
@@ -28,6 +39,11 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     index = out.view(rows, 1) if out is not None else torch.empty_like(group)
     torch.add(first.gather(1, group), group, alpha=width, out=index)
     return index.view(x.shape[:-1])
+
+
+def _one_launch(x: torch.Tensor) -> bool:
+    """``PAGODA_TRITON_ARGMAX=1`` (off until measured): a GPU's few rows in one Triton launch (argmax_triton)."""
+    return os.environ.get(TRITON_ENV) == "1" and x.device.type == "cuda" and triton_installed()
 
 
 def _groups(rows: int, vocab: int) -> int:

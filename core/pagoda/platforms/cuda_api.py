@@ -9,8 +9,10 @@ and their compiled kernels.
 
 from __future__ import annotations
 
+import functools
+import os
 from abc import ABC
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext as _nothing
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
@@ -18,6 +20,7 @@ import torch
 from pagoda.interfaces.platform import Platform
 
 GiB = 1 << 30
+COPY_STREAM_ENV = "PAGODA_COPY_STREAM"  # 1: device-to-host copies on a stream of their own
 T = TypeVar("T")
 
 
@@ -42,17 +45,32 @@ class CudaApiPlatform(Platform, ABC):
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
     def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+        """Pinned host copies, queued on the current stream or (PAGODA_COPY_STREAM=1, off until measured) on a
+        stream of their own that waits for it, so that the current stream's next work (the next step's
+        input copies) does not queue behind them."""
         hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
-        for host, tensor in zip(hosts, tensors):
-            host.copy_(tensor, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
+        stream = self._copy_stream()
+        with torch.cuda.stream(stream) if stream is not None else _nothing():
+            for host, tensor in zip(hosts, tensors):
+                host.copy_(tensor, non_blocking=True)
+                if stream is not None:
+                    tensor.record_stream(stream)  # its memory is not reused before the copy ran
+            done = torch.cuda.Event()
+            done.record()
 
         def wait() -> list[torch.Tensor]:
             done.synchronize()  # releases the GIL while it waits
             return hosts
 
         return wait
+
+    def _copy_stream(self) -> "torch.cuda.Stream | None":
+        """The device-to-host copy stream, made to wait for the current stream; None: copy on the current one."""
+        if os.environ.get(COPY_STREAM_ENV) != "1" or torch.cuda.is_current_stream_capturing():
+            return None
+        stream = _copy_stream_of(torch.cuda.current_device())
+        stream.wait_stream(torch.cuda.current_stream())
+        return stream
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device())
@@ -161,3 +179,8 @@ def _side_stream(device: torch.device) -> Iterator[torch.cuda.Stream]:
         yield stream
     torch.cuda.current_stream(device).wait_stream(stream)
     torch.cuda.synchronize(device)
+
+
+@functools.cache
+def _copy_stream_of(device: int) -> "torch.cuda.Stream":
+    return torch.cuda.Stream(device)
