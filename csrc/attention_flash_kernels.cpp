@@ -29,7 +29,7 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
                      const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse,
-                     int64_t short_query_len, bool early_keys) {
+                     int64_t short_query_len) {
   using namespace pagoda;
   TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes(), "flash_attention: query and out must be [num_tokens, num_heads, head_size]");
   TORCH_CHECK(kv_cache.dim() == 5 && kv_cache.size(0) == 2 && kv_cache.size(4) == query.size(2),
@@ -97,7 +97,6 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
   args.block_size = static_cast<int>(kv_cache.size(2));
   args.scale = static_cast<float>(scale);
   args.window = static_cast<int>(window > 0 ? window : 0);
-  args.early_keys = early_keys;
 
   const DType dtype = query.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
   const c10::cuda::OptionalCUDAGuard guard(query.device());

@@ -33,8 +33,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flash_attention", &flash_attention, "paged attention on tensor cores: split-KV decodes, then prefills",
         py::arg("out"), py::arg("query"), py::arg("kv_cache"), py::arg("block_tables"), py::arg("query_start_loc"),
         py::arg("seq_lens"), py::arg("num_decodes"), py::arg("scale"), py::arg("window"), py::arg("num_splits"),
-        py::arg("part_out") = py::none(), py::arg("part_lse") = py::none(), py::arg("short_query_len") = 0,
-        py::arg("early_keys") = false);
+        py::arg("part_out") = py::none(), py::arg("part_lse") = py::none(), py::arg("short_query_len") = 0);
   m.def("flash_decode_programs_per_sm", &flash_decode_programs_per_sm,
         "decode programs resident per SM (occupancy) for a head size and dtype", py::arg("head_size"),
         py::arg("half"), py::arg("device") = 0);

@@ -59,13 +59,12 @@ std::vector<int64_t> awq_tiles_plan(int64_t m, int64_t n, int64_t k, int64_t gro
 // then prefills; or, with short_query_len > 0 (every sequence has at most that many query tokens: a
 // verify step), all sequences on the decode kernel, the scratch then [num_tokens, ...]. query/out [num_tokens, num_heads, head_size]; kv_cache [2, num_blocks, block_size,
 // num_kv_heads, head_size]; block_tables [num_seqs, max_blocks], query_start_loc [num_seqs + 1] and
-// seq_lens [num_seqs] int32; window 0: none. early_keys: the decode kernel requests the keys of earlier
-// steps before its wait (FlashAttentionArgs). No host synchronisation.
+// seq_lens [num_seqs] int32; window 0: none. No host synchronisation.
 void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& kv_cache,
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
                      const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse,
-                     int64_t short_query_len, bool early_keys);
+                     int64_t short_query_len);
 // Decode programs resident per SM on `device` for this head size and dtype (0: unknown).
 int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t device);
 #endif

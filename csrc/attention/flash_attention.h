@@ -30,9 +30,6 @@ struct FlashAttentionArgs {
   int num_heads, num_kv_heads, head_size, block_size;
   float scale;
   int window;  // sliding window in tokens (a query sees keys pos - window + 1 .. pos); 0: none
-  // The decode kernel requests the keys before each sequence's first query token (written by earlier steps)
-  // before it waits for the kernel before it; they must be written before this launch's step began.
-  bool early_keys;
 };
 
 // Head sizes with compiled kernels (both entry points) and the tile sizes the Python side needs.

@@ -169,24 +169,12 @@ struct FastDiv {
   PAGODA_INLINE uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
 };
 
-// Entry `index` of a block-table row: read-only after the kernel's wait; before it (kBeforeWait) a weak
-// load, which ptxas keeps before the wait (dependent_launch.h).
-template <bool kBeforeWait = false>
-PAGODA_INLINE int page_at(const int32_t* block_table_row, uint32_t index) {
-  if constexpr (kBeforeWait) {
-    return load_i32_before_wait(block_table_row + index);
-  } else {
-    return __ldg(block_table_row + index);
-  }
-}
-
 // Element offset of key position `pos` of one sequence in a cache half (K or V) laid out
 // [num_blocks, block_size, num_kv_heads, head_size], already offset to the kv head.
-template <bool kBeforeWait = false>
 PAGODA_INLINE int64_t paged_row(const int32_t* block_table_row, int pos, const FastDiv& block, int64_t stride_block,
                                 int64_t stride_token) {
   const uint32_t page_index = block.div(static_cast<uint32_t>(pos));
-  const int page = page_at<kBeforeWait>(block_table_row, page_index);
+  const int page = __ldg(block_table_row + page_index);
   const uint32_t in_page = static_cast<uint32_t>(pos) - page_index * block.divisor;
   return static_cast<int64_t>(page) * stride_block + static_cast<int64_t>(in_page) * stride_token;
 }

@@ -15,7 +15,6 @@
 // The slice bounds come from seq_lens on the device, so any num_splits is correct; the launch
 // shape depends on (num_decodes, num_splits) only: CUDA-graph safe, no host synchronisation.
 #include <algorithm>
-#include <climits>
 #include <type_traits>
 
 #include "flash_attention.h"
@@ -52,38 +51,42 @@ struct TileLane {
   PAGODA_INLINE explicit TileLane(int lane) : r0(lane / kChunks), c(lane % kChunks) {}
 };
 
-// cp.async this lane's share of the 16-key K and V tile at key0: rows of keys in [copy_lo, copy_hi) are
-// copied, rows of keys from zero_from on are zeros, other rows are left as they are (another call copies
-// them). A tile within one cache block (every tile when the block size is a multiple of 16 and the slice
-// starts 16-aligned) reads the block table once and steps rows by the token stride; otherwise each row
-// finds its block. kBeforeWait: called before the kernel's wait (weak block-table reads).
-template <int D, bool kBeforeWait = false>
+// cp.async this lane's share of the 16-key K and V tile at key0 (zeros from key_hi on). A tile
+// within one cache block (every tile when the block size is a multiple of 16 and the slice starts
+// 16-aligned) reads the block table once and steps rows by the token stride; otherwise each row
+// finds its block.
+template <int D>
 PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const uint16_t* v_base,
-                                const int32_t* bt_row, int key0, int copy_lo, int copy_hi, int zero_from,
-                                const FastDiv& block, int64_t stride_block, int64_t stride_token,
-                                const TileLane<D>& t) {
+                                const int32_t* bt_row, int key0, int key_hi, const FastDiv& block,
+                                int64_t stride_block, int64_t stride_token, const TileLane<D>& t) {
   using L = TileLane<D>;
   uint16_t* k_tile = stage;
   uint16_t* v_tile = stage + kDecodeKeys * D;
   const uint32_t page_index = block.div(static_cast<uint32_t>(key0));
   const int in_page = key0 - static_cast<int>(page_index * block.divisor);
-  const bool one_block = in_page + kDecodeKeys <= static_cast<int>(block.divisor);
-  // every row of a tile in one cache block is a mapped address, rows past the context too
-  const int64_t row0 = one_block ? static_cast<int64_t>(page_at<kBeforeWait>(bt_row, page_index)) * stride_block +
-                                       static_cast<int64_t>(in_page + t.r0) * stride_token + t.c * 8
-                                 : 0;
+  if (in_page + kDecodeKeys <= static_cast<int>(block.divisor)) {
+    // every row of the tile is inside this cache block, so rows past key_hi are mapped addresses too
+    const int64_t row0 = static_cast<int64_t>(__ldg(bt_row + page_index)) * stride_block +
+                         static_cast<int64_t>(in_page + t.r0) * stride_token + t.c * 8;
+    const uint16_t* k_src = k_base + row0;
+    const uint16_t* v_src = v_base + row0;
+    const int64_t step = L::kRowStep * stride_token;
+#pragma unroll
+    for (int pass = 0; pass < L::kPasses; ++pass) {
+      const int r = t.r0 + pass * L::kRowStep;
+      const bool valid = key0 + r < key_hi;
+      cp_async16(k_tile + swizzle<D>(r, t.c), k_src + pass * step, valid);
+      cp_async16(v_tile + swizzle<D>(r, t.c), v_src + pass * step, valid);
+    }
+    return;
+  }
 #pragma unroll
   for (int pass = 0; pass < L::kPasses; ++pass) {
-    const int r = t.r0 + pass * L::kRowStep, key = key0 + r;
-    const bool copy = copy_lo <= key && key < copy_hi;
-    if (!copy && key < zero_from) continue;  // another call's row
-    int64_t row = 0;
-    if (copy) {
-      row = one_block ? row0 + pass * L::kRowStep * stride_token
-                      : paged_row<kBeforeWait>(bt_row, key, block, stride_block, stride_token) + t.c * 8;
-    }
-    cp_async16(k_tile + swizzle<D>(r, t.c), k_base + row, copy);
-    cp_async16(v_tile + swizzle<D>(r, t.c), v_base + row, copy);
+    const int r = t.r0 + pass * L::kRowStep;
+    const bool valid = key0 + r < key_hi;
+    const int64_t row = valid ? paged_row(bt_row, key0 + r, block, stride_block, stride_token) + t.c * 8 : 0;
+    cp_async16(k_tile + swizzle<D>(r, t.c), k_base + row, valid);
+    cp_async16(v_tile + swizzle<D>(r, t.c), v_base + row, valid);
   }
 }
 
@@ -97,10 +100,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   uint16_t* s_q = smem;  // [16, D]
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   uint16_t* ring = smem + kDecodeRows * D + warp * STAGES * Tile::kStageElems;
-  // Launched as a programmatic dependent (dependent_launch.h): it waits for the kernel before it (the KV
-  // write of this step's keys) here, or with early_keys only once the keys of earlier steps are requested.
-  const bool early_keys = p.early_keys;
-  if (!early_keys) wait_for_prior_grids();
+  wait_for_prior_grids();  // launched as a programmatic dependent (dependent_launch.h)
 
   // x = (sequence, row block), row blocks adjacent: the programs that read the same keys run together
   // (their second reads hit L2); y = kv head
@@ -110,13 +110,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int kv_head = blockIdx.y;
   // row f of the sequence's query: token f / group, q head f % group of this kv head
   const int first_row = (static_cast<int>(blockIdx.x) % row_blocks) * kDecodeRows;
-  // the step's inputs, copied in before its first kernel: readable before the wait
-  const int q_start = load_i32_before_wait(p.query_start_loc + seq);
-  const int q_len = load_i32_before_wait(p.query_start_loc + seq + 1) - q_start;
+  const int q_start = p.query_start_loc[seq];
+  const int q_len = p.query_start_loc[seq + 1] - q_start;
   const int rows = min(q_len * group - first_row, kDecodeRows);  // <= 0: a row block past this query
   const int split = blockIdx.z;
 
-  const int seq_len = load_i32_before_wait(p.seq_lens + seq);
+  const int seq_len = p.seq_lens[seq];
   const int first_pos = seq_len - q_len;  // the first query token's position; keys up to it are seen by every row
   const int lo = p.window > 0 ? max(first_pos + 1 - p.window, 0) : 0;
   const int per_split = ((seq_len - lo + num_splits - 1) / num_splits + 63) / 64 * 64;
@@ -124,37 +123,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int key_hi = min(key_lo + per_split, seq_len);
   const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kDecodeKeys - 1) / kDecodeKeys : 0;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
-
-  const auto* k_base = static_cast<const uint16_t*>(p.k_cache) + kv_head * p.cache_stride_head;
-  const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
-  const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
-  auto tile_key0 = [&](int i) { return key_lo + (warp + i * kDecodeWarps) * kDecodeKeys; };
-  const TileLane<D> tile_lane(lane);
-  // Tile i of this warp (one cp.async group): all of it, or (early_keys) its keys of earlier steps (before
-  // first_pos, written before this step's first kernel) before the wait and this step's keys after it.
-  enum Part { kWhole, kEarlier, kThisStep };
-  auto issue = [&](int i, auto part) {
-    constexpr Part kPart = decltype(part)::value;
-    if (i < my_tiles) {
-      const int key0 = tile_key0(i);
-      load_kv_tile<D, kPart == kEarlier>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, key0,
-                                          kPart == kThisStep ? max(key0, first_pos) : key0,
-                                          kPart == kEarlier ? min(key_hi, first_pos) : key_hi,
-                                          kPart == kThisStep ? INT_MAX : key_hi, block_div, p.cache_stride_block,
-                                          p.cache_stride_token, tile_lane);
-    }
-    cp_async_commit();  // possibly empty: keeps the group count uniform
-  };
-  using Whole = std::integral_constant<Part, kWhole>;
-  using Earlier = std::integral_constant<Part, kEarlier>;
-  using ThisStep = std::integral_constant<Part, kThisStep>;
-  if (early_keys) {
-    if (rows > 0) {
-#pragma unroll
-      for (int i = 0; i < STAGES - 1; ++i) issue(i, Earlier{});
-    }
-    wait_for_prior_grids();
-  }
 
   allow_dependents_to_start();  // the split reduction (or the next kernel) may be scheduled now; it waits for this grid
   if (rows <= 0) return;  // every row past the query (a shorter query than query_p)
@@ -171,15 +139,22 @@ __global__ void __launch_bounds__(kDecodeThreads)
     cp_async16(s_q + swizzle<D>(r, c), q_base + (valid ? offset + c * 8 : 0), valid);
   }
   cp_async_commit();
-  if (early_keys) {
+
+  const auto* k_base = static_cast<const uint16_t*>(p.k_cache) + kv_head * p.cache_stride_head;
+  const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
+  const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
+  auto tile_key0 = [&](int i) { return key_lo + (warp + i * kDecodeWarps) * kDecodeKeys; };
+  const TileLane<D> tile_lane(lane);
+  auto issue = [&](int i) {
+    if (i < my_tiles) {
+      load_kv_tile<D>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, tile_key0(i), key_hi,
+                      block_div, p.cache_stride_block, p.cache_stride_token, tile_lane);
+    }
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+  };
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue(i, ThisStep{});
-    cp_async_wait<0>();  // Q and the first tiles: the loop's waits count only the tiles it issues
-  } else {
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; ++i) issue(i, Whole{});
-    cp_async_wait<STAGES - 1>();  // Q (the oldest group)
-  }
+  for (int i = 0; i < STAGES - 1; ++i) issue(i);
+  cp_async_wait<STAGES - 1>();  // Q (the oldest group)
   __syncthreads();
 
   constexpr bool kQInRegisters = D <= 128;
@@ -203,7 +178,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done with the stage the next issue overwrites
-    issue(i + STAGES - 1, Whole{});
+    issue(i + STAGES - 1);
     cp_async_wait<STAGES - 1>();  // tile i
     __syncwarp();
     const uint16_t* k_tile = ring + (i % STAGES) * Tile::kStageElems;

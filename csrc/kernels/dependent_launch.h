@@ -41,18 +41,6 @@ PAGODA_INLINE uint4 load_before_wait(const void* ptr) {
 #endif
 }
 
-// A 4-byte read before wait_for_prior_grids() of data the step's kernels do not write (a step's inputs,
-// copied in before its first kernel): weak, for the same reason as load_before_wait.
-PAGODA_INLINE int32_t load_i32_before_wait(const int32_t* ptr) {
-#if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
-  int32_t v;
-  asm volatile("ld.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr));
-  return v;
-#else
-  return *ptr;
-#endif
-}
-
 // The usual start of a dependent: wait for the kernel before, then let the next one be scheduled.
 PAGODA_INLINE void start_as_dependent() {
   wait_for_prior_grids();

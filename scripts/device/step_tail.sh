@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On nvidia-h200-x2 (tool `run`, carry [".whl"]), issue 15: two switches (new, off until measured) for the
+# On nvidia-h200-x2 (tool `run`, carry [".whl"]), issue 15: two switches (session 29; on by default since it) for the
 # batch-1 step's tail, which session 29's traces put at 54 us (TP=1) and 64 us (TP=2) from the LM head to
 # the next step's first GEMV: the greedy argmax in one Triton launch instead of four torch kernels
 # (PAGODA_TRITON_ARGMAX=1), and the sampled tokens' copy to the host on a stream of its own, so that the

@@ -139,9 +139,9 @@ class _HostTraffic(TorchDispatchMode):
             counts["host_buffer"] += 1
             return saved["host_buffer"](nbytes)
 
-        def copy_to_host_async(tensors):
+        def copy_to_host_async(tensors, beside=False):
             counts["copy_to_host"] += 1
-            wait = saved["copy_to_host_async"](tensors)
+            wait = saved["copy_to_host_async"](tensors, beside)
             return lambda: counts.__setitem__("wait", counts["wait"] + 1) or wait()
 
         def synchronize():

@@ -106,12 +106,16 @@ def test_one_launch_reads_bf16_and_strided_rows(one_launch):
 
 
 @pytest.mark.gpu
-def test_argmax_takes_the_one_launch_where_switched_on(monkeypatch):
-    """PAGODA_TRITON_ARGMAX=1 on a GPU: ``argmax`` (the sampler's) gives torch's index for a decode step's rows,
+def test_argmax_takes_the_one_launch_on_a_gpu(monkeypatch):
+    """On a GPU ``argmax`` (the sampler's) takes the one launch for a decode step's rows and gives torch's index,
     ``out=`` included, also inside a CUDA graph replayed after the logits change."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    monkeypatch.setenv("PAGODA_TRITON_ARGMAX", "1")
+    from pagoda.layers import argmax_triton
+
+    launches = []
+    monkeypatch.setattr(argmax_triton, "argmax_rows", lambda x, out, real=argmax_triton.argmax_rows:
+                        launches.append(x.shape) or real(x, out))
     x = torch.randn(4, 128256, device="cuda")
     out = torch.empty(4, dtype=torch.int64, device="cuda")
     assert torch.equal(argmax(x, out=out), torch.argmax(x, dim=-1)) and torch.equal(out, torch.argmax(x, dim=-1))
@@ -121,4 +125,22 @@ def test_argmax_takes_the_one_launch_where_switched_on(monkeypatch):
     x.copy_(torch.randn(4, 128256, device="cuda"))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, torch.argmax(x, dim=-1))
+    assert torch.equal(out, torch.argmax(x, dim=-1)) and launches == [(4, 128256)] * 2
+
+
+def test_a_failing_one_launch_leaves_argmax_to_torch(monkeypatch, caplog):
+    """Where the Triton argmax cannot run (a GPU its Triton does not serve), one warning, then torch's kernels."""
+    pytest.importorskip("triton")
+    import pagoda.layers.argmax as module
+    from pagoda.layers import argmax_triton
+
+    def broken(x, out):
+        raise RuntimeError("no such target")
+
+    monkeypatch.setattr(module, "_one_launch", lambda x: not module._failed)
+    monkeypatch.setattr(module, "_failed", False)
+    monkeypatch.setattr(argmax_triton, "argmax_rows", broken)
+    x = torch.randn(2, 32000)
+    for _ in range(2):
+        assert torch.equal(argmax(x), torch.argmax(x, dim=-1))
+    assert module._failed and caplog.text.count("one-launch argmax failed") == 1

@@ -203,21 +203,3 @@ def test_torch_layer_compiles_with_the_host_compiler(compiles) -> None:
     if TORCH_LAYER not in compiles:
         pytest.skip("no host C++ compiler or Python headers")
     _finish(compiles[TORCH_LAYER])
-
-
-def test_the_flash_decode_requests_earlier_keys_before_it_waits(compiles) -> None:
-    """With early_keys the flash decode kernel requests the keys of earlier steps (cp.async, LDGSTS in SASS)
-    for the first STAGES - 1 tiles of each warp before it waits for the KV write (its last ACQBULK): two a
-    row pass (K and V) of each tile, and no read-only load (ptxas would move it after the wait) before."""
-    checked = 0
-    for name, sass in sm90_functions(compiles["attention/flash_decode.cu"]).items():
-        match = re.search(r"flash_decode_kernel.*?Li(\d+)ELi(\d)E", name)
-        if match is None:
-            continue
-        head, stages = map(int, match.groups())
-        passes = 16 // (32 // (head // 8))  # kDecodeKeys / TileLane<D>::kRowStep
-        early = sass[: sass.rfind("ACQBULK")]
-        assert early.count("LDGSTS") == 2 * passes * (stages - 1), name
-        assert "CONSTANT" not in early, name
-        checked += 1
-    assert checked == 8, checked  # 2 dtypes x (64/3, 128/2, 128/3, 256/2)

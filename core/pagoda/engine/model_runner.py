@@ -156,7 +156,7 @@ class ModelRunner:
             sample = self.sampler.sample(logits, rows)
             if not self.sampler.picks_alike(rows):  # else every rank's argmax is rank 0's already
                 self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
-            copies = self.platform.copy_to_host_async(sample.tensors())
+            copies = self.platform.copy_to_host_async(sample.tensors(), beside=True)  # the sampler's new tensors
         return sample, copies
 
     def _sample_later(self, logits: torch.Tensor, rows: list[SamplingRow],

@@ -110,12 +110,14 @@ class Platform(Capability, ABC):
     def synchronize(self) -> None:
         """Wait for queued device work (a no-op where execution is synchronous)."""
 
-    def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+    def copy_to_host_async(self, tensors: list[torch.Tensor], beside: bool = False) -> Callable[[], list[torch.Tensor]]:
         """Start copying ``tensors`` to host memory behind the work queued so far; return a
         function that waits for the copies and returns the host tensors.
 
-        Lets the engine queue the next step before it reads this one's sampled tokens. The
-        default (synchronous devices) hands the tensors back as they are.
+        Lets the engine queue the next step before it reads this one's sampled tokens. ``beside``: no
+        later work writes these tensors (they are new, not buffers used again), so the platform may copy them
+        beside the work queued after them rather than ahead of it. The default (synchronous devices) hands
+        the tensors back as they are.
         """
         return lambda: tensors
 

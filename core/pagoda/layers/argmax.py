@@ -4,18 +4,22 @@ torch reduces each row of ``x.argmax(-1)`` in one thread block: a batch-1 step's
 takes about 28 us on an H100, on one of its 132 SMs (2026-11-27 profile). ``argmax`` splits such a
 row into ``groups`` slices, takes each slice's max and its first index in parallel, then the first
 slice holding the largest: the same index as ``torch.argmax``, ties (the first) and NaN (the first)
-included, since both stages keep the first of equals and a NaN beats every number.
+included, since both stages keep the first of equals and a NaN beats every number. On a GPU with
+Triton those four kernels are one launch (``argmax_triton``; ``PAGODA_TRITON_ARGMAX=0``: torch's).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 
 from pagoda.triton_support import triton_installed
 
-TRITON_ENV = "PAGODA_TRITON_ARGMAX"
+logger = logging.getLogger(__name__)
+TRITON_ENV = "PAGODA_TRITON_ARGMAX"  # 0: torch's kernels only
+_failed = False  # the Triton argmax raised once: torch's kernels from then on
 SPLIT_ROWS = 32  # from this many rows on, torch's one-block-per-row reduction fills the GPU well enough
 MIN_SLICE = 256  # entries a slice keeps at least
 
@@ -25,11 +29,9 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     vocab = x.shape[-1]
     rows = x.numel() // max(vocab, 1)
     if 0 < rows < SPLIT_ROWS and vocab > 0 and _one_launch(x):
-        from pagoda.layers.argmax_triton import argmax_rows
-
         index = out.view(rows) if out is not None else torch.empty(rows, dtype=torch.int64, device=x.device)
-        argmax_rows(x.reshape(rows, vocab) if x.stride(-1) == 1 else x.reshape(rows, vocab).contiguous(), index)
-        return index.view(x.shape[:-1])
+        if _launched(x.reshape(rows, vocab) if x.stride(-1) == 1 else x.reshape(rows, vocab).contiguous(), index):
+            return index.view(x.shape[:-1])
     groups = _groups(rows, vocab)
     if groups == 1:
         return torch.argmax(x, dim=-1, out=out)
@@ -42,8 +44,24 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _one_launch(x: torch.Tensor) -> bool:
-    """``PAGODA_TRITON_ARGMAX=1`` (off until measured): a GPU's few rows in one Triton launch (argmax_triton)."""
-    return os.environ.get(TRITON_ENV) == "1" and x.device.type == "cuda" and triton_installed()
+    """A GPU's few rows in one Triton launch (argmax_triton), unless ``PAGODA_TRITON_ARGMAX=0`` or it failed."""
+    return os.environ.get(TRITON_ENV) != "0" and x.device.type == "cuda" and triton_installed() and not _failed
+
+
+def _launched(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether the Triton argmax wrote ``out``; if it cannot compile here (a GPU its Triton does not serve
+    as on NVIDIA's, where it was measured), say so once and leave every later call to torch's kernels."""
+    global _failed
+    try:
+        from pagoda.layers.argmax_triton import argmax_rows
+
+        argmax_rows(x, out)
+        return True
+    except Exception as error:  # noqa: BLE001 - a compile error of any kind: torch's path is exact too
+        _failed = True
+        logger.warning("The one-launch argmax failed (%s: %s); using torch's kernels (set %s=0 to skip it)",
+                       type(error).__name__, error, TRITON_ENV)
+        return False
 
 
 def _groups(rows: int, vocab: int) -> int:

@@ -20,7 +20,7 @@ import torch
 from pagoda.interfaces.platform import Platform
 
 GiB = 1 << 30
-COPY_STREAM_ENV = "PAGODA_COPY_STREAM"  # 1: device-to-host copies on a stream of their own
+COPY_STREAM_ENV = "PAGODA_COPY_STREAM"  # 0: every device-to-host copy on the current stream
 T = TypeVar("T")
 
 
@@ -44,12 +44,12 @@ class CudaApiPlatform(Platform, ABC):
         # after the copy that read it has run
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
-    def copy_to_host_async(self, tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
-        """Pinned host copies, queued on the current stream or (PAGODA_COPY_STREAM=1, off until measured) on a
+    def copy_to_host_async(self, tensors: list[torch.Tensor], beside: bool = False) -> Callable[[], list[torch.Tensor]]:
+        """Pinned host copies, queued on the current stream or (``beside``, unless PAGODA_COPY_STREAM=0) on a
         stream of their own that waits for it, so that the current stream's next work (the next step's
         input copies) does not queue behind them."""
         hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
-        stream = self._copy_stream()
+        stream = self._copy_stream() if beside else None
         with torch.cuda.stream(stream) if stream is not None else _nothing():
             for host, tensor in zip(hosts, tensors):
                 host.copy_(tensor, non_blocking=True)
@@ -66,7 +66,7 @@ class CudaApiPlatform(Platform, ABC):
 
     def _copy_stream(self) -> "torch.cuda.Stream | None":
         """The device-to-host copy stream, made to wait for the current stream; None: copy on the current one."""
-        if os.environ.get(COPY_STREAM_ENV) != "1" or torch.cuda.is_current_stream_capturing():
+        if os.environ.get(COPY_STREAM_ENV) == "0" or torch.cuda.is_current_stream_capturing():
             return None
         stream = _copy_stream_of(torch.cuda.current_device())
         stream.wait_stream(torch.cuda.current_stream())

@@ -62,9 +62,6 @@ class FlashAttentionBackend(AttentionBackend):
         self.ops = platform.custom_ops()  # the csrc KV write
         self.programs_per_sm = kernels.decode_programs_per_sm(spec.head_size, spec.dtype, platform.device().index or 0)
         self.short_query_max = _short_query_max()  # 0: such steps on the prefill kernel (A/B timings)
-        # PAGODA_FLASH_EARLY_KEYS=1: the decode kernel requests the keys of earlier steps before its wait
-        # (kernels.flash_attention); off until measured
-        self.early_keys = os.environ.get("PAGODA_FLASH_EARLY_KEYS") == "1"
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -104,7 +101,7 @@ class FlashAttentionBackend(AttentionBackend):
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # [num_tokens, num_heads, head_size]
         kernels.flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
                                 self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch,
-                                plan.short_query_len, self.early_keys)
+                                plan.short_query_len)
         return out
 
 

@@ -57,16 +57,10 @@ def flash_attention(
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     short_query_len: int = 0,
-    early_keys: bool = False,
 ) -> None:
     """Split-KV decode of the first ``num_decodes`` sequences, then (chunked) prefill of the rest; or,
     with ``short_query_len`` (every sequence has at most that many query tokens, as in a verify step),
-    every sequence on the decode kernel, causal within its query (``scratch`` then per token).
-
-    ``early_keys``: the decode kernel requests each sequence's keys before its first query token before it
-    waits for the kernel before it (the KV write), so their reads overlap that kernel. Those keys must have
-    been written before the step's first kernel started (by earlier steps, with the step's inputs copied in
-    between), as the engine's steps are."""
+    every sequence on the decode kernel, causal within its query (``scratch`` then per token)."""
     ext, reason = extension()
     if ext is None:
         raise RuntimeError(f"flash attention kernels unavailable: {reason}")
@@ -74,5 +68,4 @@ def flash_attention(
         query = query.contiguous()
     part_out, part_lse = scratch if scratch is not None else (None, None)
     ext.flash_attention(out, query, kv_cache, block_tables, query_start_loc, seq_lens, num_decodes, scale,
-                        window or 0, num_splits if scratch is not None else 1, part_out, part_lse, short_query_len,
-                        early_keys)
+                        window or 0, num_splits if scratch is not None else 1, part_out, part_lse, short_query_len)

@@ -3,7 +3,8 @@ reference: random varlen batches with shuffled block tables and cached prefixes,
 group of 20 q heads), head sizes 64/128/256, fp16 and bf16, sliding windows, split-KV decode.
 
 Outputs and split scratch are NaN-filled before each run, and cache slots outside every sequence
-are NaN too (the kernels must neither read them nor leave an output unwritten); every case runs
+are NaN too (the kernels must neither read them nor leave an output unwritten), as are this step's
+slots until its KV write (read only after it); every case runs
 twice and must be bit-identical (no races). ``PAGODA_REQUIRE_FLASH=1`` (the device script) turns
 a missing kernel build into a failure instead of a skip.
 """
@@ -76,8 +77,7 @@ def run_poisoned(cuda, spec: AttentionSpec, batch, splits: int | None, short_que
     backend.ops.reshape_and_cache(batch.key, batch.value, batch.kv_cache, m.slot_mapping)
     out = torch.full(batch.query.shape, float("nan"), dtype=spec.dtype, device="cuda")
     flash_attention(out, batch.query, batch.kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
-                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch, plan.short_query_len,
-                    backend.early_keys)
+                    spec.scale, spec.sliding_window, plan.num_splits, plan.decode_scratch, plan.short_query_len)
     torch.cuda.synchronize()
     return out
 
@@ -127,14 +127,6 @@ def test_prefill_one_q_head_a_program() -> None:
     """PAGODA_FLASH_PACK_GQA=0: the mixed batches, chunked prefills after cached prefixes and prefill-only
     batches again, one q head a prefill program (the default packs a kv head's q heads into its rows)."""
     rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "0")
-
-
-def test_decode_requesting_earlier_keys_before_its_wait() -> None:
-    """PAGODA_FLASH_EARLY_KEYS=1: the decode tests again (mixed batches, split-KV, decode-only, short queries,
-    graph replays), the decode kernel requesting the keys of earlier steps before it waits for the KV write
-    (this step's slots are NaN until that write, run_poisoned)."""
-    rerun_in_child("mixed_batches or split_kv or decode_only or short_queries or replay", "PAGODA_FLASH_EARLY_KEYS",
-                   "1")
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128
