@@ -74,8 +74,7 @@ def _device() -> str:
 
 @pytest.mark.parametrize("rows,vocab", [(1, 128256), (3, 151936), (1, 5000), (2, 100), (1, 1)])
 def test_one_launch_equals_torch_argmax(one_launch, rows, vocab):
-    """Random rows, then every edge case at once: ties inside and across slices, NaN (the first), -inf only,
-    +inf against NaN, the max in the last entry; twice, since the row counts must return to zero."""
+    """Random rows, one slice to 128 a row; twice, since the rows' counts must return to zero."""
     x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(vocab)).to(_device())
     out = torch.empty(rows, dtype=torch.int64, device=x.device)
     for _ in range(2):
@@ -83,6 +82,8 @@ def test_one_launch_equals_torch_argmax(one_launch, rows, vocab):
 
 
 def test_one_launch_ties_nan_and_infinities(one_launch):
+    """Ties inside a block, across slices and over a slice boundary, NaN (the first; over +inf), -inf only,
+    the max in the last entry."""
     vocab = 128256
     x = torch.zeros(7, vocab, device=_device())
     x[0, [7, 501, 90000]] = 3.0  # a tie across slices: the first

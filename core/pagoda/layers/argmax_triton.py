@@ -14,10 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+from pagoda.layers.argmax import SPLIT_ROWS as MAX_ROWS  # more rows take torch's argmax
+
 BLOCK = 1024  # values a program reads at a time
 MAX_SLICES = 128
 NONE = 2**31 - 1  # "no index" (larger than any)
-MAX_ROWS = 32  # argmax.SPLIT_ROWS: more rows take torch's argmax
 _counts: dict[torch.device, torch.Tensor] = {}  # device -> the rows' counts, zero between launches (kept: graphs
 # that recorded a launch hold its address)
 
