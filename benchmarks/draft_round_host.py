@@ -85,7 +85,7 @@ def measure(proposer, k: int, batch: int, accepted: str, rounds: int) -> dict[st
     steps, platform = proposer.chain.steps, proposer.runner.platform
     run, copy = steps.run, platform.copy_to_host_async
     steps.run = lambda *a: marks.setdefault("first", time.perf_counter()) and run(*a)
-    platform.copy_to_host_async = lambda t: marks.setdefault("queued", time.perf_counter()) and copy(t)
+    platform.copy_to_host_async = lambda t, beside=False: marks.setdefault("queued", time.perf_counter()) and copy(t, beside)
     phases, ops = collections.defaultdict(list), 0
     for repeat in range(max(1, rounds // 20)):
         g = torch.Generator().manual_seed(repeat)

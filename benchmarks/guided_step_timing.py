@@ -58,8 +58,8 @@ def probe_steps(llm: Any, timings: dict[str, float]) -> Iterator[None]:
 
 def _timed_waits(copy_out: Callable, waits: list[float]) -> Callable:
     """``copy_out`` whose returned wait function records how long it blocks."""
-    def copy(tensors: list[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
-        wait = copy_out(tensors)
+    def copy(tensors: list[torch.Tensor], beside: bool = False) -> Callable[[], list[torch.Tensor]]:
+        wait = copy_out(tensors, beside)
 
         def timed_wait() -> list[torch.Tensor]:
             start = time.perf_counter()
