@@ -61,6 +61,17 @@ def test_tp2_greedy_equals_tp1(tiny_models, family):
         assert torch.allclose(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2's LM head is tied to the embedding
+def test_tp2_with_replicated_embeddings_equals_tp1(tiny_models, family, monkeypatch):
+    """PAGODA_REPLICATED_EMBEDDING=1 (every rank holds the whole table, no all-reduce a lookup)."""
+    path, _ = tiny_models[family]
+    prompts = shared_prefix_prompts()
+    expected, _ = run(path, 1, prompts)
+    monkeypatch.setenv("PAGODA_REPLICATED_EMBEDDING", "1")  # the spawned worker inherits it
+    got, _ = run(path, 2, prompts)
+    assert [b.outputs[0].token_ids for b in got] == [a.outputs[0].token_ids for a in expected]
+
+
 def test_tp2_mixes_steps_that_skip_and_take_rank_0s_tokens(tiny_models):
     """Greedy steps skip rank 0's token broadcast (``Sampler.picks_alike``); steps with a seeded draw or a
     penalty take it. Every rank must decide alike (else a collective is missing): a batch where the
