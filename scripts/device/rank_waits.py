@@ -29,8 +29,8 @@ def sum_waits(events: list[dict]) -> dict[int, list[float]]:
     waits: dict[int, list[float]] = defaultdict(list)
     grid = None
     for e in events:
-        if gemv_grid(e) is not None:
-            grid = gemv_grid(e)
+        if (gemv := gemv_grid(e)) is not None:
+            grid = gemv
         elif SUM_KERNEL in e["name"] and grid is not None:
             waits[grid].append(e["exclusive"])
     return waits

@@ -30,7 +30,8 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     rows = x.numel() // max(vocab, 1)
     if 0 < rows < SPLIT_ROWS and vocab > 0 and _one_launch(x):
         index = out.view(rows) if out is not None else torch.empty(rows, dtype=torch.int64, device=x.device)
-        if _launched(x.reshape(rows, vocab) if x.stride(-1) == 1 else x.reshape(rows, vocab).contiguous(), index):
+        flat = x.reshape(rows, vocab)
+        if _launched(flat if flat.stride(-1) == 1 else flat.contiguous(), index):
             return index.view(x.shape[:-1])
     groups = _groups(rows, vocab)
     if groups == 1:
