@@ -14,11 +14,11 @@ pack_results() {
   echo "total ${SECONDS} s"
 }
 
-# The GPU tests named (pytest node ids), unless TESTS=0: the log in $R/tests.log, the outcome and any
-# failures in the summary.
+# The GPU tests named (pytest node ids), unless TESTS=0: the log appended to $R/tests.log, the outcome and
+# any failures in the summary.
 run_tests() {  # NODE_ID...
   [ "${TESTS:-1}" = 1 ] || return 0
-  timeout 240 python3 -m pytest -q -p no:cacheprovider "$@" > "$R/tests.log" 2>&1
+  timeout 240 python3 -m pytest -q -p no:cacheprovider "$@" >> "$R/tests.log" 2>&1
   echo "gpu tests: exit $? ($(tail -1 "$R/tests.log"))" | tee -a "$OUT/summary.txt"
   grep -E "^(FAILED|ERROR)" "$R/tests.log" | head | tee -a "$OUT/summary.txt"
 }

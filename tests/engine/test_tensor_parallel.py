@@ -240,6 +240,19 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, symm):
 
 
 @pytest.mark.gpu
+def test_tp2_gemvs_pushing_their_sums_give_the_same_bf16_tokens(tiny_models):
+    """PAGODA_LL_PUSH_GEMV=1: a batch-1 step's o_proj and down_proj GEMVs push their rows to the peer for the
+    fused norm: the same bits as the norm kernel pushing them, so the same greedy bf16 tokens."""
+    path, _ = tiny_models["llama"]
+    prompts = shared_prefix_prompts()[:1]  # one sequence: batch-1 steps (one-token GEMVs)
+    (plain,) = tp2_engines(path, prompts, [{"dtype": "bfloat16"}])
+    (pushing,) = tp2_engines(path, prompts, [{"dtype": "bfloat16"}], env={"PAGODA_LL_PUSH_GEMV": "1"})
+    assert plain["fast"] == pushing["fast"] == "LLAllReduce" and pushing["graphs"]
+    assert plain["pushing_launches"] == 0 and pushing["pushing_launches"] > 0
+    assert pushing["tokens"] == plain["tokens"]
+
+
+@pytest.mark.gpu
 def test_a_second_tp2_engine_in_one_process_sums_over_nccl(tiny_models):
     """Torch's rendezvous cannot set symmetric memory up again in a process that did it for an engine
     before (it waited forever): the second engine sums over NCCL, with the same tokens."""
