@@ -42,10 +42,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("ll_all_reduce_add_rms_norm", &ll_all_reduce_add_rms_norm,
         "in place: residual += sum of x over the ranks; x = rms_norm(residual) * weight", py::arg("x"),
         py::arg("residual"), py::arg("weight"), py::arg("eps"), py::arg("peers"), py::arg("state"), py::arg("rank"),
-        py::arg("max_bytes"), py::arg("pushed") = false);
-  m.def("dense_gemv_push", &dense_gemv_push, "dense_gemv of one token that also pushes its rows to the LL peers",
-        py::arg("x"), py::arg("weight"), py::arg("split"), py::arg("rows"), py::arg("peers"), py::arg("state"),
-        py::arg("rank"), py::arg("max_bytes"));
+        py::arg("max_bytes"));
   m.def("ll_all_reduce_buffer_bytes", &ll_all_reduce_buffer_bytes, "bytes of one rank's LL buffer",
         py::arg("max_bytes"), py::arg("world_size"));
 #endif

@@ -5,11 +5,6 @@
 
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                       int64_t split, int64_t rows) {
-  return dense_gemv_pushing(x, weight, bias, split, rows, nullptr);
-}
-
-at::Tensor dense_gemv_pushing(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                              int64_t split, int64_t rows, const pagoda::LLGroup* push) {
   using namespace pagoda;
   check_cuda(x, "x");
   check_cuda(weight, "weight");
@@ -42,7 +37,7 @@ at::Tensor dense_gemv_pushing(const at::Tensor& x, const at::Tensor& weight, con
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_dense_gemv(kernel_dtype(x, "dense_gemv"), out.data_ptr(), x.data_ptr(), x.stride(0), weight.data_ptr(),
                     bias_ptr, static_cast<int>(x.size(0)), static_cast<int>(n), static_cast<int>(k),
-                    static_cast<int>(split), static_cast<int>(rows), push, c10::cuda::getCurrentCUDAStream());
+                    static_cast<int>(split), static_cast<int>(rows), c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

@@ -1,8 +1,6 @@
 // Torch layer of the low-latency all-reduce (kernels/ll_all_reduce.h): tensor checks, the group's
 // buffer addresses from a host tensor, the device guard and the current stream. The Python side
 // (pagoda_platform_cuda.ll_all_reduce) allocates the symmetric buffers and the state.
-#include <algorithm>
-
 #include "dispatch.h"
 #include "kernels/ll_all_reduce.h"
 #include "ops.h"
@@ -55,8 +53,7 @@ void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, in
 }
 
 void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes,
-                                bool pushed) {
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
   using namespace pagoda;
   check_cuda(x, "x");
   const DType dtype = kernel_dtype(x, "ll_all_reduce_add_rms_norm");
@@ -76,22 +73,9 @@ void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::T
   if (nbytes == 0) return;
   const c10::cuda::OptionalCUDAGuard guard(x.device());
   launch_ll_all_reduce_add_rms_norm(dtype, x.data_ptr(), residual.data_ptr(), weight.data_ptr(), x.size(0),
-                                    static_cast<int>(x.size(1)), static_cast<float>(eps), group, pushed,
+                                    static_cast<int>(x.size(1)), static_cast<float>(eps), group,
                                     c10::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-at::Tensor dense_gemv_push(const at::Tensor& x, const at::Tensor& weight, int64_t split, int64_t rows,
-                           const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes) {
-  using namespace pagoda;
-  check_cuda(x, "x");
-  const int64_t row_bytes = weight.size(0) * weight.element_size();
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1 && weight.dim() == 2 && row_bytes % 16 == 0 &&
-                  row_bytes <= std::min<int64_t>(max_bytes, kLLNormMaxRowBytes),
-              "dense_gemv_push: one token, and weight [n, k] with n * itemsize a multiple of 16 bytes and at most ",
-              std::min<int64_t>(max_bytes, kLLNormMaxRowBytes));
-  const LLGroup group = ll_group(peers, state, rank, max_bytes, x.device());
-  return dense_gemv_pushing(x, weight, c10::nullopt, split, rows, &group);
 }
 
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size) {

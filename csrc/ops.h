@@ -26,13 +26,6 @@ void masked_embedding(at::Tensor& out, const at::Tensor& ids, const at::Tensor& 
 // row's k (1, 2 or 4; for tests and benchmarks), 0 for the kernel's rule.
 at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                       int64_t split, int64_t rows);
-// dense_gemv that, given a low-latency all-reduce group (push, one token, no bias), also pushes the rows
-// to its peers (kernels/launch.h); not bound to Python (ll_all_reduce's dense_gemv_push is).
-namespace pagoda {
-struct LLGroup;
-}
-at::Tensor dense_gemv_pushing(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
-                              int64_t split, int64_t rows, const pagoda::LLGroup* push);
 
 // kv_cache [2, num_blocks, block_size, num_kv_heads, head_size]; key/value [num_tokens, num_kv_heads,
 // head_size] (token and head strides free); slot_mapping [num_tokens] int64, negative slots skipped.
@@ -84,15 +77,9 @@ int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t devic
 void ll_all_reduce(at::Tensor& x, const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
 // Fused with the residual add and RMSNorm after it, in place on contiguous [num_tokens, hidden] (rows of a
 // multiple of 16 bytes, 16-byte aligned): residual += sum of x over the ranks; x = rms_norm(residual) *
-// weight, rounded as fused_add_rms_norm after an all-reduce. pushed: x came from dense_gemv_push on this
-// group, which sent this rank's lines already.
+// weight, rounded as fused_add_rms_norm after an all-reduce.
 void ll_all_reduce_add_rms_norm(at::Tensor& x, at::Tensor& residual, const at::Tensor& weight, double eps,
-                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes,
-                                bool pushed);
-// dense_gemv of one token (x [1, k], no bias) that also pushes its output's lines to the peers, for the
-// ll_all_reduce_add_rms_norm(..., pushed=True) of that output that must be the group's next call.
-at::Tensor dense_gemv_push(const at::Tensor& x, const at::Tensor& weight, int64_t split, int64_t rows,
-                           const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
+                                const at::Tensor& peers, at::Tensor& state, int64_t rank, int64_t max_bytes);
 // Bytes of one rank's buffer for messages up to max_bytes on world_size ranks.
 int64_t ll_all_reduce_buffer_bytes(int64_t max_bytes, int64_t world_size);
 #endif

@@ -6,15 +6,11 @@
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
 // before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
-// With a low-latency all-reduce group (one token, a row-parallel layer's partial sums that the fused norm
-// sums next), each block also pushes its rows to the peers (ll_all_reduce.h), so they travel while the
-// other blocks still stream.
 #include <initializer_list>
 
 #include "../vec.cuh"
 #include "dependent_launch.h"
 #include "launch.h"
-#include "ll_lines.cuh"
 
 namespace pagoda {
 
@@ -123,44 +119,14 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-// What a pushing block keeps in shared memory: the call's epoch (read by thread 0 after the wait, so that
-// no thread holds it in a register through the loop) and its rows' values, two 16-bit rows a word.
-template <int S, int R>
-struct PushStage {
-  uint32_t epoch;
-  uint32_t staged[kGemvWarps / S * R / 2];
-};
-
-// The block's rows of one token (their sums in every lane of their group's first warp, `leads`) pushed to
-// the peers as half-lines of the call's epoch: staged in shared memory, then one thread a pair of rows.
-template <typename T, int R, int S>
-PAGODA_INLINE void push_rows(PushStage<S, R>& stage, const float (&sum)[R], bool leads, int warp, int lane, int n,
-                             const LLGroup& g) {
-  constexpr int kRows = kGemvWarps / S * R;
-  static_assert(sizeof(T) == 2 && kRows % 2 == 0, "pairs of 16-bit rows fill half-lines");
-  uint32_t* staged = stage.staged;
-  if (leads && lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const T v = from_float<T>(sum[r]);
-      memcpy(reinterpret_cast<unsigned short*>(staged) + warp / S * R + r, &v, sizeof(v));
-    }
-  }
-  __syncthreads();
-  const int row = blockIdx.x * kRows + 2 * static_cast<int>(threadIdx.x);  // n is even: a pair is in or out
-  if (threadIdx.x < kRows / 2 && row < n) push_half_line(g, stage.epoch, row / 4, row / 2 % 2, staged[threadIdx.x]);
-}
-
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
-// spilling). PUSH: also push the rows to g's peers (one token, no bias).
-template <typename T, int M, int R, int S, int P, int B, bool PUSH>
+// spilling).
+template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k,
-                                                                  const LLGroup g) {
+                                                                  const T* __restrict__ bias, int n, int k) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
-  static_assert(!PUSH || M == 1, "one token's rows make one message");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
   const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
@@ -172,8 +138,6 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
   if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
-  __shared__ PushStage<S, R> stage;  // PUSH only (unused otherwise)
-  if (PUSH && threadIdx.x == 0) stage.epoch = next_epoch(g);  // every earlier call has ended
   float acc[M][R] = {};
   int base = begin;
   if constexpr (P == 2) {  // the first block, its successor already requested
@@ -190,19 +154,20 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
-  if constexpr (S > 1) combine_split<S, M, R>(acc, warp, lane);
-  const bool leads = warp % S == 0;
+  if constexpr (S > 1) {
+    combine_split<S, M, R>(acc, warp, lane);
+    if (warp % S != 0) return;
+  }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int row = row0 + r;
-      if (leads && lane == m * R + r && row < n) {
+      if (lane == m * R + r && row < n) {
         const float sum = acc[m][r];
         out[static_cast<int64_t>(m) * n + row] = from_float<T>(bias == nullptr ? sum : sum + to_float(bias[row]));
       }
     }
-  if constexpr (PUSH) push_rows<T, R, S>(stage, acc[0], leads, warp, lane, n, g);
 }
 
 // A forcing environment variable, read once: its value if one of `allowed`, else 0.
@@ -271,56 +236,46 @@ inline bool four_blocks_an_sm() {
 }
 
 template <typename T, int M, int R, int S, int B>
-void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k,
-                    const LLGroup* push, cudaStream_t stream) {
+void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
-  if constexpr (M == 1) {
-    if (push != nullptr) {
-      auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B, true>
-                                          : dense_gemv_kernel<T, M, R, S, 1, B, true>;
-      return launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, *push);
-    }
-  }
-  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B, false>
-                                      : dense_gemv_kernel<T, M, R, S, 1, B, false>;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, LLGroup{});
+  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
 }
 
 template <typename T, int M, int R, int S>
-void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k,
-                  const LLGroup* push, cudaStream_t stream) {
+void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   if constexpr (M == 1 && R == 1) {
-    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, push, stream);
+    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
   }
-  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, push, stream);
+  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
 
 template <typename T, int M, int R>
 void launch_rows(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
-                 const LLGroup* push, cudaStream_t stream) {
+                 cudaStream_t stream) {
   switch (split_k(n, k / 8, split)) {
-    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, push, stream); break;
-    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, push, stream); break;
-    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, push, stream); break;
+    case 4: launch_split<T, M, R, 4>(out, x, x_stride, w, bias, n, k, stream); break;
+    case 2: launch_split<T, M, R, 2>(out, x, x_stride, w, bias, n, k, stream); break;
+    default: launch_split<T, M, R, 1>(out, x, x_stride, w, bias, n, k, stream); break;
   }
 }
 
 // Two rows a warp share each x load; a layer of few rows keeps one a warp, so that more warps stream.
 template <typename T, int M>
 void launch_tokens(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, int split,
-                   int rows, const LLGroup* push, cudaStream_t stream) {
+                   int rows, cudaStream_t stream) {
   if (rows_per_warp(n, rows) == 2) {
-    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, push, stream);
+    launch_rows<T, M, 2>(out, x, x_stride, w, bias, n, k, split, stream);
   } else {
-    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, push, stream);
+    launch_rows<T, M, 1>(out, x, x_stride, w, bias, n, k, split, stream);
   }
 }
 
 }  // namespace
 
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                       int m, int n, int k, int split, int rows, const LLGroup* push, cudaStream_t stream) {
+                       int m, int n, int k, int split, int rows, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
@@ -329,10 +284,10 @@ void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, 
       const auto* w = static_cast<const T*>(weight);
       const auto* b = static_cast<const T*>(bias);
       switch (m) {
-        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, push, stream); break;
-        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, nullptr, stream); break;
-        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, nullptr, stream); break;
-        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, nullptr, stream); break;
+        case 1: launch_tokens<T, 1>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 2: launch_tokens<T, 2>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        case 3: launch_tokens<T, 3>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
+        default: launch_tokens<T, 4>(o, xp, x_stride, w, b, n, k, split, rows, stream); break;
       }
     }
   });

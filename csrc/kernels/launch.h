@@ -38,13 +38,10 @@ void launch_masked_embedding(DType dtype, void* out, const int64_t* ids, const v
 // out [m, n] contiguous = x [m, k] (rows x_stride apart) @ weight^T (+ bias [n] when not null); weight
 // [n, k] contiguous; fp16/bf16 only (fp32 does nothing), 1 <= m <= kDenseGemvMaxTokens, k % 8 == 0 and
 // every row 16-byte aligned. split: warps sharing each row's k (1, 2 or 4), 0 for the kernel's rule; rows: weight
-// rows a warp (1 or 2; the same sums either way, only the speed differs), 0 for the kernel's rule. push (one
-// token, no bias, n * 2 bytes a multiple of 16 within the group's lines): also push out's rows to the
-// group's peers for a launch_ll_all_reduce_add_rms_norm(..., pushed = true) that must come next (null: none).
+// rows a warp (1 or 2; the same sums either way, only the speed differs), 0 for the kernel's rule.
 constexpr int kDenseGemvMaxTokens = 4;
-struct LLGroup;
 void launch_dense_gemv(DType dtype, void* out, const void* x, int64_t x_stride, const void* weight, const void* bias,
-                       int m, int n, int k, int split, int rows, const LLGroup* push, cudaStream_t stream);
+                       int m, int n, int k, int split, int rows, cudaStream_t stream);
 
 // key/value [num_tokens, num_kv_heads, head_size] (strides in elements) into the contiguous cache
 // [2, num_blocks, block_size, num_kv_heads, head_size]; value_offset = elements from key to value half.

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "dependent_launch.h"
-#include "ll_lines.cuh"
+#include "ll_all_reduce.h"
 #include "rms_norm.cuh"
 #include "../vec.cuh"
 
@@ -14,6 +14,21 @@ namespace {
 constexpr int kLLThreads = 128;   // small blocks: a decode step's message spreads over many SMs
 constexpr int kLLMaxBlocks = 512;  // all resident at once on the GPUs this runs on; larger messages loop
 constexpr int kLLNormThreads = 1024;  // at most, per block (one row) of the fused variant, as fused_add_rms_norm
+
+// Rank p's buffer (p < kLLMaxRanks; constant indices after unrolling keep `buffers` in parameter space).
+PAGODA_INLINE void* buffer_of(const LLGroup& g, int p) {
+  void* found = g.buffers[0];
+#pragma unroll
+  for (int q = 1; q < kLLMaxRanks; ++q) {
+    if (q == p) found = g.buffers[q];
+  }
+  return found;
+}
+
+PAGODA_INLINE uint4* line_at(void* buffer, const LLGroup& g, uint32_t epoch, int sender, int64_t line) {
+  const int64_t region = static_cast<int64_t>(epoch & 1) * g.world_size + sender;
+  return static_cast<uint4*>(buffer) + region * g.max_lines + line;
+}
 
 // One 16-byte store: the 8 data bytes, each half with the flag (each 8-byte half lands whole).
 PAGODA_INLINE void push_line(uint4* dst, uint2 data, uint32_t flag) {
@@ -58,7 +73,7 @@ __global__ void __launch_bounds__(kLLThreads) ll_all_reduce_kernel(T* __restrict
                                                                    const LLGroup g) {
   constexpr int kPerLine = 8 / sizeof(T);
   wait_for_prior_grids();  // x comes from the kernel before; so does state[0] (the last call's end)
-  const uint32_t epoch = next_epoch(g);
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
   allow_dependents_to_start();
   uint2* data = reinterpret_cast<uint2*>(x);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -116,12 +131,11 @@ PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 
 // the weights are requested before the wait, x and the residual together right after it, and nothing
 // is read twice. Rounding and the order of the sums of squares follow the unfused sequence (an all-reduce
 // into the dtype, then kernels/layernorm.cu's fused_add_rms_norm with the same block size), so at two
-// ranks the result is bit for bit the unfused one. `pushed`: the GEMV that wrote x already pushed its
-// lines to the peers (launch_dense_gemv with a group), so this kernel only sums.
+// ranks the result is bit for bit the unfused one.
 template <typename T, int C>
 __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_kernel(
     T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int hidden, float eps,
-    const LLGroup g, bool late_trigger, bool pushed) {
+    const LLGroup g, bool late_trigger) {
   constexpr int V = 16 / sizeof(T);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const int64_t first_line = base * static_cast<int64_t>(sizeof(T)) / 8;
@@ -135,7 +149,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
     if (c < chunks) w[j] = bit_cast_vec<T, V>(load_before_wait(weight + c * V));  // written by no kernel
   }
   wait_for_prior_grids();  // x (partial sums), residual and state[0] come from kernels before
-  const uint32_t epoch = next_epoch(g);
+  const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
   if (!late_trigger) allow_dependents_to_start();
 #pragma unroll
   for (int j = 0; j < C; ++j) {
@@ -145,7 +159,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
     res[j] = load_vec<T, V>(residual + base + c * V);
 #pragma unroll
     for (int p = 0; p < kLLMaxRanks; ++p) {
-      if (!pushed && p < g.world_size && p != g.rank) {
+      if (p < g.world_size && p != g.rank) {
         uint4* dst = line_at(buffer_of(g, p), g, epoch, g.rank, first_line + 2 * c);
         push_line(dst, make_uint2(mine[j].x, mine[j].y), epoch);
         push_line(dst + 1, make_uint2(mine[j].z, mine[j].w), epoch);
@@ -189,7 +203,7 @@ bool late_trigger() {
 }  // namespace
 
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
-                                       int hidden, float eps, const LLGroup& group, bool pushed, cudaStream_t stream) {
+                                       int hidden, float eps, const LLGroup& group, cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int chunks = hidden / (16 / static_cast<int>(sizeof(T)));
@@ -199,7 +213,7 @@ void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, con
                                                  : ll_all_reduce_add_rms_norm_kernel<T, 2>;
     launch_dependent(kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
                      stream, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden,
-                     eps, group, late_trigger(), pushed);
+                     eps, group, late_trigger());
   });
 }
 

@@ -27,10 +27,6 @@
 // 2e9 times since). Deadlock freedom: a thread pushes all its lines before it polls any, and block b
 // polls only lines that block b of each peer pushes (every rank launches the same grid for the same
 // message).
-// Pushed early: the one-token dense GEMV that computes a fused norm's x may push step 2 itself, each
-// pair of rows as it has them (launch_dense_gemv with the group: the epoch read after its wait, which
-// follows every earlier call), and the norm kernel then only sums (`pushed`). The argument above holds
-// (the GEMV starts after this rank's call e - 1 ended), and nothing polls in the GEMV.
 #pragma once
 
 #include <cstdint>
@@ -65,10 +61,8 @@ void launch_ll_all_reduce(DType dtype, void* x, int64_t numel, const LLGroup& gr
 // kLLNormMaxRowBytes, every pointer 16-byte aligned, num_tokens * hidden * sizeof(dtype) <= 8 *
 // max_lines): s = the sum of every rank's x (rounded to the dtype, as an all-reduce returns it);
 // residual <- s + residual; x <- weight * rms_norm(residual) (rounded like launch_fused_add_rms_norm).
-// The same lines and epochs as launch_ll_all_reduce: the two may alternate on one group. `pushed`: x was
-// written by launch_dense_gemv with this group, which pushed its lines already (each rank decides alone:
-// a line pushed twice carries the same bytes).
+// The same lines and epochs as launch_ll_all_reduce: the two may alternate on one group.
 void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, const void* weight, int64_t num_tokens,
-                                       int hidden, float eps, const LLGroup& group, bool pushed, cudaStream_t stream);
+                                       int hidden, float eps, const LLGroup& group, cudaStream_t stream);
 
 }  // namespace pagoda

@@ -10,6 +10,8 @@
 #   3. with TRACE=1, rank_waits of the push arm.
 # About 8 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/push_gemv.sh
+# Ran once (session 30): no gain, reverted; to run again, apply
+# benchmarks/results/h200x2_2026-11-28_round30/push_gemv/push_gemv.patch first.
 source scripts/device/begin_cuda.sh push_gemv
 TP=tests/engine/test_tensor_parallel.py
 run_tests "$TP::test_symmetric_all_reduce_sums_like_nccl_on_two_gpus[ll]" \

@@ -10,6 +10,8 @@
 #      first GEMV was 63.6 / 53.8 us before (benchmarks/results/h200x2_2026-11-28_round29/).
 # About 9 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/ratio_pairs.sh
+# Ran once (session 30): the replicated table gave nothing, reverted; to run that arm again, apply
+# benchmarks/results/h200x2_2026-11-28_round30/ratio_pairs/replicated_embedding.patch first.
 source scripts/device/begin_cuda.sh ratio_pairs
 PAGODA_REPLICATED_EMBEDDING=1 run_tests tests/engine/test_tensor_parallel.py -k "two_gpus_with_graphs" \
   tests/layers/test_argmax.py plugins/platform_cuda/tests/test_copy_stream.py

@@ -98,55 +98,6 @@ def check_fused(op, device: torch.device, g: torch.Generator) -> None:
                 assert torch.equal(static_x, expected_x) and torch.equal(static_res, expected_res), ("replay", dtype)
 
 
-def check_pushed(op, device: torch.device, g: torch.Generator) -> None:
-    """One token's GEMV pushing its rows to the peer (every split and rows a warp, a last block of a few rows)
-    then the fused norm only summing: the bits of the plain GEMV then the fused norm pushing them, eager and
-    as a graph-replayed chain of four such layers."""
-    op.push_gemv = True
-    dtypes_shapes = [(dtype, shape) for dtype in (torch.bfloat16, torch.float16)
-                     for shape in ((4096, 2048), (4096, 7168), (1032, 256))]
-    for dtype, (n, k) in dtypes_shapes:
-        w = (torch.randn(n, k, generator=g, device=device) / k ** 0.5).to(dtype)
-        norm_w = (torch.rand(n, generator=g, device=device) + 0.5).to(dtype)
-        for split, rows in ((1, 1), (1, 2), (2, 1), (4, 1), (4, 2)):
-            x = torch.randn(1, k, generator=g, device=device).to(dtype)
-            residual = torch.randn(1, n, generator=g, device=device).to(dtype)
-            plain = op.kernels.dense_gemv(x, w, None, split, rows)
-            expected = op.add_rms_norm(plain.clone(), residual.clone(), norm_w, 1e-5)
-            pushed = op.pushing_gemv(x, w, split, rows)
-            assert torch.equal(pushed, plain), ("gemv", dtype, n, split, rows)
-            got = op.add_rms_norm(pushed, residual.clone(), norm_w, 1e-5)
-            assert all(map(torch.equal, got, expected)), ("pushed norm", dtype, n, split, rows)
-    hidden = 4096
-    weights = [(torch.randn(hidden, hidden, generator=g, device=device) / 64).to(torch.bfloat16) for _ in range(4)]
-    norm_w = torch.ones(hidden, device=device, dtype=torch.bfloat16)
-
-    def chain(x: torch.Tensor, residual: torch.Tensor, gemv) -> tuple[torch.Tensor, torch.Tensor]:
-        for w in weights:
-            x, residual = op.add_rms_norm(gemv(x, w), residual, norm_w, 1e-5)
-        return x, residual
-
-    def plain_gemv(x, w):
-        return op.kernels.dense_gemv(x, w, None, 0, 0)
-
-    def pushing(x, w):
-        return op.pushing_gemv(x, w, 0, 0)
-
-    static_x = torch.randn(1, hidden, generator=g, device=device).to(torch.bfloat16)
-    static_res = torch.randn(1, hidden, generator=g, device=device).to(torch.bfloat16)
-    chain(static_x.clone(), static_res.clone(), pushing)  # warm
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = chain(static_x, static_res, pushing)  # the residual stream in place
-    for _ in range(3):
-        static_x.copy_(torch.randn(1, hidden, generator=g, device=device).to(torch.bfloat16))
-        static_res.copy_(torch.randn(1, hidden, generator=g, device=device).to(torch.bfloat16))
-        expected = chain(static_x.clone(), static_res.clone(), plain_gemv)
-        graph.replay()
-        assert all(map(torch.equal, out, expected)), "pushing chain replay"
-    op.push_gemv = False
-
-
 def main() -> None:
     rank = int(os.environ["RANK"])
     os.environ["PAGODA_SYMM_ALL_REDUCE"] = sys.argv[1] if len(sys.argv) > 1 else "1"
@@ -163,7 +114,6 @@ def main() -> None:
     check_chain(op, device, g)
     if hasattr(op, "kernels") and op.fused_norm:
         check_fused(op, device, g)
-        check_pushed(op, device, g)
     dist.barrier()
     print("symm all-reduce ok", flush=True)
     dist.destroy_process_group()

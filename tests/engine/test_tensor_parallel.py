@@ -61,17 +61,6 @@ def test_tp2_greedy_equals_tp1(tiny_models, family):
         assert torch.allclose(torch.tensor(lp_a), torch.tensor(lp_b), atol=1e-4)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2's LM head is tied to the embedding
-def test_tp2_with_replicated_embeddings_equals_tp1(tiny_models, family, monkeypatch):
-    """PAGODA_REPLICATED_EMBEDDING=1 (every rank holds the whole table, no all-reduce a lookup)."""
-    path, _ = tiny_models[family]
-    prompts = shared_prefix_prompts()
-    expected, _ = run(path, 1, prompts)
-    monkeypatch.setenv("PAGODA_REPLICATED_EMBEDDING", "1")  # the spawned worker inherits it
-    got, _ = run(path, 2, prompts)
-    assert [b.outputs[0].token_ids for b in got] == [a.outputs[0].token_ids for a in expected]
-
-
 def test_tp2_mixes_steps_that_skip_and_take_rank_0s_tokens(tiny_models):
     """Greedy steps skip rank 0's token broadcast (``Sampler.picks_alike``); steps with a seeded draw or a
     penalty take it. Every rank must decide alike (else a collective is missing): a batch where the
@@ -237,19 +226,6 @@ def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, symm):
     assert tp2["graphs"], "decode steps should be captured"
     assert tp2["fast"] == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": None}[symm]
     assert tp2["tokens"] == tp1_tokens(path, prompts)
-
-
-@pytest.mark.gpu
-def test_tp2_gemvs_pushing_their_sums_give_the_same_bf16_tokens(tiny_models):
-    """PAGODA_LL_PUSH_GEMV=1: a batch-1 step's o_proj and down_proj GEMVs push their rows to the peer for the
-    fused norm: the same bits as the norm kernel pushing them, so the same greedy bf16 tokens."""
-    path, _ = tiny_models["llama"]
-    prompts = shared_prefix_prompts()[:1]  # one sequence: batch-1 steps (one-token GEMVs)
-    (plain,) = tp2_engines(path, prompts, [{"dtype": "bfloat16"}])
-    (pushing,) = tp2_engines(path, prompts, [{"dtype": "bfloat16"}], env={"PAGODA_LL_PUSH_GEMV": "1"})
-    assert plain["fast"] == pushing["fast"] == "LLAllReduce" and pushing["graphs"]
-    assert plain["pushing_launches"] == 0 and pushing["pushing_launches"] > 0
-    assert pushing["tokens"] == plain["tokens"]
 
 
 @pytest.mark.gpu

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import FastAllReduce
 from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
@@ -157,32 +156,3 @@ def test_forced_configs_win_over_the_tuned_ones(monkeypatch):
     assert launched == [((128, 64), 4, 1), ((256, 64), 1, 2), ((32, 64), 4, 2), ((96, 64), 0, 0)]
     assert ops.tune(tiny_model()) == (f"dense GEMV configurations forced by {BY_SHAPE_ENV}: "
                                       "128x64: 0/1, 256x64: 1/0, 32x64: 4/2")
-
-
-def test_a_gemv_summed_next_goes_to_the_all_reduce_that_takes_it(monkeypatch):
-    """With ``sums_to``, CsrcOps.linear asks that all-reduce's ``pushing_gemv`` first (same configuration), and
-    launches the plain GEMV where it declines (None) or the layer has a bias (added after the sum)."""
-    launched, asked = [], []
-
-    class Kernels:
-        def dense_gemv(self, x, weight, bias, split, rows):
-            launched.append((split, rows))
-            return "plain"
-
-    class Sums(FastAllReduce):
-        def __init__(self, takes: bool) -> None:
-            self.takes = takes
-
-        def pushing_gemv(self, x, weight, split, rows):
-            asked.append((split, rows))
-            return "pushed" if self.takes else None
-
-    monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
-    monkeypatch.setattr(csrc_ops, "gemv_fits", lambda *args: True)  # CPU tensors standing in for GPU ones
-    ops = CsrcOps(Kernels())
-    ops.dense_gemv_tokens = 1
-    ops.gemv_configs = {(128, 64, BF16): (4, 1)}
-    x, w = torch.zeros(1, 64, dtype=BF16), torch.zeros(128, 64, dtype=BF16)
-    assert ops.linear(x, w, sums_to=Sums(True)) == "pushed" and launched == [] and asked == [(4, 1)]
-    assert ops.linear(x, w, sums_to=Sums(False)) == "plain" and launched == [(4, 1)] and asked == [(4, 1)] * 2
-    assert ops.linear(x, w, torch.zeros(128, dtype=BF16), sums_to=Sums(True)) == "plain" and len(asked) == 2

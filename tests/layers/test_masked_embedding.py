@@ -72,29 +72,3 @@ def test_vocab_parallel_embedding_computes_through_its_ops():
         shares.append(layer(ids))
     assert [o.starts for o in ops] == [[0], [51]]
     assert torch.equal(shares[0] + shares[1], F.embedding(ids, full))
-
-
-class NoCollectives(TensorParallel):
-    """One rank of a TP group that must not call any collective."""
-
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        raise AssertionError("a replicated embedding sums nothing")
-
-
-def test_replicated_embedding_looks_up_the_whole_table_and_feeds_a_tied_head_its_rows(monkeypatch):
-    """PAGODA_REPLICATED_EMBEDDING=1: each rank holds every row (padded to 2 x 51, the padding zero) and looks
-    ids up without a collective; a tied LM head multiplies by its rank's 51 rows of that table."""
-    from pagoda.layers.embedding import LMHead
-
-    monkeypatch.setenv("PAGODA_REPLICATED_EMBEDDING", "1")
-    vocab, hidden = 101, 8
-    full = torch.randn(vocab, hidden)
-    ids = torch.tensor([0, 50, 51, 100, 7, 77])
-    for rank in range(2):
-        tp = NoCollectives(rank, 2)
-        layer = VocabEmbedding(vocab, hidden, torch.float32, tp)
-        layer.load_weight("weight", full)
-        assert layer.weight.shape == (102, hidden) and layer.weight[vocab:].eq(0).all()
-        assert torch.equal(layer(ids), F.embedding(ids, full))
-        head = LMHead(vocab, hidden, torch.float32, tied=layer, tp=tp)
-        assert head.weight.shape == (51, hidden) and head.weight.data_ptr() == layer.weight[51 * rank].data_ptr()

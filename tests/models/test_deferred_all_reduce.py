@@ -47,28 +47,6 @@ def test_o_proj_and_down_proj_defer_into_the_norms_after_them() -> None:
         assert not layer.self_attn.qkv_proj.partial_output and not layer.mlp.gate_up_proj.partial_output
 
 
-def test_deferring_layers_hand_their_sums_to_the_groups_fast_all_reduce() -> None:
-    """A deferring layer's ``sums_to`` is the group's fast all-reduce, which its quantization method passes
-    to ``CustomOps.linear`` (a GEMV may push its rows to it); the others pass none."""
-    fast = FastAllReduce()
-    model = build("llama", dataclasses.replace(TP2, fast=fast))
-    layer = model.layers[0]
-    assert layer.self_attn.o_proj.sums_to is fast and layer.mlp.down_proj.sums_to is fast
-    assert layer.self_attn.qkv_proj.sums_to is None and layer.mlp.gate_up_proj.sums_to is None
-    seen = []
-
-    class Ops(CustomOps):
-        def linear(self, x, weight, bias=None, sums_to=None):
-            seen.append(sums_to)
-            return super().linear(x, weight, bias)
-
-    o_proj = layer.self_attn.o_proj
-    o_proj.quant_method.bind_ops(Ops())
-    o_proj(torch.zeros(1, o_proj.in_features))
-    layer.self_attn.qkv_proj(torch.zeros(1, layer.self_attn.qkv_proj.in_features))
-    assert seen == [fast, None]
-
-
 def test_single_rank_models_are_unchanged() -> None:
     model = build("llama", SINGLE)
     assert summing_norms(model) == []

@@ -50,12 +50,6 @@ class FastAllReduce:
         in one go; may write both into ``x`` and ``residual``. Equal on every rank, to the bit."""
         raise NotImplementedError
 
-    def pushing_gemv(self, x: torch.Tensor, weight: torch.Tensor, split: int, rows: int) -> torch.Tensor | None:
-        """``x @ weight^T`` (a row-parallel layer's partial sums, which this object sums next) by a GEMV kernel
-        that hands the rows to the sum as it computes them (``split``, ``rows``: its configuration, 0 for
-        its rules); None where not taken (by default: nothing), and the caller computes it alone."""
-        return None
-
 
 @dataclass(frozen=True)
 class TensorParallel:

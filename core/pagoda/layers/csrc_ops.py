@@ -16,16 +16,12 @@ import importlib.util
 import os
 import time
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import torch
 
 from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, TUNE_ENV, Config, choose_configs, forced_configs, graph_timer,
                                       tune_mode)
 from pagoda.layers.ops import CustomOps
-
-if TYPE_CHECKING:
-    from pagoda.distributed.parallel import FastAllReduce
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -115,17 +111,13 @@ class CsrcOps(CustomOps):
         self.kernels.masked_embedding(out, ids.long().contiguous(), weight, start)
         return out
 
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-               sums_to: "FastAllReduce | None" = None) -> torch.Tensor:
-        """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped; handing its rows to
-        ``sums_to`` as it computes them where that takes them), else F.linear."""
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The csrc GEMV for a few tokens (weights streamed, the kernel before it overlapped), else F.linear."""
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
             n, k = weight.shape
             split, rows = self.gemv_configs.get((n, k, weight.dtype), (0, 0))  # 0: the kernel's rules
             forced_split, forced_rows = self.gemv_forced.get((n, k), (0, 0))
-            split, rows = forced_split or split, forced_rows or rows
-            pushed = None if sums_to is None or bias is not None else sums_to.pushing_gemv(x, weight, split, rows)
-            return pushed if pushed is not None else self.kernels.dense_gemv(x, weight, bias, split, rows)
+            return self.kernels.dense_gemv(x, weight, bias, forced_split or split, forced_rows or rows)
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

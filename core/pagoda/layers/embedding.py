@@ -5,15 +5,9 @@ Under tensor parallelism both are vocab-parallel: rank ``r`` keeps rows
 last rank's rows past the vocabulary are zero padding). The embedding looks up the ids in its
 rows, zeroes the others and sums over the ranks (one all-reduce); the LM head computes its
 rows' logits and gathers them (one all-gather), so every rank holds the full logits.
-
-``PAGODA_REPLICATED_EMBEDDING=1`` (off until measured) keeps the whole table on every rank instead
-(padded to ``tp * per_rank`` rows): a step's lookup needs no all-reduce, for ``(tp - 1) / tp`` of the
-table more memory a rank; a tied LM head multiplies by its rank's rows of it, as before.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +17,6 @@ from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.layers.linear import copy_checked
 from pagoda.layers.ops import CustomOps
 from pagoda.layers.sharding import narrow
-
-REPLICATED_ENV = "PAGODA_REPLICATED_EMBEDDING"
 
 
 class VocabRows:
@@ -56,27 +48,16 @@ class VocabEmbedding(nn.Module):
         self.tp = tp
         self.ops = ops or CustomOps()  # its vocab-parallel lookup: the platform's one-kernel masked embedding
         self.rows = VocabRows(num_embeddings, tp)
-        self.replicated = tp.size > 1 and os.environ.get(REPLICATED_ENV) == "1"
-        table = tp.size * self.rows.per_rank if self.replicated else self.rows.per_rank
-        self.weight = nn.Parameter(torch.empty(table, embedding_dim, dtype=dtype), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(self.rows.per_rank, embedding_dim, dtype=dtype), requires_grad=False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.tp.size == 1 or self.replicated:
+        if self.tp.size == 1:
             return F.embedding(input_ids, self.weight)
         x = self.ops.masked_embedding(input_ids, self.weight, self.rows.start)  # [num_tokens, hidden], others' zero
         return self.tp.all_reduce(x)
 
-    def rank_rows(self) -> torch.Tensor:
-        """This rank's vocabulary rows of the table [per_rank, hidden] (a view), what a tied LM head multiplies by."""
-        return self.weight.narrow(0, self.rows.start, self.rows.per_rank) if self.replicated else self.weight
-
     def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
-        weight = getattr(self, param_name).data
-        if self.replicated:
-            copy_checked(weight[: self.num_embeddings], tensor)
-            weight[self.num_embeddings :].zero_()
-        else:
-            self.rows.load(weight, tensor)
+        self.rows.load(getattr(self, param_name).data, tensor)
 
 
 class LMHead(nn.Module):
@@ -92,7 +73,7 @@ class LMHead(nn.Module):
         self.ops = ops or CustomOps()  # its linear: the platform's GEMV for a few tokens
         self.rows = VocabRows(vocab_size, tp)
         if tied is not None:
-            self.weight = tied.rank_rows()  # the same storage: loaded once, stored once
+            self.weight = tied.weight  # the same Parameter: loaded once, stored once
         else:
             self.weight = nn.Parameter(torch.empty(self.rows.per_rank, hidden_size, dtype=dtype), requires_grad=False)
         self.tied = tied is not None

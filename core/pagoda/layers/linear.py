@@ -36,9 +36,7 @@ rank's slice before copying it (a lazy safetensors slice reads only those bytes)
 
 A row-parallel layer without bias may leave its sum to the consumer of its output
 (:meth:`LinearBase.defer_all_reduce`): the decoder's residual-add RMSNorm then sums and normalises
-in one call (:meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`). The layer's ``sums_to`` (the
-group's fast all-reduce) then reaches its quantization method, whose kernel may hand the sums to it
-as it computes them (``CustomOps.linear``'s ``sums_to``).
+in one call (:meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`).
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, FastAllReduce, TensorParallel
+from pagoda.distributed.parallel import SINGLE, TensorParallel
 from pagoda.errors import ModelLoadError
 from pagoda.layers.sharding import materialize, narrow
 
@@ -98,7 +96,6 @@ class LinearBase(nn.Module):
         self.quant_method = quant_method
         self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
         self.partial_output = False  # row-parallel: return this rank's partial sums (defer_all_reduce)
-        self.sums_to: FastAllReduce | None = None  # then the fast all-reduce that sums them, if any
         quant_method.create_weights(self, self.in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
@@ -135,7 +132,6 @@ class LinearBase(nn.Module):
         if self.parallel != "row" or self.bias is not None:
             return False
         self.partial_output = True
-        self.sums_to = self.tp.fast
         return True
 
     def rank_slice(self, param: nn.Parameter, tensor, shard_index: int = 0):

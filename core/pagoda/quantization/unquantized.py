@@ -21,4 +21,4 @@ class UnquantizedMethod(QuantizationMethod):
         self.ops = ops
 
     def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return self.ops.linear(x, layer.weight, bias, sums_to=getattr(layer, "sums_to", None))
+        return self.ops.linear(x, layer.weight, bias)

@@ -9,9 +9,6 @@ the kernels around it stay chained, and its epoch lives in device memory, so CUD
 A second kernel fuses the residual add and RMSNorm after the sum (``add_rms_norm``: the decoder's
 norms sum the row-parallel layers' partial outputs, :meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`),
 bit for bit the unfused sequence at two ranks; ``PAGODA_LL_FUSED_NORM=0`` keeps the two apart.
-With ``PAGODA_LL_PUSH_GEMV=1`` (off until measured), the one-token GEMV of a row-parallel layer whose
-sums that norm takes pushes each pair of rows to the peers as it computes them (``pushing_gemv``), so
-the sums travel while the GEMV's last blocks stream, and the norm kernel only sums.
 
 Used unless ``PAGODA_SYMM_ALL_REDUCE`` is ``1`` or ``0``, for messages up to :data:`MAX_BYTES` (64
 tokens of hidden 4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
@@ -53,9 +50,6 @@ class LLAllReduce(FastAllReduce):
         self.fallback = fallback
         self.max_bytes = max_bytes
         self.fused_norm = os.environ.get("PAGODA_LL_FUSED_NORM") != "0"  # the same on every rank (one environment)
-        self.push_gemv = self.fused_norm and os.environ.get("PAGODA_LL_PUSH_GEMV") == "1"
-        self.pushed: torch.Tensor | None = None  # a GEMV's output whose lines are out, until its sum
-        self.pushing_launches = 0  # GEMVs launched pushing (a graph's count once, at its capture)
 
     def _takes(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
@@ -67,9 +61,7 @@ class LLAllReduce(FastAllReduce):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if not self._takes(x):
-            self._take_pushed(None)
             return self.fallback(x)
-        self._take_pushed(x)  # pushed or not, the kernel pushes x's lines (the same bytes, if again)
         self.kernels.ll_all_reduce(x, self.peers, self.state, self.rank, self.max_bytes)
         return x
 
@@ -85,33 +77,8 @@ class LLAllReduce(FastAllReduce):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """In place: ``x`` [T, hidden] gets the normed output, ``residual`` the sum."""
         self.kernels.ll_all_reduce_add_rms_norm(x, residual, weight, eps, self.peers, self.state, self.rank,
-                                                self.max_bytes, self._take_pushed(x))
+                                                self.max_bytes)
         return x, residual
-
-    def pushing_gemv(self, x: torch.Tensor, weight: torch.Tensor, split: int, rows: int) -> torch.Tensor | None:
-        """One token's GEMV that pushes its rows to the peers (``dense_gemv_push``), for the fused norm (or
-        sum) of its output that must be this group's next call; None unless ``PAGODA_LL_PUSH_GEMV=1`` and the
-        output is a message the fused norm takes."""
-        row_bytes = weight.shape[0] * weight.element_size()
-        if not (self.push_gemv and x.shape[0] == 1 and weight.dtype in (torch.bfloat16, torch.float16)
-                and row_bytes % 16 == 0 and row_bytes <= min(self.max_bytes, MAX_ROW_BYTES)):
-            return None
-        self._take_pushed(None)
-        self.pushing_launches += 1
-        self.pushed = self.kernels.dense_gemv_push(x, weight, split, rows, self.peers, self.state, self.rank,
-                                                   self.max_bytes)
-        return self.pushed
-
-    def _take_pushed(self, x: torch.Tensor | None) -> bool:
-        """Whether ``x`` (the message of this call) is the pushed GEMV output; any other message while one is
-        out would meet its lines under the same epoch on the peers, so that is an error."""
-        pushed, self.pushed = self.pushed, None
-        if pushed is None:
-            return False
-        if x is not None and x.data_ptr() == pushed.data_ptr() and x.numel() == pushed.numel():
-            return True
-        raise RuntimeError("a GEMV pushed its partial sums to the low-latency all-reduce, but the next sum was "
-                           "another tensor's: the pushed sums must be summed next (set PAGODA_LL_PUSH_GEMV=0)")
 
 
 def create(kernels: ModuleType | None, group, device: torch.device, world_size: int,

@@ -23,15 +23,11 @@ class RecordingKernels:
         self.calls.append((x.numel(), rank, max_bytes))
         x.mul_(2)  # what two ranks holding the same x would get
 
-    def ll_all_reduce_add_rms_norm(self, x, residual, weight, eps, peers, state, rank, max_bytes, pushed) -> None:
-        self.calls.append(("fused", x.numel(), rank, max_bytes) + (("pushed",) if pushed else ()))
+    def ll_all_reduce_add_rms_norm(self, x, residual, weight, eps, peers, state, rank, max_bytes) -> None:
+        self.calls.append(("fused", x.numel(), rank, max_bytes))
         out, res = CustomOps().fused_add_rms_norm(2 * x, residual, weight, eps)
         x.copy_(out)
         residual.copy_(res)
-
-    def dense_gemv_push(self, x, weight, split, rows, peers, state, rank, max_bytes) -> torch.Tensor:
-        self.calls.append(("gemv", tuple(weight.shape), split, rows))
-        return x @ weight.t()
 
 
 class Fallback:
@@ -97,43 +93,6 @@ def test_the_fused_norm_takes_decode_rows_in_place(monkeypatch) -> None:
         assert op.fits_add_rms_norm(torch.randn(1, hidden), torch.randn(1, hidden), torch.ones(hidden)) == fits
     monkeypatch.setenv("PAGODA_LL_FUSED_NORM", "0")
     assert not make(Fallback())[0].fits_add_rms_norm(x, residual, weight)  # the switch keeps them apart
-
-
-def test_a_pushing_gemv_only_with_its_switch_and_for_messages_the_fused_norm_takes(monkeypatch) -> None:
-    x, w = torch.randn(1, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
-    assert make(Fallback())[0].pushing_gemv(x, w, 0, 0) is None  # off by default
-    monkeypatch.setenv("PAGODA_LL_PUSH_GEMV", "1")
-    op, kernels = make(Fallback())
-    for declined in ((torch.randn(2, 32, dtype=torch.bfloat16), w),  # two tokens
-                     (x.float(), w.float()),  # not 16-bit
-                     (x, torch.randn(4, 32, dtype=torch.bfloat16)),  # 8-byte rows: not whole chunks
-                     (x, torch.randn(40 << 10, 32, dtype=torch.bfloat16))):  # 80 KiB: over the 64 KiB lines
-        assert op.pushing_gemv(*declined, 0, 0) is None
-    assert kernels.calls == []
-    monkeypatch.setenv("PAGODA_LL_FUSED_NORM", "0")
-    assert make(Fallback())[0].pushing_gemv(x, w, 0, 0) is None  # nothing would take its lines
-
-
-def test_a_pushed_gemvs_output_is_summed_without_pushing_again(monkeypatch) -> None:
-    """The fused norm of the pushed output is told so (its kernel only sums); the next one is not; a plain sum
-    of it passes; any other message while a GEMV's lines are out is an error (the peers would mix them)."""
-    monkeypatch.setenv("PAGODA_LL_PUSH_GEMV", "1")
-    op, kernels = make(Fallback())
-    x, w = torch.randn(1, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
-    residual, norm_w = torch.randn(1, 64, dtype=torch.bfloat16), torch.ones(64, dtype=torch.bfloat16)
-    y = op.pushing_gemv(x, w, 4, 1)
-    assert torch.equal(y, x @ w.t())
-    op.add_rms_norm(y, residual, norm_w, 1e-5)
-    op.add_rms_norm(y, residual, norm_w, 1e-5)
-    assert op(op.pushing_gemv(x, w, 0, 0)) is not None
-    assert kernels.calls == [("gemv", (64, 32), 4, 1), ("fused", 64, 1, 64 << 10, "pushed"), ("fused", 64, 1, 64 << 10),
-                             ("gemv", (64, 32), 0, 0), (64, 1, 64 << 10)]
-    op.pushing_gemv(x, w, 0, 0)
-    with pytest.raises(RuntimeError, match="the pushed sums must be summed next"):
-        op.add_rms_norm(residual.clone(), residual, norm_w, 1e-5)
-    op.pushing_gemv(x, w, 0, 0)
-    with pytest.raises(RuntimeError, match="the pushed sums must be summed next"):
-        op(torch.ones(1 << 20, dtype=torch.bfloat16))  # even one for the fallback
 
 
 def test_create_without_the_kernel_leaves_every_rank_on_the_other_paths(caplog) -> None:
