@@ -9,14 +9,17 @@ import re
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch import nn
 
+from pagoda.distributed.parallel import TensorParallel
 from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
 from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, SPLIT_TOLERANCE, TUNE_ENV, choose_configs, fastest,
-                                      forced_configs, gemv_weights, tune_mode)
+                                      forced_configs, gemv_weights, slowest_rank, tune_mode)
 from pagoda.layers.linear import Linear
 from pagoda.layers.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
@@ -73,6 +76,43 @@ def test_the_fastest_configuration_per_shape():
     chosen = choose_configs(tiny_model(), timer)
     assert chosen == {(128, 64, BF16): (4, 2), (256, 64, BF16): (1, 1), (100, 64, BF16): (1, 1)}  # ties: fewest
     assert sorted(timed) == [1, 1, 2]  # each shape timed once, over all its weights
+
+
+def _choose_on_rank(rank: int, store_file: str, out) -> None:
+    """Rank 0 alone would take two rows a warp for the 128-row shape, rank 1 one; the LM head's shape the other
+    way round (each rank's own times differ, as timed apart on two GPUs)."""
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
+    try:
+        own = {128: times({1: 8.0, 2: 10.0, 4: 10.0}, 0.9 if rank == 0 else 1.2),
+               256: times({1: 4.0, 2: 5.0, 4: 6.0}),
+               100: times({1: 10.0, 2: 8.0 if rank == 0 else 11.0, 4: 10.0})}
+
+        def timer(weights: list[torch.Tensor]) -> dict[tuple[int, int], float]:
+            return own[weights[0].shape[0]]
+
+        alone = choose_configs(tiny_model(), timer)
+        together = choose_configs(tiny_model(), slowest_rank(timer, TensorParallel(rank, 2, dist.group.WORLD)))
+        out.put((rank, (alone, together)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_choose_alike_by_the_slowest_ranks_times(tmp_path):
+    """Under tensor parallelism every rank takes the configuration best at the slowest rank's times (two gloo
+    ranks in spawned processes): the same everywhere, where each alone chose differently."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_choose_on_rank, args=(rank, str(tmp_path / "store"), out)) for rank in (0, 1)]
+    for proc in procs:
+        proc.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    (alone_0, together_0), (alone_1, together_1) = results[0], results[1]
+    assert alone_0[(128, 64, BF16)] == (1, 2) and alone_1[(128, 64, BF16)] == (1, 1)
+    assert alone_0[(100, 64, BF16)] == (2, 1) and alone_1[(100, 64, BF16)] == (1, 1)
+    assert together_0 == together_1 == {(128, 64, BF16): (1, 1), (256, 64, BF16): (1, 1), (100, 64, BF16): (1, 1)}
 
 
 def test_more_warps_a_row_only_beyond_the_tolerance():

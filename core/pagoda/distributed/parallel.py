@@ -93,6 +93,14 @@ class TensorParallel:
             dist.broadcast(x, src=src, group=self.group)
         return x
 
+    def max_floats(self, values: list[float], device: torch.device) -> list[float]:
+        """Each of ``values``, the largest over the ranks (every rank passes as many, in the same order)."""
+        if self.size == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.tolist()
+
     def min_int(self, value: int, device: torch.device) -> int:
         """The smallest ``value`` over the ranks (e.g. KV cache blocks: every rank holds as many)."""
         if self.size == 1:

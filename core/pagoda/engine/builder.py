@@ -156,7 +156,7 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
     quant.bind_ops(ctx.ops)
     model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
-    tuned = ctx.ops.tune(model)
+    tuned = ctx.ops.tune(model, tp)
     if tuned and tp.rank == 0:
         logger.info("%s", tuned)
     kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp)

@@ -16,12 +16,16 @@ import importlib.util
 import os
 import time
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
 from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, TUNE_ENV, Config, choose_configs, forced_configs, graph_timer,
-                                      tune_mode)
+                                      slowest_rank, tune_mode)
 from pagoda.layers.ops import CustomOps
+
+if TYPE_CHECKING:
+    from pagoda.distributed.parallel import TensorParallel
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -37,8 +41,9 @@ class CsrcOps(CustomOps):
         self.gemv_configs: dict[tuple[int, int, torch.dtype], Config] = {}  # weight shape -> (split, rows) (tune)
         self.gemv_forced = forced_configs(os.environ.get(BY_SHAPE_ENV))  # (n, k) -> (split, rows), over the tune
 
-    def tune(self, model: torch.nn.Module) -> str:
-        """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning);
+    def tune(self, model: torch.nn.Module, tp: "TensorParallel | None" = None) -> str:
+        """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning; under
+        tensor parallelism each configuration's time is the slowest rank's, so that every rank chooses alike);
         PAGODA_GEMV_TUNE=0 leaves the kernel's own rules, =norm times each GEMV after an RMS norm (as in a
         layer) instead of back to back. PAGODA_GEMV_BY_SHAPE's shapes win over the tune and the rules, and
         the kernel's PAGODA_GEMV_SPLIT / PAGODA_GEMV_ROWS over everything.
@@ -51,11 +56,13 @@ class CsrcOps(CustomOps):
         if mode == "0":
             return "; ".join(lines)
         begin = time.perf_counter()
-        chosen = choose_configs(model, graph_timer(self.kernels, after_norm=mode == "norm"))
+        timer = graph_timer(self.kernels, after_norm=mode == "norm")
+        chosen = choose_configs(model, timer if tp is None or tp.size == 1 else slowest_rank(timer, tp))
         if chosen:
             self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
             summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
             took, how = time.perf_counter() - begin, " after a norm" if mode == "norm" else ""
+            how += f", the slowest of {tp.size} ranks" if tp is not None and tp.size > 1 else ""
             lines.insert(0, f"dense GEMV configurations (warps a row / rows a warp) timed{how} in {took:.2f} s: "
                          f"{summary}")
         return "; ".join(lines)

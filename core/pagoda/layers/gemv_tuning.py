@@ -19,9 +19,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from pagoda.distributed.parallel import TensorParallel
 
 ROWS = (1, 2)  # weight rows a warp the kernel is built for
 SPLITS = (1, 2, 4)  # warps a row group (split-K) the kernel is built for
@@ -82,6 +86,20 @@ def fastest(times: dict[Config, float]) -> Config:
     limit = min(times.values()) * (1 + SPLIT_TOLERANCE)
     split = min(split for (split, _), us in times.items() if us <= limit)
     return min((config for config in times if config[0] == split), key=lambda config: (times[config], config[1]))
+
+
+def slowest_rank(timer: Timer, tp: "TensorParallel") -> Timer:
+    """``timer`` with each configuration's time the slowest of ``tp``'s ranks' (they time the same shapes in the
+    same order), so that every rank chooses alike: a step waits for the slowest rank at each of its sums, and
+    ranks timed apart chose differently (2 x H200, session 30: one rank's LM head on two rows a warp, 122 us,
+    the other's on two warps a row, 118 us)."""
+
+    def timed(weights: list[torch.Tensor]) -> dict[Config, float]:
+        times = timer(weights)
+        configs = sorted(times)
+        return dict(zip(configs, tp.max_floats([times[config] for config in configs], weights[0].device)))
+
+    return timed
 
 
 TUNE_ENV = "PAGODA_GEMV_TUNE"

@@ -7,16 +7,22 @@ inputs except ``rotary_embedding`` and ``reshape_and_cache``, which write in pla
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from pagoda.distributed.parallel import TensorParallel
 
 
 class CustomOps:
     name = "torch"
 
-    def tune(self, model: torch.nn.Module) -> str:
+    def tune(self, model: torch.nn.Module, tp: "TensorParallel | None" = None) -> str:
         """Choose launch parameters for the loaded ``model``'s shapes by timing them (called once, before the KV
-        cache takes the free memory); returns a line for the log, empty when nothing was tuned (as here)."""
+        cache takes the free memory; by every rank of ``tp`` together, which then choose alike); returns a line
+        for the log, empty when nothing was tuned (as here)."""
         return ""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
