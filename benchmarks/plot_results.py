@@ -207,9 +207,9 @@ def tp_chart() -> None:
 
 
 def tp_layers_chart() -> None:
-    """Where a decoder layer's time goes at TP=1 and TP=2 on 2 x H200 (2026-11-28, session 29's traces of main
+    """Where a decoder layer's time goes at TP=1 and TP=2 on 2 x H200 (2026-11-28, session 30's traces of main
     through scripts/device/layer_breakdown.py): the GEMVs halve, the latency-bound kernels between them do not."""
-    layers = load("h200x2_2026-11-28_round29/layer_breakdown.json")
+    layers = load("h200x2_2026-11-28_round30/layer_breakdown.json")
     tp1, tp2 = layers["TP=1"], layers["TP=2 rank 1"]
     kinds = (("dense GEMVs", "#1d4e89"), ("norms / LL sums", "#c44536"), ("attention", "#89c2d9"),
              ("SiLU-and-mul", "#999999"))

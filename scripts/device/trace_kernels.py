@@ -14,6 +14,7 @@ import argparse
 import collections
 import gzip
 import json
+import statistics
 
 DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")  # a torch profiler trace's events that run on the device
 LAYER_GEMVS = ("qkv", "o", "gate_up", "down")  # a decoder layer's dense GEMVs in launch order
@@ -44,9 +45,17 @@ def gemv_grid(event: dict) -> int | None:
 
 
 def lm_head_indices(events: list[dict]) -> list[int]:
-    """Indices of the LM head's GEMVs (the widest dense GEMV grid): one a step, at its end."""
-    widest = max(filter(None, map(gemv_grid, events)), default=None)
-    return [i for i, e in enumerate(events) if widest is not None and gemv_grid(e) == widest]
+    """Indices of the LM head's GEMVs: one a step, at its end; the dense GEMV grid whose launches run longest
+    (median): the largest weight of a step. Not the widest grid: the tune may run the LM head on two rows a
+    warp, in fewer blocks than the gate-up projection (session 30)."""
+    durations: dict[int, list[float]] = collections.defaultdict(list)
+    for e in events:
+        if gemv_grid(e):
+            durations[gemv_grid(e)].append(e["dur"])
+    if not durations:
+        return []
+    longest = max(durations, key=lambda grid: statistics.median(durations[grid]))
+    return [i for i, e in enumerate(events) if gemv_grid(e) == longest]
 
 
 def label(events: list[dict], layer_gemvs: list[str]) -> dict[str, list[dict]]:

@@ -19,7 +19,7 @@ def kernel(name: str, ts: float, dur: float, grid: int = 8) -> dict:
     return {"cat": "kernel", "name": f"void {name}(...)", "ts": ts, "dur": dur, "args": {"grid": [grid, 1, 1]}}
 
 
-def step(start: float, norm: str) -> list[dict]:
+def step(start: float, norm: str, head_grid: int = 1000) -> list[dict]:
     """One layer from ``start`` (the end of the LM head before: a gap of 2), then the LM head: 36 us."""
     t = start + 2
     return [kernel("pagoda::dense_gemv_kernel<qkv>", t, 5),
@@ -30,13 +30,14 @@ def step(start: float, norm: str) -> list[dict]:
             kernel("pagoda::dense_gemv_kernel<gate_up>", t + 12.5, 6),
             kernel("pagoda::silu_and_mul_kernel<bf16>", t + 19, 1),  # after a 0.5 us gap
             kernel("pagoda::dense_gemv_kernel<down>", t + 20, 4),
-            kernel("pagoda::dense_gemv_kernel<lm_head>", t + 24, 10, grid=1000)]
+            kernel("pagoda::dense_gemv_kernel<lm_head>", t + 24, 10, grid=head_grid)]
 
 
-def test_a_layer_by_kind_and_the_rest_of_the_step():
-    events = [kernel("pagoda::dense_gemv_kernel<lm_head>", 0, 10, grid=1000),  # the prefill's
-              *step(10, "pagoda::fused_add_rms_norm_kernel<bf16>"),  # the first decode step: left out
-              *step(46, "pagoda::ll_all_reduce_add_rms_norm_kernel<bf16, 1>")]
+@pytest.mark.parametrize("head_grid", [1000, 4])  # the LM head in the widest grid, or in fewer blocks than a layer's
+def test_a_layer_by_kind_and_the_rest_of_the_step(head_grid):
+    events = [kernel("pagoda::dense_gemv_kernel<lm_head>", 0, 10, grid=head_grid),  # the prefill's
+              *step(10, "pagoda::fused_add_rms_norm_kernel<bf16>", head_grid),  # the first decode step: left out
+              *step(46, "pagoda::ll_all_reduce_add_rms_norm_kernel<bf16, 1>", head_grid)]
     out = breakdown(timed(events), layers=1)
     assert out == pytest.approx({"dense GEMVs": 7 + 2 + 6 + 4, "norms / LL sums": 1.5, "attention": 1 + 3,
                                  "SiLU-and-mul": 1.5, "layer": 26, "step": 36, "rest of the step": 10})
