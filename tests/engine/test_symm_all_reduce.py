@@ -9,40 +9,27 @@ import logging
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from gloo_ranks import on_two_ranks
 from pagoda.distributed import symm_all_reduce
 from pagoda.distributed.symm_all_reduce import SymmetricAllReduce
 
 
-def _agree(rank: int, store_file: str, earlier_calls: list[int], out) -> None:
+def _agree(rank: int, earlier_calls: list[int]) -> tuple[list[bool], int]:
     """Ask twice, as the LL path and its one-shot fallback do; report the answers and the warnings."""
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
     warnings: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: warnings.append(record.getMessage())
     logging.getLogger("pagoda").addHandler(handler)
-    try:
-        symm_all_reduce._rendezvous_calls = earlier_calls[rank]
-        answers = [symm_all_reduce.same_history(dist.group.WORLD, torch.device("cpu"), what)
-                   for what in ("the test path", "its fallback")]
-        out.put((rank, (answers, len(warnings))))
-    finally:
-        dist.destroy_process_group()
+    symm_all_reduce._rendezvous_calls = earlier_calls[rank]
+    answers = [symm_all_reduce.same_history(dist.group.WORLD, torch.device("cpu"), what)
+               for what in ("the test path", "its fallback")]
+    return answers, len(warnings)
 
 
 def agreement(tmp_path, earlier_calls: list[int]) -> dict[int, tuple[list[bool], int]]:
     """Per rank: both answers of same_history and how many warnings it logged."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_agree, args=(rank, str(tmp_path / "store"), earlier_calls, out)) for rank in (0, 1)]
-    for proc in procs:
-        proc.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
-    return results
+    return on_two_ranks(_agree, str(tmp_path / "store"), earlier_calls)
 
 
 def test_ranks_with_the_same_rendezvous_history_agree(tmp_path) -> None:

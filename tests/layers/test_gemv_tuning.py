@@ -10,9 +10,9 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
+from gloo_ranks import on_two_ranks
 from pagoda.distributed.parallel import TensorParallel
 from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
@@ -78,37 +78,24 @@ def test_the_fastest_configuration_per_shape():
     assert sorted(timed) == [1, 1, 2]  # each shape timed once, over all its weights
 
 
-def _choose_on_rank(rank: int, store_file: str, out) -> None:
+def _choose_on_rank(rank: int) -> tuple[dict, dict]:
     """Rank 0 alone would take two rows a warp for the 128-row shape, rank 1 one; the LM head's shape the other
     way round (each rank's own times differ, as timed apart on two GPUs)."""
-    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=2)
-    try:
-        own = {128: times({1: 8.0, 2: 10.0, 4: 10.0}, 0.9 if rank == 0 else 1.2),
-               256: times({1: 4.0, 2: 5.0, 4: 6.0}),
-               100: times({1: 10.0, 2: 8.0 if rank == 0 else 11.0, 4: 10.0})}
+    own = {128: times({1: 8.0, 2: 10.0, 4: 10.0}, 0.9 if rank == 0 else 1.2),
+           256: times({1: 4.0, 2: 5.0, 4: 6.0}),
+           100: times({1: 10.0, 2: 8.0 if rank == 0 else 11.0, 4: 10.0})}
 
-        def timer(weights: list[torch.Tensor]) -> dict[tuple[int, int], float]:
-            return own[weights[0].shape[0]]
+    def timer(weights: list[torch.Tensor]) -> dict[tuple[int, int], float]:
+        return own[weights[0].shape[0]]
 
-        alone = choose_configs(tiny_model(), timer)
-        together = choose_configs(tiny_model(), slowest_rank(timer, TensorParallel(rank, 2, dist.group.WORLD)))
-        out.put((rank, (alone, together)))
-    finally:
-        dist.destroy_process_group()
+    alone = choose_configs(tiny_model(), timer)
+    return alone, choose_configs(tiny_model(), slowest_rank(timer, TensorParallel(rank, 2, dist.group.WORLD)))
 
 
 def test_ranks_choose_alike_by_the_slowest_ranks_times(tmp_path):
     """Under tensor parallelism every rank takes the configuration best at the slowest rank's times (two gloo
-    ranks in spawned processes): the same everywhere, where each alone chose differently."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_choose_on_rank, args=(rank, str(tmp_path / "store"), out)) for rank in (0, 1)]
-    for proc in procs:
-        proc.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    ranks): the same everywhere, where each alone chose differently."""
+    results = on_two_ranks(_choose_on_rank, str(tmp_path / "store"))
     (alone_0, together_0), (alone_1, together_1) = results[0], results[1]
     assert alone_0[(128, 64, BF16)] == (1, 2) and alone_1[(128, 64, BF16)] == (1, 1)
     assert alone_0[(100, 64, BF16)] == (2, 1) and alone_1[(100, 64, BF16)] == (1, 1)
