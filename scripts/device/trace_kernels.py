@@ -50,8 +50,9 @@ def lm_head_indices(events: list[dict]) -> list[int]:
     warp, in fewer blocks than the gate-up projection (session 30)."""
     durations: dict[int, list[float]] = collections.defaultdict(list)
     for e in events:
-        if gemv_grid(e):
-            durations[gemv_grid(e)].append(e["dur"])
+        grid = gemv_grid(e)
+        if grid:
+            durations[grid].append(e["dur"])
     if not durations:
         return []
     longest = max(durations, key=lambda grid: statistics.median(durations[grid]))

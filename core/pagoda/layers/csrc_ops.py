@@ -57,7 +57,7 @@ class CsrcOps(CustomOps):
             return "; ".join(lines)
         begin = time.perf_counter()
         timer = graph_timer(self.kernels, after_norm=mode == "norm")
-        chosen = choose_configs(model, timer if tp is None or tp.size == 1 else slowest_rank(timer, tp))
+        chosen = choose_configs(model, timer if tp is None else slowest_rank(timer, tp))
         if chosen:
             self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
             summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
