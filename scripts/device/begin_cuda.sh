@@ -15,7 +15,7 @@ pack_results() {
 }
 
 # The GPU tests named (pytest node ids), unless TESTS=0: the log appended to $R/tests.log, the outcome and
-# any failures in the summary.
+# any failures in the summary. A -k applies to every node id of the call: give other tests a call of their own.
 run_tests() {  # NODE_ID...
   [ "${TESTS:-1}" = 1 ] || return 0
   timeout 240 python3 -m pytest -q -p no:cacheprovider "$@" >> "$R/tests.log" 2>&1

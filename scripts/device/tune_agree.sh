@@ -8,8 +8,8 @@
 # About 7 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/tune_agree.sh
 source scripts/device/begin_cuda.sh tune_agree
-run_tests plugins/platform_cuda/tests/test_dense_gemv.py -k "tune or timer" \
-  "tests/engine/test_tensor_parallel.py::test_tp2_on_two_gpus_with_graphs_equals_tp1[ll]"
+run_tests plugins/platform_cuda/tests/test_dense_gemv.py -k "tune or timer"  # -k applies to every node id named
+run_tests "tests/engine/test_tensor_parallel.py::test_tp2_on_two_gpus_with_graphs_equals_tp1[ll]"
 LAT=("${LAT[@]/warning/info}")
 declare -A ARM=([main]="")
 ab_latency "${PAIRS:-3}" main main
