@@ -37,7 +37,8 @@ class TritonAttentionBackend(AttentionBackend):
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
-        self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
+        # tests and benchmarks pin the split-KV choice (PAGODA_DECODE_SPLITS=N: A/B timings of every layer's)
+        self.force_num_splits: int | None = int(os.environ.get("PAGODA_DECODE_SPLITS", "0")) or None
         self.num_sms = platform.compute_units()
         self.pdl = _pdl_mode(platform.dependent_launch() and not _interpreting())  # kv write and decode kernels
         self.short_queries = os.environ.get("PAGODA_TRITON_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
