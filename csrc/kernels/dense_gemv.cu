@@ -6,6 +6,7 @@
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
 // before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
+#include <algorithm>
 #include <initializer_list>
 
 #include "../vec.cuh"
@@ -122,10 +123,26 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
 // spilling).
+// Paced early reads (PAGODA_GEMV_PACE): block b < pace.blocks sleeps b * pace.cycles SM cycles before its
+// early reads, so the first wave's requests reach memory at about a set rate instead of all at once, and the
+// few dependent reads of the latency-bound kernel they overlap queue behind less. Off: cycles = 0.
+struct Pace {
+  int cycles, blocks;
+};
+
+PAGODA_INLINE void paced_start(Pace pace) {
+#if defined(__CUDA_ARCH__) && !defined(USE_ROCM)
+  if (pace.cycles == 0 || static_cast<int>(blockIdx.x) >= pace.blocks) return;
+  const long long until = clock64() + static_cast<long long>(blockIdx.x) * pace.cycles;
+  while (clock64() < until) __nanosleep(64);
+#endif
+}
+
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
-                                                                  const T* __restrict__ bias, int n, int k) {
+                                                                  const T* __restrict__ bias, int n, int k,
+                                                                  Pace pace) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
   static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
@@ -135,6 +152,7 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
 #pragma unroll
   for (int r = 0; r < R; ++r) rows[r] = reinterpret_cast<const Vec<T, 8>*>(w + static_cast<int64_t>(min(row0 + r, n - 1)) * k);
   RowBlock<T, R> cur, next;
+  paced_start(pace);
   load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
   if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
@@ -235,12 +253,50 @@ inline bool four_blocks_an_sm() {
   return enabled;
 }
 
+// The early reads' rate in GB/s (bytes a ns) with PAGODA_GEMV_PACE=N (N >= 100), else 0: not paced.
+inline int pace_rate() {
+  static const int rate = [] {
+    const char* value = std::getenv("PAGODA_GEMV_PACE");
+    const int v = value == nullptr ? 0 : std::atoi(value);
+    return v >= 100 ? v : 0;
+  }();
+  return rate;
+}
+
+// SM cycles a ns of the current device (its clock rate), asked once per device; 1.98 if unknown.
+inline double cycles_a_ns() {
+  static double known[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1.98;
+  if (known[device] == 0) {
+    int khz = 0;
+    const bool ok = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess && khz > 0;
+    known[device] = ok ? khz / 1e6 : 1.98;
+  }
+  return known[device];
+}
+
+// The pace of a launch: each block's early reads (P blocks of its warps' shares) at pace_rate(), over the
+// blocks that fit on the GPU at once (the first wave; later blocks start after the wait anyway).
+template <typename Kernel>
+Pace pace_of(Kernel kernel, int R, int S, int P, int k) {
+  const int rate = pace_rate();
+  if (rate == 0) return {0, 0};
+  const int share = ((k / 8 + S - 1) / S + 7) / 8 * 8;
+  const double bytes = double(kGemvWarps) * R * std::min(P * kStride, share) * 16;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0) != cudaSuccess) per_sm = 1;
+  return {static_cast<int>(bytes / rate * cycles_a_ns()), per_sm * sm_count()};
+}
+
 template <typename T, int M, int R, int S, int B>
 void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
-  auto kernel = preload_blocks() == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k);
+  const int preload = preload_blocks();
+  auto kernel = preload == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
+  const Pace pace = pace_of(kernel, R, S, preload, k);
+  launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, pace);
 }
 
 template <typename T, int M, int R, int S>
