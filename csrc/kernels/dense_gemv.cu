@@ -5,7 +5,7 @@
 // block before them is multiplied (x, a few KiB shared by every warp, comes from L1); the S partial sums
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
-// before it finishes. Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
+// before it finishes, the first wave's blocks one after the other at a set rate (pace_rate). Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
 #include <algorithm>
 #include <initializer_list>
 
@@ -123,9 +123,10 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
 // spilling).
-// Paced early reads (PAGODA_GEMV_PACE): block b < pace.blocks sleeps b * pace.cycles SM cycles before its
-// early reads, so the first wave's requests reach memory at about a set rate instead of all at once, and the
-// few dependent reads of the latency-bound kernel they overlap queue behind less. Off: cycles = 0.
+// Paced early reads (pace_rate): block b < pace.blocks sleeps b * pace.cycles SM cycles before its early
+// reads, so the first wave's requests reach memory at about a set rate instead of all at once, and the few
+// dependent reads of the latency-bound kernel they overlap (attention, an LL sum) queue behind less of them.
+// Off: cycles = 0.
 struct Pace {
   int cycles, blocks;
 };
@@ -253,11 +254,15 @@ inline bool four_blocks_an_sm() {
   return enabled;
 }
 
-// The early reads' rate in GB/s (bytes a ns) with PAGODA_GEMV_PACE=N (N >= 100), else 0: not paced.
+#ifndef USE_ROCM  // pacing needs programmatic dependents (sm_90+)
+// The early reads' rate in GB/s (bytes a ns): 2500, PAGODA_GEMV_PACE=N (N >= 100) for N, 0 for no pace.
+// On 2 x H200 (benchmarks/results/h200x2_2026-11-28_round31/) 2500 took 5-8% off the 8B's batch-1 step at
+// TP=2 and 3.5-4% at TP=1 in four pairs; 4000 nearly as much; 1500 little (the first wave then starts late).
 inline int pace_rate() {
   static const int rate = [] {
     const char* value = std::getenv("PAGODA_GEMV_PACE");
-    const int v = value == nullptr ? 0 : std::atoi(value);
+    if (value == nullptr) return 2500;
+    const int v = std::atoi(value);
     return v >= 100 ? v : 0;
   }();
   return rate;
@@ -276,18 +281,24 @@ inline double cycles_a_ns() {
   return known[device];
 }
 
-// The pace of a launch: each block's early reads (P blocks of its warps' shares) at pace_rate(), over the
-// blocks that fit on the GPU at once (the first wave; later blocks start after the wait anyway).
-template <typename Kernel>
-Pace pace_of(Kernel kernel, int R, int S, int P, int k) {
+// The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (P blocks of its
+// warps' shares) at pace_rate(), over the first wave (later blocks start after the wait anyway). Only for
+// programmatic dependents: a plain launch reads nothing before the kernel before it has ended.
+inline Pace pace_of(int R, int S, int P, int k, int per_sm) {
   const int rate = pace_rate();
-  if (rate == 0) return {0, 0};
+  if (rate == 0 || !dependent_launch_enabled()) return {0, 0};
   const int share = ((k / 8 + S - 1) / S + 7) / 8 * 8;
   const double bytes = double(kGemvWarps) * R * std::min(P * kStride, share) * 16;
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0) != cudaSuccess) per_sm = 1;
   return {static_cast<int>(bytes / rate * cycles_a_ns()), per_sm * sm_count()};
 }
+
+// Blocks of `kernel` an SM holds (its registers and barriers decide), asked once per instantiation.
+template <typename Kernel>
+int blocks_an_sm(Kernel kernel) {
+  int per_sm = 0;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0) == cudaSuccess ? per_sm : 1;
+}
+#endif
 
 template <typename T, int M, int R, int S, int B>
 void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
@@ -295,7 +306,12 @@ void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* b
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
   const int preload = preload_blocks();
   auto kernel = preload == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
-  const Pace pace = pace_of(kernel, R, S, preload, k);
+#ifdef USE_ROCM
+  const Pace pace{0, 0};
+#else
+  static const int per_sm = blocks_an_sm(kernel);  // preload_blocks() is fixed for the process
+  const Pace pace = pace_of(R, S, preload, k, per_sm);
+#endif
   launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, pace);
 }
 
