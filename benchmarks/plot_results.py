@@ -233,6 +233,31 @@ def tp_layers_chart() -> None:
     fig.savefig(IMG / "tp_layers_h200x2.png", dpi=110)
 
 
+def tp_pace_chart() -> None:
+    """The 8B's batch-1 step ratio TP=2 / TP=1 on 2 x H200 (session 31), pair by pair: main without the pace
+    against the dense GEMV's paced early reads at 2500 GB/s (arms of a pair run one after the other)."""
+    run = "h200x2_2026-11-28_round31"
+
+    def step(call: str, pair: int, tp: int, arm: str) -> float:
+        return load(f"{run}/{call}/latency_p{pair}_tp{tp}_{arm}.json")["steps"][0]["step_ms"]
+
+    pairs = [(call, pair) for call in ("pace_ab", "pace_confirm") for pair in (1, 2)]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.38
+    for i, (call, pair) in enumerate(pairs):
+        for dx, arm, color, label in ((-width / 2, "main", "#999999", "no pace"), (width / 2, "p2500", "#1d4e89", "paced, 2500 GB/s")):
+            ratio = step(call, pair, 2, arm) / step(call, pair, 1, arm)
+            ax.bar(i + dx, ratio, width, color=color, label=label if i == 0 else None)
+            ax.text(i + dx, ratio + 0.002, f"{ratio:.3f}", ha="center", fontsize=7)
+    ax.axhline(0.6, color="#c44536", linestyle="--", linewidth=1, label="goal 0.6x")
+    ax.set_xticks(range(len(pairs)), [f"pair {i + 1}" for i in range(len(pairs))])
+    ax.set_ylim(0.5, 0.64)
+    ax.set(ylabel="TP=2 step / TP=1 step", title="Llama-3.1-8B dummy bf16, batch-1 decode, 2 x H200 (session 31)")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(IMG / "tp_pace_h200x2.png", dpi=110)
+
+
 def verify_chart() -> None:
     """The verify step (1-5 query tokens) over the 1-token decode step, Llama-3.1-8B batch 1 on an H100,
     Triton's short-query path against the prefill kernel (2026-11-27, one machine)."""
@@ -283,6 +308,7 @@ if __name__ == "__main__":
     awq_chart()
     tp_chart()
     tp_layers_chart()
+    tp_pace_chart()
     verify_chart()
     flash_chunks_chart()
     print("wrote", *sorted(p.name for p in IMG.glob("*.png")))
