@@ -5,7 +5,8 @@
 // block before them is multiplied (x, a few KiB shared by every warp, comes from L1); the S partial sums
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
-// before it finishes, the first wave's blocks one after the other at a set rate (pace_rate). Rounding: the sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
+// before it finishes, the first wave's blocks one after the other at a set rate (pace_rate). Rounding: the
+// sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
 #include <algorithm>
 #include <initializer_list>
 
@@ -120,9 +121,6 @@ PAGODA_INLINE void combine_split(float (&sum)[M][R], int warp, int lane) {
       for (int r = 0; r < R; ++r) sum[m][r] += partial[warp + p][m][r];
 }
 
-// B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
-// thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
-// spilling).
 // Paced early reads (pace_rate): block b < pace.blocks sleeps b * pace.cycles SM cycles before its early
 // reads, so the first wave's requests reach memory at about a set rate instead of all at once, and the few
 // dependent reads of the latency-bound kernel they overlap (attention, an LL sum) queue behind less of them.
@@ -139,6 +137,9 @@ PAGODA_INLINE void paced_start(Pace pace) {
 #endif
 }
 
+// B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
+// thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
+// spilling).
 template <typename T, int M, int R, int S, int P, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
@@ -205,18 +206,25 @@ inline int rows_per_warp(int n, int requested) {
   return forced != 0 ? forced : requested != 0 ? requested : n >= 16384 ? 2 : 1;
 }
 
-// SMs of the current device, asked once per device (an H100's 132 if the runtime will not say: only the
-// choice of split rests on it).
-inline int sm_count() {
-  static int known[64] = {};
+// A positive attribute of the current device, asked once per device into `known`; `fallback` if the
+// runtime will not say.
+template <typename Attr>
+inline int device_attribute(int (&known)[64], Attr attr, int fallback) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 132;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return fallback;
   if (known[device] == 0) {
-    int sms = 0;
-    const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0;
-    known[device] = ok ? sms : 132;
+    int value = 0;
+    const bool ok = cudaDeviceGetAttribute(&value, attr, device) == cudaSuccess && value > 0;
+    known[device] = ok ? value : fallback;
   }
   return known[device];
+}
+
+// SMs of the current device (an H100's 132 if the runtime will not say: only the choice of split and the
+// pace's first wave rest on it).
+inline int sm_count() {
+  static int known[64] = {};
+  return device_attribute(known, cudaDevAttrMultiProcessorCount, 132);
 }
 
 // Rows shorter than this (in 16-byte chunks: k < 7168) are not split: on an H100 (2026-11-27,
@@ -268,17 +276,10 @@ inline int pace_rate() {
   return rate;
 }
 
-// SM cycles a ns of the current device (its clock rate), asked once per device; 1.98 if unknown.
+// SM cycles a ns of the current device (its clock rate; 1.98 if the runtime will not say).
 inline double cycles_a_ns() {
-  static double known[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1.98;
-  if (known[device] == 0) {
-    int khz = 0;
-    const bool ok = cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess && khz > 0;
-    known[device] = ok ? khz / 1e6 : 1.98;
-  }
-  return known[device];
+  static int known[64] = {};
+  return device_attribute(known, cudaDevAttrClockRate, 1980000) / 1e6;  // kHz
 }
 
 // The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (P blocks of its

@@ -8,6 +8,7 @@
 #   3. a trace of TP=2 at s1 (layer timeline against round30's main).
 # About 8 minutes. -> $OUT/summary.txt, $OUT/results.tgz
 #   bash scripts/device/splits_ab.sh
+# Ran in session 31: one slice saved about 10 us a step at both sizes (benchmarks/results/h200x2_2026-11-28_round31/).
 source scripts/device/begin_cuda.sh splits_ab
 run_tests plugins/attention_triton/tests/test_gpu_kernels.py
 declare -A ARM=([main]="" [s1]="PAGODA_DECODE_SPLITS=1" [s2]="PAGODA_DECODE_SPLITS=2")

@@ -189,6 +189,17 @@ def test_weights_are_read_before_the_wait(compiles, source: str) -> None:
     assert checked > 0, f"no instantiation of {pattern} in {source}"
 
 
+def test_gemv_reads_weights_after_its_pace(compiles) -> None:
+    """The dense GEMV's first wave paces its early reads (docs/cuda.md "Paced early reads"): in every
+    instantiation's sm_90 SASS the pace's sleep (NANOSLEEP) comes before the first load (LDG), so the
+    compiler has not hoisted the weights' requests above it."""
+    gemvs = {name: sass for name, sass in sm90_functions(compiles["kernels/dense_gemv.cu"]).items()
+             if "dense_gemv_kernel" in name}
+    assert gemvs, "no dense_gemv_kernel in dense_gemv.cu"
+    for name, sass in gemvs.items():
+        assert 0 <= sass.find("NANOSLEEP") < sass.find("LDG"), name
+
+
 def test_the_flash_reduction_can_trigger_before_it_waits(compiles) -> None:
     """The flash split reduction lets the next kernel be scheduled before it waits (a runtime choice,
     docs/cuda.md "Trigger first"): in its sm_90 SASS a trigger (PREEXIT) precedes the wait (ACQBULK)."""
