@@ -88,12 +88,13 @@ PAGODA_INLINE void multiply_block(float (&acc)[M][R], const RowBlock<T, R>& w, c
 
 // The chunks [begin, end) of each row that warp `part` of S sums: contiguous shares of whole 128-byte
 // lines (8 chunks), so that every share starts on a line where the row does; the last share is
-// shorter, a share past the row empty (begin = end = chunks). One warp takes the row whole.
+// shorter, a share past the row empty (begin = end = chunks). One warp takes the row whole. Also on the host
+// (the pace sizes a block's early reads from it).
 struct Share {
   int begin, end;
 };
 template <int S>
-PAGODA_INLINE Share share_of(int chunks, int part) {
+__host__ __device__ __forceinline__ Share share_of(int chunks, int part) {
   if constexpr (S == 1) return {0, chunks};
   const int size = ((chunks + S - 1) / S + 7) / 8 * 8;
   const int begin = min(part * size, chunks);
@@ -282,13 +283,13 @@ inline double cycles_a_ns() {
   return device_attribute(known, cudaDevAttrClockRate, 1980000) / 1e6;  // kHz
 }
 
-// The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (P blocks of its
-// warps' shares) at pace_rate(), over the first wave (later blocks start after the wait anyway). Only for
-// programmatic dependents: a plain launch reads nothing before the kernel before it has ended.
-inline Pace pace_of(int R, int S, int P, int k, int per_sm) {
+// The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (P blocks of a warp's
+// share of `share` chunks, R rows a warp) at pace_rate(), over the first wave (later blocks start after the
+// wait anyway). Only for programmatic dependents: a plain launch reads nothing before the kernel before it
+// has ended.
+inline Pace pace_of(int R, int P, int share, int per_sm) {
   const int rate = pace_rate();
   if (rate == 0 || !dependent_launch_enabled()) return {0, 0};
-  const int share = ((k / 8 + S - 1) / S + 7) / 8 * 8;
   const double bytes = double(kGemvWarps) * R * std::min(P * kStride, share) * 16;
   return {static_cast<int>(bytes / rate * cycles_a_ns()), per_sm * sm_count()};
 }
@@ -311,7 +312,8 @@ void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* b
   const Pace pace{0, 0};
 #else
   static const int per_sm = blocks_an_sm(kernel);  // preload_blocks() is fixed for the process
-  const Pace pace = pace_of(R, S, preload, k, per_sm);
+  const Share first = share_of<S>(k / 8, 0);
+  const Pace pace = pace_of(R, preload, first.end - first.begin, per_sm);
 #endif
   launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, pace);
 }

@@ -46,10 +46,12 @@ ab_latency() {  # PAIRS "TP2_ARMS" "TP1_ARMS"
   done | tee -a "$OUT/summary.txt"
 }
 
-# rank_waits.py at TP=2 under ARM's arm ARM_NAME: both ranks' kernel tables and their sums' waits into the
-# summary, the traces under $R/ARM_NAME.
-rank_waits_arm() {  # ARM_NAME
-  env ${ARM[$1]} timeout 150 python3 scripts/device/rank_waits.py "$M8" --out "$R/$1" > "$R/rank_waits_$1.txt" 2>&1
-  echo "rank_waits $1: exit $?" | tee -a "$OUT/summary.txt"
-  awk '/^rank/ {n = 12} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits_$1.txt" | tee -a "$OUT/summary.txt"
+# rank_waits.py at TP=2 (or TP) under ARM's arm ARM_NAME: each rank's kernel table and its sums' waits into
+# the summary, the traces under $R/ARM_NAME (at another TP, $R/tpTP_ARM_NAME).
+rank_waits_arm() {  # ARM_NAME [TP]
+  local name=$1 tp=${2:-2}
+  [ "$tp" = 2 ] || name="tp${tp}_$1"
+  env ${ARM[$1]} timeout 150 python3 scripts/device/rank_waits.py "$M8" -tp "$tp" --out "$R/$name" > "$R/rank_waits_$name.txt" 2>&1
+  echo "rank_waits $name: exit $?" | tee -a "$OUT/summary.txt"
+  awk '/^rank/ {n = 12} n > 0 {print; n--; next} /^sums after/' "$R/rank_waits_$name.txt" | tee -a "$OUT/summary.txt"
 }

@@ -9,10 +9,5 @@
 source scripts/device/begin_cuda.sh pace_trace
 declare -A ARM=([main]="" [off]="PAGODA_GEMV_PACE=0")
 ab_latency "${PAIRS:-2}" "main off" "main off"
-rank_waits_arm main
-rank_waits_arm off
-for arm in main off; do
-  env ${ARM[$arm]} timeout 150 python3 scripts/device/rank_waits.py "$M8" -tp 1 --out "$R/tp1_$arm" > "$R/rank_waits_tp1_$arm.txt" 2>&1
-  echo "rank_waits -tp 1 $arm: exit $?" | tee -a "$OUT/summary.txt"
-done
+for arm in main off; do rank_waits_arm $arm; rank_waits_arm $arm 1; done
 pack_results
