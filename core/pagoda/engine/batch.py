@@ -51,7 +51,6 @@ class StepInputs:
     query_starts: list[int]  # [num_seqs + 1] where each request's tokens start (host copy)
     graph_size: int | None = None  # the captured decode batch size these inputs are padded to
     graphs: object = None  # the graph set that replays them when not the decode graphs (verify graphs)
-    pieces: int | None = None  # the token count a step replayed as graph pieces is padded to (engine.piecewise)
 
 
 def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_size: int) -> HostInputs:

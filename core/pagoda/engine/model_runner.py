@@ -63,7 +63,6 @@ class ModelRunner:
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
         self.verify_graphs = None  # pagoda.spec_decode.verify_graphs.VerifyGraphs, when speculating with graphs
-        self.mixed_graphs = None  # pagoda.engine.piecewise.MixedGraphs: other steps, in pieces cut at attention
         self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
         self.pooler = None  # pagoda.pooling.pooler.Pooler under runner "pooling": steps pool instead of sampling
         self.hidden_sink = None  # speculative decoding with EAGLE: called with (out, hidden, query_starts) each step
@@ -86,22 +85,13 @@ class ModelRunner:
                                           query_len, max_model_len, max_num_seqs)
         self.verify_graphs.capture()
 
-    def capture_mixed_graphs(self, max_tokens: int) -> None:
-        """Record steps of up to ``max_tokens`` tokens as graph pieces cut at attention (pagoda.engine.piecewise)."""
-        from pagoda.engine.piecewise import MixedGraphs, mixed_graph_sizes
-
-        sizes = mixed_graph_sizes(max_tokens)
-        if sizes:
-            graphs = MixedGraphs(self.model, self.platform, self.kv_caches, sizes)
-            self.mixed_graphs = graphs if graphs.capture() else None
-
     def drop_graphs(self) -> None:
         """Free the captured graphs and wait for the device: before a tensor-parallel group is destroyed,
         since NCCL's destroy waits for every graph that captured one of its collectives to be gone."""
-        for captured in (self.graphs, self.verify_graphs, self.mixed_graphs):
+        for captured in (self.graphs, self.verify_graphs):
             if captured is not None:
                 captured.graphs.clear()
-        self.graphs = self.verify_graphs = self.mixed_graphs = None
+        self.graphs = self.verify_graphs = None
         gc.collect()
         self.platform.synchronize()
 
@@ -209,16 +199,12 @@ class ModelRunner:
             size = graphs.size_for(out) if graphs is not None else None
             if size is not None:
                 return graphs.stage(out, block_tables, size)
-        inputs = stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
-        inputs.pieces = self.mixed_graphs.size_for(out) if self.mixed_graphs is not None else None
-        return inputs
+        return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         if inputs.graph_size is not None:
             return (inputs.graphs or self.graphs).replay(inputs.graph_size)
         metadata = self.attention.prepare(inputs.metadata)
-        if inputs.pieces is not None:
-            return self.mixed_graphs.replay(inputs.input_ids, inputs.positions, inputs.pieces, metadata)
         return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
 
     def release(self, request_id: str) -> None:

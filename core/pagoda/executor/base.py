@@ -10,9 +10,7 @@ import torch
 
 from pagoda.config import EngineConfig
 from pagoda.distributed.parallel import TensorParallel
-from pagoda.engine.builder import step_token_budget
 from pagoda.engine.model_runner import ModelRunner, PendingStep
-from pagoda.engine.piecewise import mixed_graph_limit
 from pagoda.engine.torch_profiler import RankProfiler
 from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.attention import AttentionBackend
@@ -90,8 +88,6 @@ def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBa
     runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp)
     if use_graphs(config, platform, attention):
         runner.capture_decode_graphs(max_model_len, config.max_num_seqs)
-        if limit := mixed_graph_limit():  # PAGODA_MIXED_GRAPHS: prefill and mixed steps in graph pieces
-            runner.capture_mixed_graphs(min(limit, step_token_budget(config, max_model_len)))
     return runner
 
 

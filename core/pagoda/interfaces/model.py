@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import torch
 from torch import nn
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
     from pagoda.interfaces.quantization import QuantizationMethod
-    from pagoda.layers.attention import Attention
     from pagoda.layers.ops import CustomOps
 
 
@@ -40,8 +39,6 @@ class ForwardContext:
     metadata: "AttentionMetadata"
     kv_caches: list[torch.Tensor] = field(default_factory=list)
     token_type_ids: torch.Tensor | None = None  # [num_tokens] int64 segment ids of text pairs (BERT); None: all 0
-    # piecewise graphs (pagoda.engine.piecewise): attention layers hand their q/k/v here instead of attending
-    split: "Callable[[Attention, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None" = None
 
 
 class CausalLM(nn.Module, ABC):
