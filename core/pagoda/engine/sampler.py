@@ -12,8 +12,6 @@ Processing order and semantics (vectorised over the batch; a step no row needs i
 4. temperature, then top-k (ties with the k-th value are kept), then top-p (keep the smallest
    set of most likely tokens whose mass reaches top_p), then min-p (drop tokens whose probability
    is below ``min_p`` times the top probability). This is HF's warper order and vLLM V0's.
-   ``PAGODA_SAMPLER_TOP_P=threshold`` masks top-k/top-p by a threshold instead of a sort
-   (``pagoda.engine.top_p``; values tied with the threshold all stay).
 5. Greedy rows (temperature < 1e-5) take the argmax of the penalised logits. Other rows draw
    ``argmax(probs / E)`` with E ~ Exponential(1) per token (the Gumbel-max trick in its
    exponential form), E coming from the row's own generator when the request has a seed, else
@@ -25,7 +23,6 @@ vLLM's default ``raw_logprobs`` mode, which is also what HF's ``log_softmax(scor
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -78,7 +75,6 @@ class Sampler:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
-        self.top_p_by_threshold = _top_p_mode() == "threshold"
         self._generators: dict[torch.device, torch.Generator] = {}
         self.controls = TokenControls()  # logit_bias, allowed_token_ids, bad words
 
@@ -127,12 +123,7 @@ class Sampler:
         if plan.temperature is not None:
             x.div_(plan.temperature[:, None])
         if plan.top_k is not None or plan.top_p is not None:
-            if self.top_p_by_threshold:
-                from pagoda.engine.top_p import apply_top_k_top_p
-
-                apply_top_k_top_p(x, plan.top_k, plan.top_p, plan.max_top_k)
-            else:
-                _apply_top_k_top_p(x, plan.top_k, plan.top_p, plan.max_top_k)
+            _apply_top_k_top_p(x, plan.top_k, plan.top_p, plan.max_top_k)
         if plan.min_p is not None:
             _apply_min_p(x, plan.min_p)
         return x
@@ -280,15 +271,6 @@ def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device
     counts = torch.zeros((len(token_lists), vocab + 1), device=device)
     counts.scatter_add_(1, ids, torch.ones(ids.shape, device=device))
     return counts[:, :vocab]
-
-
-def _top_p_mode() -> str:
-    """``PAGODA_SAMPLER_TOP_P``: ``sort`` (the default) or ``threshold`` (``pagoda.engine.top_p``: no sort
-    of the vocabulary; not yet timed on a GPU)."""
-    mode = os.environ.get("PAGODA_SAMPLER_TOP_P", "sort")
-    if mode not in ("sort", "threshold"):
-        raise ValueError(f"PAGODA_SAMPLER_TOP_P={mode!r}: use 'sort' (the default) or 'threshold'")
-    return mode
 
 
 def _apply_top_k_top_p(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None, max_k: int) -> None:
