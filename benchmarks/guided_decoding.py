@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from pagoda.bench.common import add_common_args, synchronize
-from pagoda.cli.engine_args import engine_config
+from pagoda.entrypoints.engine_args import engine_config
 
 SCHEMA = {"type": "array", "minItems": 1000, "items": {"type": "object", "properties": {
     "id": {"type": "integer", "minimum": 0, "maximum": 99999}, "name": {"type": "string", "maxLength": 24},

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.cli.generate_cmd import add_sampling_args, build_llm, check_model, fail, sampling_kwargs
+from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.plugins import get_plugin_manager
 
 PROMPT = ">>> "

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.plugins import get_plugin_manager
 
 GENERATE_EPILOG = """\

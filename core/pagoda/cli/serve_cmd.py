@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from pagoda.cli.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.errors import PagodaError
 from pagoda.plugins import get_plugin_manager
 

@@ -1,0 +1,114 @@
+"""Engine flags shared by `serve`, `generate`, `chat` and `bench`: one place, mirroring EngineConfig."""
+
+from __future__ import annotations
+
+import argparse
+
+from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
+from pagoda.plugins.manager import PluginManager
+
+DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
+
+
+def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> None:
+    """Add every EngineConfig flag; one-of-N choices come from the plugin registries."""
+    names = {key: manager.registry(key).names() for key in ("attention", "quantization", "scheduler", "platform")}
+    g = parser.add_argument_group("engine")
+    g.add_argument("--tokenizer", help="tokenizer folder (default: the model's)")
+    g.add_argument("--attention-backend", default="auto", choices=["auto", *names["attention"]],
+                   help="attention kernels over the paged KV cache; 'auto' picks the fastest usable one "
+                        "(install pagoda-attention-triton / -flash for GPU kernels)")
+    g.add_argument("--quantization", default=None, choices=names["quantization"],
+                   help="how linear layers store weights (default: the checkpoint's, else 'none')")
+    g.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV cache element type: auto (the model dtype) or fp8 (if the attention backend supports it)")
+    g.add_argument("--platform", default="auto", choices=["auto", *names["platform"]],
+                   help="device family; 'auto' picks the best available (e.g. cuda over cpu)")
+    g.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="weight and activation dtype; 'auto' = the platform's choice for this checkpoint")
+    g.add_argument("--load-format", default="auto", choices=LOAD_FORMATS,
+                   help="weights: safetensors, gguf, or 'dummy' (random, for benchmarks); 'auto' detects")
+    g.add_argument("--max-model-len", type=int, help="longest prompt + output in tokens (default: the model's)")
+    g.add_argument("--max-num-seqs", type=int, default=256, help="most requests in one batch")
+    g.add_argument("--max-num-batched-tokens", type=int,
+                   help="token budget of one step (prefill chunks + decodes; default 8192)")
+    g.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block (a power of two)")
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse KV blocks of shared prompt prefixes")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="fraction of device memory for weights, activations and KV cache (GPU platforms)")
+    g.add_argument("--kv-cache-memory", type=int, help="bytes for the KV cache (overrides --gpu-memory-utilization)")
+    g.add_argument("--enforce-eager", action="store_true",
+                   help="never capture device graphs (by default decode steps are captured as CUDA graphs at "
+                        "start-up when the platform and the attention backend support it)")
+    g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
+                   help="schedule and launch step N+1 while step N runs on the device, reading N's tokens "
+                        "afterwards (default on; --no-overlap-steps runs steps strictly in turn)")
+    g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
+                   help="request scheduling policy: fcfs, or priority (lower value first)")
+    g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
+    g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
+                   help="split every layer over this many devices (one process per device; docs/distributed.md)")
+    g.add_argument("--distributed-executor-backend", default="auto", choices=EXECUTOR_BACKENDS,
+                   help="how tensor-parallel ranks start: mp (worker processes on this host), torchrun (started "
+                        "by torchrun, on one host or several); auto: torchrun when launched by it, else mp")
+    g.add_argument("--guided-decoding-backend", default="auto",
+                   help="grammar engine for structured output (guided_decoding, response_format): a registered "
+                        "guided decoding backend (built in: xgrammar), or auto (docs/structured_output.md)")
+    g.add_argument("--runner", default="auto", choices=RUNNERS,
+                   help="generate text, or pool hidden states (embeddings, scores: /v1/embeddings, /score, "
+                        "/rerank); auto: pooling for encoder-only models such as BertModel (docs/pooling.md)")
+    g.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help='speculative decoding, as in vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' '
+                        "(prompt lookup; prompt_lookup_min/max set the n-gram sizes), or "
+                        '\'{"method": "draft", "model": DIR, "num_speculative_tokens": 4}\' (a small model of the '
+                        'same tokenizer); "backoff": false keeps k drafts always. Outputs are unchanged '
+                        "(exact verification), greedy or sampled (docs/speculative.md)")
+
+
+def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
+    """Build (and validate) an EngineConfig from parsed flags.
+
+    Under torchrun, every rank runs the same command; ranks > 0 become tensor-parallel workers
+    here (before any command loads a model or opens a port) and exit when the engine stops.
+    """
+    config = _engine_config(args, model)
+    from pagoda.executor.workers import launched_by_torchrun, use_torchrun
+
+    if config.tensor_parallel_size > 1 and launched_by_torchrun() and use_torchrun(config):
+        import os
+
+        if int(os.environ["RANK"]) > 0:
+            from pagoda.executor.worker import run_torchrun_worker
+
+            raise SystemExit(run_torchrun_worker(config))
+    return config
+
+
+def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
+    return EngineConfig(
+        model=model,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        seed=args.seed,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        attention_backend=args.attention_backend,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        load_format=args.load_format,
+        kv_cache_memory=args.kv_cache_memory,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=args.enforce_eager,
+        scheduler=args.scheduler,
+        platform=args.platform,
+        overlap_steps=args.overlap_steps,
+        tensor_parallel_size=args.tensor_parallel_size,
+        distributed_executor_backend=args.distributed_executor_backend,
+        guided_decoding_backend=args.guided_decoding_backend,
+        speculative_config=args.speculative_config,
+        runner=args.runner,
+    )
