@@ -11,15 +11,22 @@ import logging
 import pytest
 
 from pagoda.spec_decode import draft_prelaunch
+from pagoda.spec_decode.draft import DraftProposer
 from test_decode_graphs import replay_plugins  # noqa: F401 - the fixture
 from test_speculative_draft import _llm, _params, _prompts, _tokens
 
 
 def _run(target: str, spec: dict, monkeypatch, prelaunch: bool, **extra) -> tuple[list, list, int, int]:
     """Outputs, every step's proposals ((tokens known, drafts) per input), the rows of rounds queued
-    behind a verify step, and the drafts that went into verify steps unread (on the device)."""
-    monkeypatch.setenv("PAGODA_DRAFT_PRELAUNCH", "1" if prelaunch else "0")
-    llm = _llm(target, spec, **extra)
+    behind a verify step, and the drafts that went into verify steps unread (on the device). Without
+    ``prelaunch`` no round is queued behind a verify step: every round is drafted after the read."""
+    with monkeypatch.context() as patch:
+        if not prelaunch:
+            patch.setattr(DraftProposer, "prelaunch", lambda self, outcome, k: None)
+        return _generate(_llm(target, spec, **extra), patch)
+
+
+def _generate(llm, monkeypatch) -> tuple[list, list, int, int]:
     proposer, proposals, queued, on_device = llm.engine.core.speculator.proposer, [], [], []
     propose, queue = proposer.propose, draft_prelaunch.queue
 

@@ -5,20 +5,18 @@ takes about 28 us on an H100, on one of its 132 SMs (2026-11-27 profile). ``argm
 row into ``groups`` slices, takes each slice's max and its first index in parallel, then the first
 slice holding the largest: the same index as ``torch.argmax``, ties (the first) and NaN (the first)
 included, since both stages keep the first of equals and a NaN beats every number. On a GPU with
-Triton those four kernels are one launch (``argmax_triton``; ``PAGODA_TRITON_ARGMAX=0``: torch's).
+Triton those four kernels are one launch (``argmax_triton``; where it fails to compile: torch's).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
 from pagoda.triton_support import triton_installed
 
 logger = logging.getLogger(__name__)
-TRITON_ENV = "PAGODA_TRITON_ARGMAX"  # 0: torch's kernels only
 _failed = False  # the Triton argmax raised once: torch's kernels from then on
 SPLIT_ROWS = 32  # from this many rows on, torch's one-block-per-row reduction fills the GPU well enough
 MIN_SLICE = 256  # entries a slice keeps at least
@@ -45,8 +43,8 @@ def argmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def _one_launch(x: torch.Tensor) -> bool:
-    """A GPU's few rows in one Triton launch (argmax_triton), unless ``PAGODA_TRITON_ARGMAX=0`` or it failed."""
-    return os.environ.get(TRITON_ENV) != "0" and x.device.type == "cuda" and triton_installed() and not _failed
+    """A GPU's few rows in one Triton launch (argmax_triton), unless it failed before."""
+    return x.device.type == "cuda" and triton_installed() and not _failed
 
 
 def _launched(x: torch.Tensor, out: torch.Tensor) -> bool:
@@ -60,8 +58,7 @@ def _launched(x: torch.Tensor, out: torch.Tensor) -> bool:
         return True
     except Exception as error:  # noqa: BLE001 - a compile error of any kind: torch's path is exact too
         _failed = True
-        logger.warning("The one-launch argmax failed (%s: %s); using torch's kernels (set %s=0 to skip it)",
-                       type(error).__name__, error, TRITON_ENV)
+        logger.warning("The one-launch argmax failed (%s: %s); using torch's kernels", type(error).__name__, error)
         return False
 
 

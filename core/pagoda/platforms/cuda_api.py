@@ -10,7 +10,6 @@ and their compiled kernels.
 from __future__ import annotations
 
 import functools
-import os
 from abc import ABC
 from contextlib import AbstractContextManager, contextmanager, nullcontext as _nothing
 from typing import Any, Callable, Iterator, TypeVar
@@ -20,7 +19,6 @@ import torch
 from pagoda.interfaces.platform import Platform
 
 GiB = 1 << 30
-COPY_STREAM_ENV = "PAGODA_COPY_STREAM"  # 0: every device-to-host copy on the current stream
 T = TypeVar("T")
 
 
@@ -45,7 +43,7 @@ class CudaApiPlatform(Platform, ABC):
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
     def copy_to_host_async(self, tensors: list[torch.Tensor], beside: bool = False) -> Callable[[], list[torch.Tensor]]:
-        """Pinned host copies, queued on the current stream or (``beside``, unless PAGODA_COPY_STREAM=0) on a
+        """Pinned host copies, queued on the current stream or (``beside``) on a
         stream of their own that waits for it, so that the current stream's next work (the next step's
         input copies) does not queue behind them."""
         hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
@@ -65,8 +63,9 @@ class CudaApiPlatform(Platform, ABC):
         return wait
 
     def _copy_stream(self) -> "torch.cuda.Stream | None":
-        """The device-to-host copy stream, made to wait for the current stream; None: copy on the current one."""
-        if os.environ.get(COPY_STREAM_ENV) == "0" or torch.cuda.is_current_stream_capturing():
+        """The device-to-host copy stream, made to wait for the current stream; None (while capturing a
+        graph): copy on the current one."""
+        if torch.cuda.is_current_stream_capturing():
             return None
         stream = _copy_stream_of(torch.cuda.current_device())
         stream.wait_stream(torch.cuda.current_stream())

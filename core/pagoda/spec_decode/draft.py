@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 from typing import Callable
 
 import torch
@@ -115,7 +114,6 @@ class DraftProposer(Proposer):
         self.max_batch_tokens = 8192
         self._shadows: dict[str, _Shadow] = {}
         self._prelaunched: draft_prelaunch.Prelaunched | None = None  # a round queued behind the verify step
-        self.prelaunching = os.environ.get("PAGODA_DRAFT_PRELAUNCH", "1") != "0"  # 0: every round after the read (A/B)
         self.max_model_len = 0
 
     # -- set-up ------------------------------------------------------------------------------
@@ -174,7 +172,7 @@ class DraftProposer(Proposer):
     def prelaunch(self, outcome: VerifyOutcome, k: int) -> None:
         """Queue the next round of the shadows that drafted what ``outcome`` verifies, for every
         outcome at once, behind the verify step (:mod:`pagoda.spec_decode.draft_prelaunch`)."""
-        if not self.prelaunching or self.runner is None:
+        if self.runner is None:
             return
         plans, index = [], []
         for i, (rid, verified) in enumerate(zip(outcome.request_ids, outcome.drafts)):

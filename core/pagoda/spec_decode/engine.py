@@ -17,7 +17,6 @@ speculator reads them once that step is queued (:meth:`Speculator.read_drafts`).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Iterable
 
 from pagoda.engine.kv_cache import KVCacheManager
@@ -226,9 +225,8 @@ class Speculator:
 
 def _drafts_on_device(parts: Any, runner: Any) -> bool:
     """Whether verify steps may take drafts the device is still computing: the target's runner is in this
-    process alone (no tensor-parallel ranks to send the values to). ``PAGODA_DRAFTS_ON_DEVICE=0``: never
-    (for A/B timings)."""
-    return runner is not None and parts.config.tensor_parallel_size == 1 and os.environ.get("PAGODA_DRAFTS_ON_DEVICE") != "0"
+    process alone (no tensor-parallel ranks to send the values to)."""
+    return runner is not None and parts.config.tensor_parallel_size == 1
 
 
 def _reads_no_drafts(req: Request) -> bool:

@@ -37,11 +37,9 @@ class TritonAttentionBackend(AttentionBackend):
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
-        # tests and benchmarks pin the split-KV choice (PAGODA_DECODE_SPLITS=N: A/B timings of every layer's)
-        self.force_num_splits: int | None = int(os.environ.get("PAGODA_DECODE_SPLITS", "0")) or None
+        self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
-        self.pdl = _pdl_mode(platform.dependent_launch() and not _interpreting())  # kv write and decode kernels
-        self.short_queries = os.environ.get("PAGODA_TRITON_SHORT_QUERIES") != "0"  # 0: prefill kernel (A/B timings)
+        self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -61,7 +59,7 @@ class TritonAttentionBackend(AttentionBackend):
         d, others = m.num_decodes, m.num_seqs - m.num_decodes
         splits = self.force_num_splits or _splits(d, s.num_kv_heads, m.max_seq_len, self.num_sms)
         plan = TritonStepPlan(splits, decode_scratch(d, s.num_heads, s.head_size, splits, m.seq_lens.device))
-        if self.short_queries and others > 0 and m.max_query_len <= SHORT_QUERY:
+        if others > 0 and m.max_query_len <= SHORT_QUERY:
             plan.short_splits = self.force_num_splits or _splits(others, s.num_kv_heads, m.max_seq_len, self.num_sms)
             tokens = m.slot_mapping.shape[0] - d
             plan.short_scratch = decode_scratch(tokens, s.num_heads, s.head_size, plan.short_splits, m.seq_lens.device)
@@ -104,14 +102,6 @@ def _spec_reason(spec: AttentionSpec) -> str | None:
     if spec.block_size & (spec.block_size - 1):
         return f"triton attention needs a power-of-two block size, not {spec.block_size}"
     return None
-
-
-def _pdl_mode(enabled: bool) -> int:
-    """The kernels' ``PDL`` (tile.dependent_start): 0 plain launches, else 2 (let the next kernel be
-    scheduled, then wait), or 1 (wait, then let it be scheduled) with ``PAGODA_PDL_EARLY=0``."""
-    if not enabled:
-        return 0
-    return 1 if os.environ.get("PAGODA_PDL_EARLY") == "0" else 2
 
 
 def _splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:

@@ -120,14 +120,14 @@ def decode_attention(
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     config: dict[str, int] | None = None,
-    pdl: int = 0,
+    pdl: bool = False,
     query_start_loc: torch.Tensor | None = None,  # [num_seqs + 1] int32; None: one token a sequence
 ) -> None:
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
     ``config`` overrides ``decode_config`` (BLOCK_N, num_warps, num_stages; benchmarks); ``pdl``
-    launches the kernels as programmatic dependents (``tile.dependent_start``: 1 wait first, 2
-    trigger first; the backend asks the platform).
+    launches the kernels as programmatic dependents (``tile.dependent_start``; the backend asks the
+    platform).
     """
     if num_decodes == 0:
         return
@@ -150,7 +150,7 @@ def short_query_attention(
     window: int | None,
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
-    pdl: int = 0,
+    pdl: bool = False,
 ) -> None:
     """Attention for sequences ``num_decodes:`` (tokens ``num_decodes:``), each of at most
     ``max_query_len`` query tokens, on the decode kernel: one program per (sequence, kv head, split)."""
@@ -164,7 +164,7 @@ def short_query_attention(
 
 def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs: tuple[int, int],
             tokens: tuple[int, int], query_p: int, scale: float, window: int | None, num_splits: int,
-            scratch, config: dict[str, int] | None, pdl: int) -> None:
+            scratch, config: dict[str, int] | None, pdl: bool) -> None:
     """The decode kernel over sequences ``seqs[0]:seqs[1]`` (tokens ``tokens[0]:tokens[0] + tokens[1]``,
     at most ``query_p`` a sequence), then the reduction where split."""
     _, num_heads, head = query.shape

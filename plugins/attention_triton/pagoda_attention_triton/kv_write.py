@@ -36,7 +36,7 @@ def write_kv(
     value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
     slot_mapping: torch.Tensor,  # [num_tokens] int64; negative slots are skipped
-    pdl: int = 0,
+    pdl: bool = False,
 ) -> None:
     """Write ``key``/``value`` into ``kv_cache`` at ``slot_mapping`` (in place, no host sync); ``pdl``:
     launched as a programmatic dependent (``tile.dependent_start``)."""

@@ -28,20 +28,16 @@ def dot_precision(dtype: torch.dtype) -> tuple[str, bool]:
 
 @triton.jit
 def dependent_start(PDL: tl.constexpr):
-    """A kernel launched as a programmatic dependent (``launch_pdl``, sm_90+) starts here. ``PDL=1``: it
-    waits for the kernel before it (finished, its writes visible), then lets the next kernel be
-    scheduled. ``PDL=2`` (the backend's default): it lets the next kernel be scheduled first, so that
-    kernel's programs become resident and read what no kernel writes (a GEMV's weights) while this one
-    runs; every dependent still waits before it reads this kernel's output."""
-    if PDL == 1:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    if PDL == 2:
+    """A kernel launched as a programmatic dependent (``launch_pdl``, sm_90+; ``PDL`` true) starts here: it
+    lets the next kernel be scheduled first, so that kernel's programs become resident and read what no
+    kernel writes (a GEMV's weights) while this one runs, then waits for the kernel before it (finished,
+    its writes visible). Every dependent still waits before it reads this kernel's output."""
+    if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
 
 
-def pdl_launch(pdl: int | bool) -> dict[str, bool]:
+def pdl_launch(pdl: bool) -> dict[str, bool]:
     """Launch options of a kernel that calls ``dependent_start(PDL=pdl)``."""
     return {"launch_pdl": True} if pdl else {}
 
