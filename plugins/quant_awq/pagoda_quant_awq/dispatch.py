@@ -6,24 +6,19 @@ of 64, pagoda-platform-cuda's kernels built) every layer is repacked at load int
 :data:`TILES_TABLE`. Otherwise the checkpoint's layout stays and runs ``cuda`` (the CUDA-core GEMV,
 few tokens), ``triton`` (dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the
 dense matmul) or ``reference`` (torch, CPU), by :data:`TABLE`. Both tables are measured by
-``benchmarks/quant_awq.py``. ``PAGODA_AWQ_KERNEL`` forces one kernel (``cuda`` only where it
-applies: 1..8 fp16/bf16 tokens); forcing a checkpoint-layout kernel also keeps layers from being
-repacked at load.
+``benchmarks/quant_awq.py``, which calls each kernel by name (the ``kernel`` argument).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Callable
 
 import torch
 
 from pagoda_quant_awq.reference import awq_linear_reference
 
-ENV_FORCE = "PAGODA_AWQ_KERNEL"
 TILES_KERNELS = ("tiles", "tiles_dense")
-KERNELS = TILES_KERNELS + ("cuda", "triton", "dense", "reference")
 CUDA_MAX_TOKENS = 8  # the GEMV kernel is compiled for 1..8 tokens
 # (largest token count, kernel), first match wins. H100, 2026-11-23 (benchmarks/results/h100_2026-11-23_awq): the CUDA GEMV wins only at M = 1, Triton up to
 # 16-64 tokens, the dequantize + dense matmul beyond (decoder-layer totals)
@@ -48,21 +43,10 @@ def cuda_extension():
     return ext if hasattr(ext, "awq_gemv") else None
 
 
-def forced_kernel() -> str | None:
-    """``PAGODA_AWQ_KERNEL``, checked."""
-    forced = os.environ.get(ENV_FORCE) or None
-    if forced and forced not in KERNELS:
-        raise ValueError(f"{ENV_FORCE}={forced!r}: choose one of {', '.join(KERNELS)}")
-    return forced
-
-
 def tiles_reason(device: torch.device, dtype: torch.dtype, k: int, n: int, group_size: int) -> str | None:
     """``None`` if a ``[k, n]`` layer on ``device`` is repacked into the tiles layout, else why not."""
     from pagoda_quant_awq.tiles import tiles_fit
 
-    forced = forced_kernel()
-    if forced is not None and forced not in TILES_KERNELS:
-        return f"{ENV_FORCE}={forced} forces a kernel of the checkpoint's layout"
     if device.type != "cuda":
         return "the tiles kernels are for NVIDIA GPUs"  # (ROCm builds leave them out: tiles_extension is None)
     if dtype not in (torch.float16, torch.bfloat16):
@@ -83,9 +67,6 @@ def tiles_extension():
 
 def choose_tiles_kernel(m: int) -> str:
     """``tiles`` or ``tiles_dense`` for ``m`` tokens of a layer in the tiles layout."""
-    forced = forced_kernel()
-    if forced in TILES_KERNELS:
-        return forced
     return next(name for limit, name in TILES_TABLE if m <= limit)
 
 
@@ -107,13 +88,8 @@ def awq_tiles_linear(x: torch.Tensor, tiles, bias: torch.Tensor | None = None, k
 
 
 def choose_kernel(m: int, device: torch.device, dtype: torch.dtype) -> str:
-    """The kernel for ``m`` tokens of a layer in the checkpoint's layout on ``device``: the forced
-    one, else the table's, else a fallback."""
-    forced = forced_kernel()
-    if forced in TILES_KERNELS:
-        forced = None  # this layer was not repacked (see tiles_reason): the table decides
-    if forced and (forced != "cuda" or _gemv_applies(m, dtype)):
-        return forced
+    """The kernel for ``m`` tokens of a layer in the checkpoint's layout on ``device``: the table's,
+    else a fallback."""
     if device.type != "cuda":
         return "reference"
     kernel = next(name for limit, name in TABLE if m <= limit)
@@ -123,7 +99,7 @@ def choose_kernel(m: int, device: torch.device, dtype: torch.dtype) -> str:
 
 
 def _gemv_applies(m: int, dtype: torch.dtype) -> bool:
-    """The CUDA GEMV takes 1..8 fp16/bf16 tokens (forcing it leaves larger calls to the table)."""
+    """The CUDA GEMV takes 1..8 fp16/bf16 tokens."""
     return m <= CUDA_MAX_TOKENS and dtype in (torch.float16, torch.bfloat16) and cuda_extension() is not None
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda_quant_awq.dispatch import awq_linear, awq_tiles_linear, cuda_extension, tiles_extension
+from pagoda.testing import built_kernels
+from pagoda_quant_awq.dispatch import awq_linear, awq_tiles_linear
 from pagoda_quant_awq.packing import dequantize
 from pagoda_quant_awq.tiles import dequantize_tiles, repack
 
@@ -56,10 +57,39 @@ def _check_tiles(kernel: str, m: int, shape: str, dtype: torch.dtype, group: int
     assert not tiles.locks.any(), "the split-K counters must be back at zero"
 
 
+def kernels_with(op: str):
+    """``built_kernels`` for pagoda-platform-cuda's compiled module, which must have ``op``: skips
+    without a GPU, fails on one where they did not build."""
+
+    def load():
+        from pagoda_platform_cuda.build import load_extension
+
+        ext = load_extension()
+        if not hasattr(ext, op):
+            raise RuntimeError(f"the installed kernels have no {op}: reinstall pagoda-platform-cuda")
+        return ext
+
+    return built_kernels(f"pagoda-platform-cuda's kernels (with {op})", load)
+
+
+def force_kernel(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    """Every AWQ product of the models built from now on through ``kernel``: a tiles kernel for layers
+    repacked as usual, or a kernel of the checkpoint's layout, which then keeps every layer in that
+    layout (the CUDA GEMV only where it applies: 1..8 fp16/bf16 tokens; the table's kernel elsewhere)."""
+    from pagoda_quant_awq import dispatch
+
+    if kernel in dispatch.TILES_KERNELS:
+        monkeypatch.setattr(dispatch, "choose_tiles_kernel", lambda m: kernel)
+        return
+    table = dispatch.choose_kernel
+    monkeypatch.setattr(dispatch, "tiles_reason", lambda *shape: f"the test runs {kernel} on the checkpoint's layout")
+    monkeypatch.setattr(dispatch, "choose_kernel", lambda m, device, dtype: kernel
+                        if kernel != "cuda" or dispatch._gemv_applies(m, dtype) else table(m, device, dtype))
+
+
 @pytest.fixture
-def tiles_kernels() -> None:
-    if tiles_extension() is None:
-        pytest.skip("pagoda-platform-cuda's kernels (with awq_tiles_gemm) are not built here")
+def tiles_kernels():
+    return kernels_with("awq_tiles_gemm")
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -88,7 +118,7 @@ def test_tiles_gemm_forced_splits(tiles_kernels, split_k: int, m: int) -> None:
 def test_tiles_dequantize_is_exact(tiles_kernels, dtype: torch.dtype) -> None:
     qweight, qzeros, scales = _random_awq(4096, 6144, 64)
     tiles = repack(qweight, qzeros, scales, 64, dtype)
-    got = tiles_extension().awq_tiles_dequantize(tiles.weights, tiles.scales, tiles.zeros, 64)
+    got = tiles_kernels.awq_tiles_dequantize(tiles.weights, tiles.scales, tiles.zeros, 64)
     assert torch.equal(got, dequantize_tiles(tiles))
     if dtype == torch.float16:
         assert torch.equal(got, dequantize(qweight, qzeros, scales, 64, torch.float16))
@@ -122,8 +152,7 @@ def test_tiles_gemm_under_cuda_graph_replays(tiles_kernels) -> None:
 
 @pytest.fixture
 def cuda_gemv() -> None:
-    if cuda_extension() is None:
-        pytest.skip("pagoda-platform-cuda's kernels (with awq_gemv) are not built here")
+    kernels_with("awq_gemv")
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -171,11 +200,11 @@ def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest
     """Decode steps (CUDA graphs) through one kernel: the tokens' logprobs match the dense model's."""
     from awq_quantizer import logprob_gap
 
-    if kernel == "cuda" and cuda_extension() is None:
-        pytest.skip("pagoda-platform-cuda's kernels (with awq_gemv) are not built here")
-    if kernel.startswith("tiles") and tiles_extension() is None:
-        pytest.skip("pagoda-platform-cuda's kernels (with awq_tiles_gemm) are not built here")
-    monkeypatch.setenv("PAGODA_AWQ_KERNEL", kernel)
+    if kernel == "cuda":
+        kernels_with("awq_gemv")
+    if kernel.startswith("tiles"):
+        kernels_with("awq_tiles_gemm")
+    force_kernel(monkeypatch, kernel)
     awq, dense = checkpoints_on_gpu
     gap = logprob_gap(awq, dense, [5, 17, 99, 3, 42, 7], 8, dtype=dtype, platform="cuda", block_size=16,
                       max_num_seqs=4, max_num_batched_tokens=64)
@@ -184,8 +213,8 @@ def test_tiny_awq_llama_logprobs_on_cuda(checkpoints_on_gpu, monkeypatch: pytest
 
 def test_tiny_awq_llama_tiles_equal_the_reference_path(tiles_kernels, checkpoints_on_gpu,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Greedy decoding through CUDA graphs in float16: the repacked layers (the default;
-    PAGODA_AWQ_KERNEL=tiles forces the tensor-core kernel at any size) give the same tokens, and each
+    """Greedy decoding through CUDA graphs in float16: the repacked layers (the default; forced onto
+    the tensor-core kernel at any size) give the same tokens, and each
     is the reference path's best token at its position (teacher-forced, within a near-tie of 0.02 nats:
     up to 16 tokens the tiles kernel applies zero point and scale to fp32 sums instead of rounding the
     weights to fp16, so exact ties may break differently); forcing a checkpoint-layout kernel keeps
@@ -200,22 +229,21 @@ def test_tiny_awq_llama_tiles_equal_the_reference_path(tiles_kernels, checkpoint
     kwargs = dict(dtype="float16", platform="cuda", block_size=16, max_num_seqs=4, max_num_batched_tokens=64)
 
     def greedy(kernel: str | None):
-        if kernel is None:
-            monkeypatch.delenv("PAGODA_AWQ_KERNEL", raising=False)
-        else:
-            monkeypatch.setenv("PAGODA_AWQ_KERNEL", kernel)
-        llm = LLM(model=str(awq), **kwargs)
-        layer = dict(llm.engine.core.parts.model.named_modules())["model.layers.0.mlp.down_proj"]
-        assert isinstance(layer.quant_method, AwqMethod)
-        repacked = hasattr(layer, "awq_weights")
-        return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)], repacked
+        with monkeypatch.context() as patch:
+            if kernel is not None:
+                force_kernel(patch, kernel)
+            llm = LLM(model=str(awq), **kwargs)
+            layer = dict(llm.engine.core.parts.model.named_modules())["model.layers.0.mlp.down_proj"]
+            assert isinstance(layer.quant_method, AwqMethod)
+            return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)], \
+                hasattr(layer, "awq_weights")
 
     tiles, repacked = greedy("tiles")
-    assert repacked, "PAGODA_AWQ_KERNEL=tiles repacks fp16/bf16 layers on an sm_80+ GPU"
+    assert repacked, "forcing the tiles kernel keeps fp16/bf16 layers repacked on an sm_80+ GPU"
     default, repacked = greedy(None)
     assert repacked, "the tiles layout is the default on an sm_80+ GPU"
     assert tiles == default
-    monkeypatch.setenv("PAGODA_AWQ_KERNEL", "reference")
+    force_kernel(monkeypatch, "reference")
     reference = LLM(model=str(awq), **kwargs)
     layer = dict(reference.engine.core.parts.model.named_modules())["model.layers.0.mlp.down_proj"]
     assert not hasattr(layer, "awq_weights")

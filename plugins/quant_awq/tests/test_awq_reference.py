@@ -32,35 +32,10 @@ def test_cpu_dispatch_uses_the_reference() -> None:
     torch.testing.assert_close(got.double(), x.double() @ quant.dequantized(32), rtol=1e-5, atol=1e-5)
 
 
-def test_forced_kernel(monkeypatch) -> None:
+def test_tiles_layout_choice() -> None:
     from pagoda_quant_awq import dispatch
 
-    cpu = torch.device("cpu")
-    monkeypatch.setenv(dispatch.ENV_FORCE, "triton")
-    assert dispatch.choose_kernel(300, cpu, torch.float32) == "triton"
-    monkeypatch.setattr(dispatch, "cuda_extension", lambda: object())
-    monkeypatch.setenv(dispatch.ENV_FORCE, "cuda")
-    assert dispatch.choose_kernel(8, cpu, torch.bfloat16) == "cuda"
-    assert dispatch.choose_kernel(9, cpu, torch.bfloat16) == "reference"  # beyond the GEMV: the table's choice
-    assert dispatch.choose_kernel(9, torch.device("cuda"), torch.bfloat16) == "triton"
-    assert dispatch.choose_kernel(4, torch.device("cuda"), torch.float32) == "triton"  # the GEMV takes no fp32
-    monkeypatch.setenv(dispatch.ENV_FORCE, "fast")
-    with pytest.raises(ValueError, match="PAGODA_AWQ_KERNEL='fast': choose one of tiles, tiles_dense, cuda, triton, dense, reference"):
-        dispatch.choose_kernel(1, cpu, torch.float32)
-
-
-def test_tiles_layout_choice(monkeypatch) -> None:
-    from pagoda_quant_awq import dispatch
-
-    cuda = torch.device("cuda")
-    monkeypatch.delenv(dispatch.ENV_FORCE, raising=False)  # the tiles layout is the default on NVIDIA GPUs
     assert "NVIDIA GPUs" in dispatch.tiles_reason(torch.device("cpu"), torch.bfloat16, 4096, 4096, 128)
-    monkeypatch.setenv(dispatch.ENV_FORCE, "triton")  # a checkpoint-layout kernel keeps layers unpacked
-    assert "forces a kernel of the checkpoint's layout" in dispatch.tiles_reason(cuda, torch.bfloat16, 4096, 4096, 128)
-    monkeypatch.setenv(dispatch.ENV_FORCE, "tiles")
-    assert "NVIDIA GPUs" in dispatch.tiles_reason(torch.device("cpu"), torch.bfloat16, 4096, 4096, 128)
-    assert dispatch.choose_tiles_kernel(4096) == "tiles"
-    assert dispatch.choose_kernel(4, cuda, torch.float32) == "triton"  # an unpacked (fp32) layer: the table
-    monkeypatch.delenv(dispatch.ENV_FORCE)
+    assert dispatch.choose_kernel(4, torch.device("cuda"), torch.float32) == "triton"  # an unpacked (fp32) layer
     limit, kernel = dispatch.TILES_TABLE[0]
     assert (dispatch.choose_tiles_kernel(1), dispatch.choose_tiles_kernel(limit + 1)) == (kernel, "tiles_dense")

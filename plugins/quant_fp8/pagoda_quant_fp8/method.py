@@ -15,7 +15,6 @@ maximum. Block-wise checkpoints are dequantized at load and requantized per outp
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
 import torch
@@ -46,7 +45,6 @@ class Fp8Method(QuantizationMethod):
     Triton kernels that quantize activations per token, fused into the RMSNorm and SiLU-and-mul
     that produce them, when Triton is there), ``torch`` (``torch._scaled_mm`` with torch ops only;
     it also runs on CPU) or ``reference`` (float32 dequantize-and-multiply; tests).
-    ``PAGODA_FP8_FAST_ACCUM=0`` and ``PAGODA_FP8_FUSED=0`` switch those two off (measurements).
     """
 
     description = "FP8 e4m3 weights and activations (torch._scaled_mm; compute capability >= 8.9)"
@@ -61,10 +59,9 @@ class Fp8Method(QuantizationMethod):
             from pagoda_quant_fp8.triton_quant import fused_per_token_quantizer
 
             self.per_token = fused_per_token_quantizer() or quantize_per_row
-            if _switch("PAGODA_FP8_FAST_ACCUM"):
-                self.matmul = kernels.scaled_mm_fast_accum
+            self.matmul = kernels.scaled_mm_fast_accum
         self.token_quantizer = TokenQuantizer(self.per_token)
-        if backend == "cuda" and self.scheme.activation == "token" and _switch("PAGODA_FP8_FUSED"):
+        if backend == "cuda" and self.scheme.activation == "token":
             self.token_quantizer = fused_or_plain(self.per_token)
 
     @classmethod
@@ -132,11 +129,6 @@ class Fp8Method(QuantizationMethod):
             ), x.dtype)
         out = self.matmul(x.data, x.scale, layer.weight, layer.weight_scale, x.dtype)
         return out if bias is None else out.add_(bias)
-
-
-def _switch(name: str) -> bool:
-    """An on-by-default environment switch: off for 0/false/no/off."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _merge_shard_scales(scales: torch.Tensor, output_sizes: list[int]) -> torch.Tensor:
