@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -18,7 +17,6 @@ HEAD_SIZES = (64, 128, 256)
 MIN_CAPABILITY = (8, 0)  # mma.sync m16n8k16 on bf16, ldmatrix, cp.async
 DECODE_ROWS = 16  # (query token, q head) rows per decode program (more take several programs)
 SHORT_QUERY = 8  # most query tokens a sequence may have for the decode kernel to take the step (default)
-MAX_SHORT_QUERY = 64  # the binding's limit
 # Up to this many query tokens the decode kernel also takes a step whose sequences x kv heads leave SMs idle on
 # the prefill kernel (no split-KV there): H200, 2026-11-27, 1 x 16 tokens after 1k: 10.9 us against 36.1.
 UNDERFILLED_SHORT_QUERY = 16
@@ -61,7 +59,7 @@ class FlashAttentionBackend(AttentionBackend):
         self.num_sms = platform.compute_units()
         self.ops = platform.custom_ops()  # the csrc KV write
         self.programs_per_sm = kernels.decode_programs_per_sm(spec.head_size, spec.dtype, platform.device().index or 0)
-        self.short_query_max = _short_query_max()  # 0: such steps on the prefill kernel (A/B timings)
+        self.short_query_max = SHORT_QUERY  # tests set it (0: such steps on the prefill kernel)
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
@@ -103,16 +101,6 @@ class FlashAttentionBackend(AttentionBackend):
                                 self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch,
                                 plan.short_query_len)
         return out
-
-
-def _short_query_max() -> int:
-    """``PAGODA_FLASH_SHORT_QUERIES``: the most query tokens a sequence of a step may have for the decode
-    kernel to take the step (default SHORT_QUERY; 0: never)."""
-    value = os.environ.get("PAGODA_FLASH_SHORT_QUERIES", str(SHORT_QUERY))
-    if not value.isdigit() or int(value) > MAX_SHORT_QUERY:
-        raise ValueError(f"PAGODA_FLASH_SHORT_QUERIES={value!r}: give a number of query tokens from 0 (off) to "
-                         f"{MAX_SHORT_QUERY} (default {SHORT_QUERY})")
-    return int(value)
 
 
 def _platform_reason(platform: Platform | None) -> str | None:

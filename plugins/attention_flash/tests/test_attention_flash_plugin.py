@@ -143,20 +143,3 @@ def test_verify_steps_go_to_the_decode_kernel(query_lens, short) -> None:
         assert plan.num_splits > 1 and plan.decode_scratch[1].shape == (tokens, 32, plan.num_splits)
     else:
         assert plan.num_splits == 1 and plan.decode_scratch is None
-
-
-def test_short_query_limit_from_the_environment(monkeypatch) -> None:
-    """PAGODA_FLASH_SHORT_QUERIES sets the most query tokens the decode kernel takes (0: none); a bad
-    value names the variable and the range."""
-    from pagoda_attention_flash.backend import _short_query_max
-
-    monkeypatch.setenv("PAGODA_FLASH_SHORT_QUERIES", "16")
-    assert _short_query_max() == 16
-    monkeypatch.setenv("PAGODA_FLASH_SHORT_QUERIES", "0")
-    assert _short_query_max() == 0
-    for bad in ("65", "-1", "many"):
-        monkeypatch.setenv("PAGODA_FLASH_SHORT_QUERIES", bad)
-        with pytest.raises(ValueError, match="PAGODA_FLASH_SHORT_QUERIES=.*from 0 \\(off\\) to 64"):
-            _short_query_max()
-    monkeypatch.delenv("PAGODA_FLASH_SHORT_QUERIES")
-    assert _short_query_max() == 8
