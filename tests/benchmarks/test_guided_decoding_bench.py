@@ -1,6 +1,6 @@
-"""benchmarks/guided_decoding.py end to end on a tiny model over SmolLM2's vocabulary: every mode
-generates exactly batch x output-len tokens (the schema cannot complete sooner), the result file
-carries the ratios and the per-step timings of each path."""
+"""benchmarks/guided_decoding.py end to end on a tiny model over SmolLM2's vocabulary: both modes
+generate exactly batch x output-len tokens (the schema cannot complete sooner; the benchmark asserts
+it), and the result file's ratios are those of its own medians."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ def test_guided_benchmark_runs_both_modes_to_full_length(tmp_path, monkeypatch) 
     model = make_tiny_smollm_vocab_model(tmp_path / "model")
     result_file = tmp_path / "result.json"
     monkeypatch.setattr(sys, "argv", ["guided_decoding.py", model, "--batch-size", "3", "--output-len", "12",
-                                      "--repeats", "1", "--kv-cache-memory", str(32 << 20), "--serial", "--legacy",
-                                      "--breakdown", "--result-file", str(result_file)])
-    guided_decoding.main()  # asserts every run produced batch x output-len tokens
+                                      "--repeats", "2", "--kv-cache-memory", str(32 << 20),
+                                      "--result-file", str(result_file)])
+    guided_decoding.main()
     result = json.loads(result_file.read_text())
-    assert result["vocab_size"] == 49152 and result["ratio_guided_over_unguided"] > 0
-    assert result["ratio_serial_over_unguided"] > 0 and result["ratio_legacy_over_unguided"] > 0
-    assert len(result["runs_tokens_per_s"]["guided_json"]) == 1
-    steps = result["per_step_ms"]
-    assert "sample_later_ms" in steps["guided_json"] and "fill_ms" in steps["guided_json"]  # filled on the worker
-    assert "sample_later_ms" not in steps["guided_serial"] and "fill_ms" in steps["guided_serial"]
+    assert result["vocab_size"] == 49152
+    runs = result["runs_tokens_per_s"]
+    assert set(runs) == {"unguided", "guided_json"} and all(len(r) == 2 for r in runs.values())
+    ratio = result["guided_json_tokens_per_s"] / result["unguided_tokens_per_s"]
+    assert abs(result["ratio_guided_over_unguided"] - ratio) < 2e-3
+    assert result["ratio_best_runs"] == round(max(runs["guided_json"]) / max(runs["unguided"]), 3)

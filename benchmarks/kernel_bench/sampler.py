@@ -15,8 +15,8 @@ import argparse
 
 import torch
 
-from benchmarks.kernels.report import Report, make_row
-from benchmarks.kernels.timing import device, on_gpu, time_us
+from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.timing import device, on_gpu, time_us
 
 TIMING = "argmax: CUDA-graph replays; sampler steps: launches; median"
 SAMPLED = {"greedy": {"temperature": 0.0}, "top_p": {"temperature": 0.7, "top_p": 0.9},
@@ -44,7 +44,7 @@ def argmax_rows(report: Report, vocab: int, batches: tuple[int, ...]) -> None:
 
 
 def sampler_rows(report: Report, vocab: int, batches: tuple[int, ...]) -> None:
-    from pagoda.engine.sampler import Sampler, SamplingRow
+    from pagoda.sampling.sampler import Sampler, SamplingRow
     from pagoda.sampling_params import SamplingParams
 
     sampler = Sampler(seed=0)

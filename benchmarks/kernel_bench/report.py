@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.kernels.timing import Rates
+from benchmarks.kernel_bench.timing import Rates
 
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parents[2]

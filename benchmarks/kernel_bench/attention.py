@@ -17,8 +17,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernels.report import Report, make_row
-from benchmarks.kernels.timing import device, on_gpu, time_us
+from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.timing import device, on_gpu, time_us
 
 TIMING = "prefill: launches; decode and verify: CUDA-graph replays where the backend supports them; median"
 PARTS = ("prefill", "decode", "verify")

@@ -12,8 +12,8 @@ import argparse
 
 import torch
 
-from benchmarks.kernels.report import Report, make_row
-from benchmarks.kernels.timing import device, on_gpu, time_us
+from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.timing import device, on_gpu, time_us
 
 TIMING = "launches (CUDA events), median"
 EXPERTS, TOP_K = 8, 2
@@ -34,7 +34,7 @@ def unavailable(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace, report: Report) -> None:
     from pagoda.layers.fused_moe_triton import fused_moe_triton, tile_config
     from pagoda.layers.moe import select_experts
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
 
     hidden, inter = (64, 128) if args.small else (4096, 14336)
     default = "1,4" if args.small else "1,2,4,8,16,64,256,1024,4096"

@@ -1,17 +1,17 @@
 """Kernel benchmarks: one module per kernel family, one command, one result schema.
 
-    python -m benchmarks.kernels --list
-    python -m benchmarks.kernels NAME [--out FILE.json] [--small] [family flags]   (NAME --help for them)
+    python -m benchmarks.kernel_bench --list
+    python -m benchmarks.kernel_bench NAME [--out FILE.json] [--small] [family flags]   (NAME --help for them)
 
 Each family times Pagoda's kernels against a peer (cuBLAS, torch SDPA, torch ops) and the device's
-roofline (benchmarks/kernels/report.py describes the JSON). GPU figures need the plugins a family
+roofline (benchmarks/kernel_bench/report.py describes the JSON). GPU figures need the plugins a family
 names (``pip install ./plugins/platform_cuda`` and so on); ``--small`` runs a CPU-sized smoke case
 where the family has a CPU path.
 """
 
 from __future__ import annotations
 
-# name -> one line; each is the module benchmarks.kernels.NAME
+# name -> one line; each is the module benchmarks.kernel_bench.NAME
 FAMILIES = {
     "gemv": "dense GEMV (csrc, 1-4 tokens) vs cuBLAS at Llama-3.1-8B / 3.2-1B shapes",
     "attention": "paged attention backends: prefill vs torch SDPA, decode and verify steps vs the copy floor",

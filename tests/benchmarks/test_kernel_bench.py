@@ -1,4 +1,4 @@
-"""benchmarks/kernels: the result schema's ratios, the command line, and the families with a CPU path run
+"""benchmarks/kernel_bench: the result schema's ratios, the command line, and the families with a CPU path run
 end to end on small shapes (their figures mean nothing on a CPU; their checks and their JSON do)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.kernels import FAMILIES  # noqa: E402
-from benchmarks.kernels.__main__ import main  # noqa: E402
-from benchmarks.kernels.report import make_row  # noqa: E402
-from benchmarks.kernels.timing import Rates  # noqa: E402
+from benchmarks.kernel_bench import FAMILIES  # noqa: E402
+from benchmarks.kernel_bench.__main__ import main  # noqa: E402
+from benchmarks.kernel_bench.report import make_row  # noqa: E402
+from benchmarks.kernel_bench.timing import Rates  # noqa: E402
 
 
 def test_row_ratios_against_the_peer_and_the_floor() -> None:
@@ -98,7 +98,7 @@ def test_moe_small_under_the_triton_interpreter(tmp_path) -> None:
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     out = tmp_path / "moe.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.kernels", "moe", "--small", "--out", str(out)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_bench", "moe", "--small", "--out", str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _result(out, "moe")["rows"]

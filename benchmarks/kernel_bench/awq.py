@@ -14,8 +14,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernels.report import Report, make_row
-from benchmarks.kernels.timing import copies_for, on_gpu, time_each_us
+from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.timing import copies_for, on_gpu, time_each_us
 
 TIMING = "CUDA-graph replays over streamed weight copies, median"
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}  # (k, n)
