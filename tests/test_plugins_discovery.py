@@ -4,22 +4,26 @@ one throwaway venv (``--system-site-packages`` for torch & co.; ``--no-deps --no
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
+import re
 import shutil
 import subprocess
-import site
+import sys
 import venv
 from pathlib import Path
 
 import pytest
 
 from pagoda.cli.scaffold import placeholders, render, write_example, write_package
+from pagoda.testing import skip_unless_ci
 
 REPO = Path(__file__).resolve().parents[1]
 FAKES = ("fake_attention", "fake_platform", "broken_import", "broken_hook")
-FIRST_PARTY = ("platform_cuda", "platform_rocm", "attention_triton", "attention_flash", "quant_fp8", "quant_awq")
+FIRST_PARTY = tuple(sorted(p.parent.name for p in (REPO / "plugins").glob("*/pyproject.toml")))  # platform_cuda, ...
 COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".pytest_cache")
+PAGODA_ENTRY = re.compile(r"(__editable__[._]+)?pagoda", re.IGNORECASE)  # its packages, dist-infos, editable hooks
 
 
 class Env:
@@ -81,21 +85,30 @@ def _copy_core(dest: Path) -> Path:
     return dest
 
 
-def _see_outer_packages(venv_dir: Path) -> None:
-    """Make this interpreter's packages (torch, pip, ...) visible in the new venv, after its own.
+def _see_outer_packages(root: Path, venv_dir: Path) -> None:
+    """Make this interpreter's packages (torch, pip, ...) visible in the new venv, after its own, all
+    but its pagoda distributions: the venv must find only the pagoda and plugins installed into it.
 
     ``system_site_packages`` only reaches the base interpreter's site-packages; when the tests
-    themselves run in a venv (as in CI), torch lives in that venv's site-packages instead.
+    themselves run in a venv (as in CI, where README's command installs the first-party plugins
+    too), torch lives in that venv's site-packages instead. Their entries are linked into one folder,
+    without pagoda's, that the venv's ``.pth`` file adds to its path.
     """
+    outer = root / "outer-site-packages"
+    outer.mkdir()
+    for folder in (Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")):
+        for entry in folder.iterdir() if folder.is_dir() else ():
+            if not PAGODA_ENTRY.match(entry.name) and not (outer / entry.name).exists():
+                (outer / entry.name).symlink_to(entry)
     own = next((venv_dir / "lib").glob("python*/site-packages"))
-    (own / "_outer_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    (own / "_outer_site_packages.pth").write_text(f"{outer}\n")
 
 
 @pytest.fixture(scope="session")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     e = Env(tmp_path_factory.mktemp("plugin-venv"))
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(e.root / "venv")
-    _see_outer_packages(e.root / "venv")
+    _see_outer_packages(e.root, e.root / "venv")
     core = _copy_core(e.src / "pagoda")
     e.pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "-q", core)
     e.install(*(REPO / "tests" / "plugins" / name for name in FAKES))
@@ -119,6 +132,9 @@ def test_venv_runs_its_own_pagoda_with_the_template(env: Env) -> None:
 
 def test_plugins_lists_good_and_broken_plugins(env: Env) -> None:
     plugins = env.plugins_json()
+    assert sorted(plugins) == ["broken-hook", "broken-import", "builtin", "fake-attention", "fake-platform"], (
+        "the venv must see only the plugins installed into it"
+    )
     attention = plugins["fake-attention"]
     assert (attention["status"], attention["distribution"], attention["version"]) == (
         "loaded",
@@ -168,17 +184,25 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
                      "platform_rocm": {"platform": ["rocm"]},
                      "quant_awq": {"quantization": ["awq"]}, "quant_fp8": {"quantization": ["fp8"]}}.get(folder, {})
         assert info["registers"] == registers, "first-party plugins register nothing until their capability lands"
-    proc = first_party.run(
-        first_party.bin / "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *(f"plugins/{f}/tests" for f in FIRST_PARTY),
-        cwd=REPO,
-    )
-    assert " passed" in proc.stdout, proc.stdout  # run() checked exit status 0; plugins bring more than one test each now
+    files = first_party.python(
+        "import importlib; " + "; ".join(f"print(importlib.import_module('pagoda_{f}.plugin').__file__)" for f in FIRST_PARTY)
+    ).split()
+    for path in files:  # each plugin loads from its copy installed in this venv (their own tests run in README's command)
+        assert Path(path).is_relative_to(first_party.root / "venv"), f"a plugin outside the venv was loaded: {path}"
+
+
+@pytest.mark.parametrize("folder", FIRST_PARTY)
+def test_first_party_plugins_are_installed_for_their_tests(folder: str) -> None:
+    """README's test command installs each plugin of plugins/ (editable) where the suite runs, so that
+    plugins/*/tests, collected beside the core's tests, test it; without it they skip, and under CI fail here."""
+    distribution = "pagoda-" + folder.replace("_", "-")
+    readme = (REPO / "README.md").read_text()
+    command = readme.split("<!-- test-command -->", 1)[1].split("```", 2)[1]
+    assert f" -e plugins/{folder} " in command, f"README's test command must install plugins/{folder} (-e plugins/{folder})"
+    try:
+        md.version(distribution)
+    except md.PackageNotFoundError:
+        skip_unless_ci(f"{distribution} is not installed, so plugins/{folder}/tests skip: pip install -e plugins/{folder}")
 
 
 SELECTION_PROBE = """

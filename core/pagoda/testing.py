@@ -1,7 +1,9 @@
 """Test helpers for Pagoda and its plugins, also a pytest plugin (entry point ``pytest11``).
 
 Wherever pagoda is installed, pytest knows the ``gpu`` marker and skips such tests without a
-CUDA device, so plugin test suites need no conftest of their own for it.
+CUDA device, so plugin test suites need no conftest of their own for it. A GPU test gets its
+compiled kernels through :func:`built_kernels`, which fails it where a GPU is present but the
+kernels did not build.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import importlib
 import importlib.util
 import importlib.metadata as md
 import os
+from typing import Callable, TypeVar
 
 from pagoda.plugins.manager import PluginInfo, PluginManager
+
+T = TypeVar("T")
 
 
 def load_installed_plugin(distribution: str, entry_point: str) -> PluginInfo:
@@ -40,6 +45,38 @@ def skip_unless_ci(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI installs it (README's test command)")
     pytest.skip(reason)
+
+
+GPU_NEEDED = {"cuda": "needs an NVIDIA GPU (CUDA)", "rocm": "needs an AMD GPU (ROCm)"}
+
+
+def gpu_kind() -> str | None:
+    """``"cuda"`` or ``"rocm"``: the kind of GPU this torch sees (ROCm builds report theirs through
+    ``torch.cuda``), or ``None`` without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return "rocm" if torch.version.hip else "cuda"
+
+
+def built_kernels(what: str, load: Callable[[], T], gpu: str = "cuda") -> T:
+    """``load()``: the compiled kernels a GPU test runs. Without a ``gpu`` GPU ("cuda" or "rocm") the
+    calling test skips; with one, kernels that did not build fail it with ``load``'s error: a GPU
+    machine whose kernel tests skip would report nothing tested as all green.
+
+    ``load`` raises when the kernels are missing (``ExtensionUnavailable``, ``ImportError``, a build
+    error; a skip inside it counts too); ``what`` names them in the failure."""
+    import pytest
+
+    if gpu not in GPU_NEEDED:
+        raise ValueError(f"gpu={gpu!r}: choose one of {', '.join(GPU_NEEDED)}")
+    if gpu_kind() != gpu:
+        pytest.skip(GPU_NEEDED[gpu])
+    try:
+        return load()
+    except (Exception, pytest.skip.Exception) as error:  # noqa: BLE001 - what stopped the build is the message
+        pytest.fail(f"{what} did not build on this {gpu} machine: {type(error).__name__}: {error}", pytrace=False)
 
 
 def import_triton_kernels(*modules: str) -> bool:

@@ -5,8 +5,8 @@ group of 20 q heads), head sizes 64/128/256, fp16 and bf16, sliding windows, spl
 Outputs and split scratch are NaN-filled before each run, and cache slots outside every sequence
 are NaN too (the kernels must neither read them nor leave an output unwritten), as are this step's
 slots until its KV write (read only after it); every case runs
-twice and must be bit-identical (no races). ``PAGODA_REQUIRE_FLASH=1`` (the device script) turns
-a missing kernel build into a failure instead of a skip.
+twice and must be bit-identical (no races). On a GPU, kernels that did not build fail these tests
+(pagoda.testing.built_kernels) instead of skipping them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 
 from pagoda.attention.testing import make_batch, reference, rel_error, replay_after_shortening
 from pagoda.interfaces.attention import AttentionSpec
+from pagoda.testing import built_kernels
 
 pytestmark = pytest.mark.gpu
 
@@ -28,20 +29,21 @@ MIXED = [(1, 3000), (1, 17), (1, 1024), (1, 700), (512, 512), (300, 2100), (77, 
 LONG_DECODES = [(1, 16000), (1, 9000), (1, 1), (1, 4097)]
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    """(the CUDA platform, the kernels module)."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    platform_mod = pytest.importorskip("pagoda_platform_cuda.platform", reason="pagoda-platform-cuda is not installed")
+def platform_and_kernels():
+    """(the CUDA platform, the kernels module); raises where the kernels did not build."""
     from pagoda_attention_flash.kernels import extension
+    from pagoda_platform_cuda.platform import CudaPlatform
 
     ext, reason = extension()
     if ext is None:
-        if os.environ.get("PAGODA_REQUIRE_FLASH") == "1":
-            pytest.fail(f"flash kernels unavailable: {reason}")
-        pytest.skip(f"flash kernels unavailable: {reason}")
-    return platform_mod.CudaPlatform(), ext
+        raise RuntimeError(reason)
+    return CudaPlatform(), ext
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    """(the CUDA platform, the kernels module): skips without a GPU, fails on one without the kernels."""
+    return built_kernels("the flash kernels", platform_and_kernels)
 
 
 def poison_unused_slots(batch, spec: AttentionSpec) -> None:

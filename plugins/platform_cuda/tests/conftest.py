@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from pagoda.testing import built_kernels
 
-@pytest.fixture(scope="session")
-def cuda_ops():
-    """CudaOps on the compiled kernels; fails (does not skip) when they cannot be built on a GPU."""
+
+def _cuda_ops():
     from pagoda_platform_cuda.build import load_extension
     from pagoda_platform_cuda.ops import CudaOps
 
     return CudaOps(load_extension())
+
+
+@pytest.fixture(scope="session")
+def cuda_ops():
+    """CudaOps on the compiled kernels; fails (does not skip) when they cannot be built on a GPU."""
+    return built_kernels("pagoda-platform-cuda's kernels", _cuda_ops)
