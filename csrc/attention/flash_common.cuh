@@ -208,13 +208,12 @@ PAGODA_INLINE void softmax_update(float (&s)[N / 8][4], float (&m)[2], float (&l
   }
 }
 
-// o *= alpha (rows g, g + 8 of a row tile). With `skip_unchanged` (warp-uniform), not when alpha is 1
-// in every row of the warp (no row's max grew): the product would change nothing (exact), and the
-// maxima settle after the first key tiles, so most tiles of a long sequence save D / 2 FMULs per
-// row tile and lane for a vote.
+// o *= alpha (rows g, g + 8 of a row tile), skipped when alpha is 1 in every row of the warp (no row's
+// max grew): the product would change nothing (exact), and the maxima settle after the first key tiles,
+// so most tiles of a long sequence save D / 2 FMULs per row tile and lane for a vote.
 template <int D>
-PAGODA_INLINE void rescale_output(float (&o)[D / 8][4], const float (&alpha)[2], bool skip_unchanged) {
-  if (skip_unchanged && !__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+PAGODA_INLINE void rescale_output(float (&o)[D / 8][4], const float (&alpha)[2]) {
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) {
     o[dt][0] *= alpha[0];
@@ -278,14 +277,6 @@ PAGODA_INLINE void pv_step(float (&o)[D / 8][4], const uint32_t (&p)[4], const v
     mma_16816<T>(o[2 * dp], p, b[0], b[1]);
     mma_16816<T>(o[2 * dp + 1], p, b[2], b[3]);
   }
-}
-
-// ---- host side ------------------------------------------------------------------------------------
-// PAGODA_FLASH_SKIP_RESCALE=0 rescales the output at every key tile (rescale_output), for timing both
-// ways in one build (scripts/device/flash_variants.py); read once per process.
-inline bool skip_rescale_enabled() {
-  static const bool enabled = env_switch_on("PAGODA_FLASH_SKIP_RESCALE");
-  return enabled;
 }
 
 }  // namespace flash

@@ -92,7 +92,7 @@ PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const u
 
 template <typename T, int D, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads)
-    flash_decode_kernel(FlashAttentionArgs p, DecodeRange range, FastDiv block_div, bool skip_rescale, int num_splits,
+    flash_decode_kernel(FlashAttentionArgs p, DecodeRange range, FastDiv block_div, int num_splits,
                         float* part_out, float* part_lse) {
 #if PAGODA_FLASH_ENABLED
   using Tile = DecodeTile<D, STAGES>;
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
       softmax_update<kDecodeKeys, true>(s, m, l, alpha, scale);
     }
-    rescale_output<D>(o, alpha, skip_rescale);
+    rescale_output<D>(o, alpha);
     uint32_t prob[4];
     probs_to_a<T>(s[0], s[1], prob);
     pv_step<T, D>(o, prob, v_tile, 0, lane);
@@ -286,12 +286,12 @@ constexpr int kReduceThreads = 128;
 template <typename T, int D>
 __global__ void __launch_bounds__(kReduceThreads)
     flash_decode_reduce_kernel(FlashAttentionArgs p, int token_lo, int num_splits, const float* part_out,
-                               const float* part_lse, bool trigger_first) {
+                               const float* part_lse) {
   constexpr int kCols = D / 4, kGroups = kReduceThreads / kCols, kBatch = 8;
   static_assert(kReduceThreads % kCols == 0, "a split group is a whole number of column threads");
   __shared__ float s_max[kGroups], s_sum[kGroups];
   __shared__ float4 s_acc[kGroups][kCols];
-  start_as_dependent(trigger_first);  // a dependent of the decode kernel: its partials are complete after this
+  start_as_dependent_trigger_first();  // a dependent of the decode kernel: its partials are complete after this
   const int row = blockIdx.x, head = blockIdx.y;  // query token token_lo + row
   const int col = threadIdx.x % kCols, grp = threadIdx.x / kCols;
   const int64_t first = (static_cast<int64_t>(row) * p.num_heads + head) * num_splits;
@@ -382,13 +382,13 @@ void launch_decode_stages(const FlashAttentionArgs& args, const DecodeRange& ran
   const int rows = range.query_p * (args.num_heads / args.num_kv_heads);  // (token, q head) rows a kv head
   const dim3 grid(range.num_seqs * ((rows + kDecodeRows - 1) / kDecodeRows), args.num_kv_heads, num_splits);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
-  launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, range, block_div, skip_rescale_enabled(),
-                   num_splits, part_out, part_lse);
+  launch_dependent(kernel, grid, dim3(kDecodeThreads), bytes, stream, args, range, block_div, num_splits, part_out,
+                   part_lse);
   if (num_splits > 1) {
     const auto* out = static_cast<const float*>(part_out);
     const auto* lse = static_cast<const float*>(part_lse);
     launch_dependent(flash_decode_reduce_kernel<T, D>, dim3(range.num_tokens, args.num_heads), dim3(kReduceThreads), 0,
-                     stream, args, range.token_lo, num_splits, out, lse, trigger_first_enabled());
+                     stream, args, range.token_lo, num_splits, out, lse);
   }
 }
 

@@ -21,8 +21,6 @@
 // programs past their sequence's end return), heaviest (last) blocks first; y = q head.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "flash_attention.h"
 #include "flash_common.cuh"
@@ -308,7 +306,7 @@ PAGODA_INLINE void mask_scores_packed(float (&s)[RT][BN / 8][4], int key0, const
 template <typename T, int D, int BN, int RT, bool kMasked, bool kPacked>
 PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], float (&l)[RT][2], const FragAddrs<D>& f,
                                uint32_t k_offset, int key0, int pos0, const PackedRows& packed, int window, float scale,
-                               bool skip_rescale, int lane) {
+                               int lane) {
   float s[RT][BN / 8][4];
   tile_scores<T, D, BN, RT>(s, f, k_offset);
   if constexpr (kMasked && kPacked) mask_scores_packed<BN, RT>(s, key0, packed, window, lane);
@@ -318,7 +316,7 @@ PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], floa
   for (int i = 0; i < RT; ++i) {
     float alpha[2];
     softmax_update<BN, kMasked>(s[i], m[i], l[i], alpha, scale);
-    rescale_output<D>(o[i], alpha, skip_rescale);
+    rescale_output<D>(o[i], alpha);
 #pragma unroll
     for (int kp = 0; kp < BN / 16; ++kp) probs_to_a<T>(s[i][2 * kp], s[i][2 * kp + 1], prob[i][kp]);
   }
@@ -359,7 +357,7 @@ PAGODA_INLINE void store_rows(const FlashAttentionArgs& p, const RowMap& map, fl
 
 template <typename T, int D, bool kPacked>
 __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMinBlocks)
-    flash_prefill_kernel(FlashAttentionArgs p, FastDiv block_div, int seq_lo, int seq_hi, bool skip_rescale) {
+    flash_prefill_kernel(FlashAttentionArgs p, FastDiv block_div, int seq_lo, int seq_hi) {
 #if PAGODA_FLASH_ENABLED
   using Tile = PrefillTile<D>;
   constexpr int BN = Tile::kBlockN, BM = kPrefillBlockM, RT = Tile::kRowTiles, THREADS = Tile::kThreads;
@@ -437,11 +435,9 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
       const int pos0 = warp_first + lane / 4;                          // query position of fragment row g
       const PackedRows packed{pos_base, m0 + row0 + lane / 4, pack};  // (kPacked) its rows' positions
       if (masked) {
-        attend_tile<T, D, BN, RT, true, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale,
-                                                 skip_rescale, lane);
+        attend_tile<T, D, BN, RT, true, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale, lane);
       } else {
-        attend_tile<T, D, BN, RT, false, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale,
-                                                  skip_rescale, lane);
+        attend_tile<T, D, BN, RT, false, kPacked>(o, m, l, frag, k_offset, key0, pos0, packed, window, scale, lane);
       }
     }
     // the slot this tile's copies used last read before this tile's barrier: refill it for tile + 2
@@ -467,24 +463,16 @@ void launch_prefill_packing(const FlashAttentionArgs& args, int seq_lo, int seq_
   const dim3 grid(static_cast<unsigned>(num_tokens * pack / kPrefillBlockM + (seq_hi - seq_lo)),
                   kPacked ? args.num_kv_heads : args.num_heads);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
-  kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, block_div, seq_lo, seq_hi, skip_rescale_enabled());
+  kernel<<<grid, PrefillTile<D>::kThreads, bytes, stream>>>(args, block_div, seq_lo, seq_hi);
 }
 
-// The q heads of a kv head packed into the rows (the default; PAGODA_FLASH_PACK_GQA=0: one q head a
-// program): a short query then fills a block's rows for its whole group, one program a kv head reading
-// each key tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
+// Grouped-query attention packs the q heads of a kv head into the rows (one q head a program otherwise):
+// a short query then fills a block's rows for its whole group, one program a kv head reading each key
+// tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
 // H200, 2026-11-27: short chunks after 1-4k cached tokens 1.9-3.6x faster at batch 16-256, long prefills unchanged.
-inline bool pack_gqa_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("PAGODA_FLASH_PACK_GQA");
-    return value == nullptr || std::strcmp(value, "0") != 0;
-  }();
-  return enabled;
-}
-
 template <typename T, int D>
 void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens, cudaStream_t stream) {
-  if (pack_gqa_enabled() && args.num_heads > args.num_kv_heads) {
+  if (args.num_heads > args.num_kv_heads) {
     launch_prefill_packing<T, D, true>(args, seq_lo, seq_hi, num_tokens, stream);
   } else {
     launch_prefill_packing<T, D, false>(args, seq_lo, seq_hi, num_tokens, stream);

@@ -5,10 +5,9 @@
 // block before them is multiplied (x, a few KiB shared by every warp, comes from L1); the S partial sums
 // of a row meet in shared memory. Launched as a programmatic dependent (dependent_launch.h): the first
 // two blocks of weights are requested before the wait, so a layer's weights stream while the kernel
-// before it finishes, the first wave's blocks one after the other at a set rate (pace_rate). Rounding: the
+// before it finishes, the first wave's blocks one after the other at a set rate (kPaceRate). Rounding: the
 // sum in fp32, plus the bias in fp32, rounded once to T (as cuBLAS does).
 #include <algorithm>
-#include <initializer_list>
 
 #include "../vec.cuh"
 #include "dependent_launch.h"
@@ -141,13 +140,12 @@ PAGODA_INLINE void paced_start(Pace pace) {
 // B: the blocks an SM must hold (__launch_bounds__'s minimum), 1 (no bound) or 4 (at most 64 registers a
 // thread; one token at one row a warp needs 67-70 unbounded, so an SM holds 3 blocks, and fits in 64 without
 // spilling).
-template <typename T, int M, int R, int S, int P, int B>
+template <typename T, int M, int R, int S, int B>
 __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restrict__ out, const T* __restrict__ x,
                                                                   int64_t x_stride, const T* __restrict__ w,
                                                                   const T* __restrict__ bias, int n, int k,
                                                                   Pace pace) {
   static_assert(kGemvWarps % S == 0, "the S warps of a row group share one block");
-  static_assert(P == 1 || P == 2, "one or two blocks of weights requested before the wait");
   const int lane = threadIdx.x % PAGODA_WARP_SIZE, warp = threadIdx.x / PAGODA_WARP_SIZE;
   const int row0 = (blockIdx.x * (kGemvWarps / S) + warp / S) * R;
   const auto [begin, end] = share_of<S>(k / 8, warp % S);  // end >= 1: k >= 8
@@ -157,16 +155,12 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
   RowBlock<T, R> cur, next;
   paced_start(pace);
   load_block<T, R, true>(cur, rows, begin, end, lane);  // weights: written by no kernel, read before the wait
-  if constexpr (P == 2) load_block<T, R, true>(next, rows, begin + kStride, end, lane);
+  load_block<T, R, true>(next, rows, begin + kStride, end, lane);
   start_as_dependent();
   float acc[M][R] = {};
-  int base = begin;
-  if constexpr (P == 2) {  // the first block, its successor already requested
-    multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
-    cur = next;
-    base += kStride;
-  }
-  for (; base < end; base += kStride) {
+  multiply_block<T, M, R>(acc, cur, x, x_stride, begin, end, lane);  // the first block, its successor requested
+  cur = next;
+  for (int base = begin + kStride; base < end; base += kStride) {
     load_block<T, R>(next, rows, base + kStride, end, lane);  // past the share: its last chunk, unused
     multiply_block<T, M, R>(acc, cur, x, x_stride, base, end, lane);
     cur = next;
@@ -191,21 +185,9 @@ __global__ void __launch_bounds__(kGemvThreads, B) dense_gemv_kernel(T* __restri
     }
 }
 
-// A forcing environment variable, read once: its value if one of `allowed`, else 0.
-inline int forced_by_env(const char* name, std::initializer_list<int> allowed) {
-  const char* value = std::getenv(name);
-  const int v = value == nullptr ? 0 : std::atoi(value);
-  for (const int a : allowed)
-    if (v == a) return v;
-  return 0;
-}
-
-// Rows per warp: PAGODA_GEMV_ROWS=1 or 2 forces it (for timing both), else `requested` (1 or 2: the
-// choice CsrcOps.tune timed for this shape), else 2 from 16384 rows on.
-inline int rows_per_warp(int n, int requested) {
-  static const int forced = forced_by_env("PAGODA_GEMV_ROWS", {1, 2});
-  return forced != 0 ? forced : requested != 0 ? requested : n >= 16384 ? 2 : 1;
-}
+// Rows per warp: `requested` (1 or 2: the choice CsrcOps.tune timed for this shape), else 2 from 16384
+// rows on.
+inline int rows_per_warp(int n, int requested) { return requested != 0 ? requested : n >= 16384 ? 2 : 1; }
 
 // A positive attribute of the current device, asked once per device into `known`; `fallback` if the
 // runtime will not say.
@@ -234,48 +216,27 @@ inline int sm_count() {
 // projections: 8B 48.4 -> 43.7 us, a TP=2 rank's 25.2 -> 23.8, the 1B's 16.1 -> 15.3).
 constexpr int kMinSplitChunks = 7 * kStride;
 
-// Warps a row group (split-K): PAGODA_GEMV_SPLIT=1, 2 or 4 forces it (for timing each), else `requested`
-// (1, 2 or 4: the choice CsrcOps.tune timed for this shape; 0 for none), else the rule. A layer of long
-// rows and under 32 rows an SM (4224 on an H100's 132) has too few warps streaming (each with kBlock chunks
-// of a row in flight), each with a long chain of blocks: 2 warps a row group (4 under 16 rows an SM) bring
-// it to 32-64 warps an SM. Counted in rows, not
-// row groups, so that one or two rows a warp (CsrcOps.tune times both) sum in the same order.
+// Warps a row group (split-K): `requested` (1, 2 or 4: the choice CsrcOps.tune timed for this shape; 0 for
+// none), else the rule. A layer of long rows and under 32 rows an SM (4224 on an H100's 132) has too few warps
+// streaming (each with kBlock chunks of a row in flight), each with a long chain of blocks: 2 warps a row group
+// (4 under 16 rows an SM) bring it to 32-64 warps an SM. Counted in rows, not row groups, so that one or two
+// rows a warp (CsrcOps.tune times both) sum in the same order.
 inline int split_k(int rows, int chunks, int requested) {
-  static const int forced = forced_by_env("PAGODA_GEMV_SPLIT", {1, 2, 4});
-  if (forced != 0 || requested != 0) return forced != 0 ? forced : requested;
+  if (requested != 0) return requested;
   if (chunks < kMinSplitChunks) return 1;
   const int sms = sm_count();
   return rows < 16 * sms ? 4 : rows < 32 * sms ? 2 : 1;  // every share keeps 224 or more chunks
 }
 
 // Blocks of each row requested before the kernel waits for the one before it: two (a TP=2 rank's o
-// projection, 256 chunks a row, then has all of its weights in flight while attention ends), or one with
-// PAGODA_GEMV_PRELOAD=1. The same loads in the same order either way, so the same bits.
-inline int preload_blocks() {
-  static const int forced = forced_by_env("PAGODA_GEMV_PRELOAD", {1, 2});
-  return forced != 0 ? forced : 2;
-}
-
-// Whether one token at one row a warp runs with four blocks an SM (B = 4) instead of the three its registers
-// allow: on unless PAGODA_GEMV_OCCUPANCY=0. The same loads and sums either way, so the same bits.
-inline bool four_blocks_an_sm() {
-  static const bool enabled = env_switch_on("PAGODA_GEMV_OCCUPANCY");
-  return enabled;
-}
+// projection, 256 chunks a row, then has all of its weights in flight while attention ends).
+constexpr int kPreloadBlocks = 2;
 
 #ifndef USE_ROCM  // pacing needs programmatic dependents (sm_90+)
-// The early reads' rate in GB/s (bytes a ns): 2500, PAGODA_GEMV_PACE=N (N >= 100) for N, 0 for no pace.
-// On 2 x H200 (benchmarks/results/h200x2_2026-11-28_round31/) 2500 took 5-8% off the 8B's batch-1 step at
-// TP=2 and 3.5-4% at TP=1 in four pairs; 4000 nearly as much; 1500 little (the first wave then starts late).
-inline int pace_rate() {
-  static const int rate = [] {
-    const char* value = std::getenv("PAGODA_GEMV_PACE");
-    if (value == nullptr) return 2500;
-    const int v = std::atoi(value);
-    return v >= 100 ? v : 0;
-  }();
-  return rate;
-}
+// The early reads' rate in GB/s (bytes a ns). On 2 x H200 (2026-11-28) 2500 took 5-8% off the 8B's batch-1
+// step at TP=2 and 3.5-4% at TP=1 in four pairs against no pace; 4000 nearly as much; 1500 little (the first
+// wave then starts late).
+constexpr int kPaceRate = 2500;
 
 // SM cycles a ns of the current device (its clock rate; 1.98 if the runtime will not say).
 inline double cycles_a_ns() {
@@ -283,15 +244,14 @@ inline double cycles_a_ns() {
   return device_attribute(known, cudaDevAttrClockRate, 1980000) / 1e6;  // kHz
 }
 
-// The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (P blocks of a warp's
-// share of `share` chunks, R rows a warp) at pace_rate(), over the first wave (later blocks start after the
-// wait anyway). Only for programmatic dependents: a plain launch reads nothing before the kernel before it
-// has ended.
-inline Pace pace_of(int R, int P, int share, int per_sm) {
-  const int rate = pace_rate();
-  if (rate == 0 || !dependent_launch_enabled()) return {0, 0};
-  const double bytes = double(kGemvWarps) * R * std::min(P * kStride, share) * 16;
-  return {static_cast<int>(bytes / rate * cycles_a_ns()), per_sm * sm_count()};
+// The pace of a launch with `per_sm` blocks resident an SM: each block's early reads (kPreloadBlocks blocks
+// of a warp's share of `share` chunks, R rows a warp) at kPaceRate, over the first wave (later blocks start
+// after the wait anyway). Only for programmatic dependents: a plain launch reads nothing before the kernel
+// before it has ended.
+inline Pace pace_of(int R, int share, int per_sm) {
+  if (!dependent_launch_enabled()) return {0, 0};
+  const double bytes = double(kGemvWarps) * R * std::min(kPreloadBlocks * kStride, share) * 16;
+  return {static_cast<int>(bytes / kPaceRate * cycles_a_ns()), per_sm * sm_count()};
 }
 
 // Blocks of `kernel` an SM holds (its registers and barriers decide), asked once per instantiation.
@@ -306,24 +266,24 @@ template <typename T, int M, int R, int S, int B>
 void launch_bounded(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kGemvWarps / S * R;
   const dim3 grid((n + kRowsPerBlock - 1) / kRowsPerBlock);
-  const int preload = preload_blocks();
-  auto kernel = preload == 2 ? dense_gemv_kernel<T, M, R, S, 2, B> : dense_gemv_kernel<T, M, R, S, 1, B>;
+  auto kernel = dense_gemv_kernel<T, M, R, S, B>;
 #ifdef USE_ROCM
   const Pace pace{0, 0};
 #else
-  static const int per_sm = blocks_an_sm(kernel);  // preload_blocks() is fixed for the process
+  static const int per_sm = blocks_an_sm(kernel);
   const Share first = share_of<S>(k / 8, 0);
-  const Pace pace = pace_of(R, preload, first.end - first.begin, per_sm);
+  const Pace pace = pace_of(R, first.end - first.begin, per_sm);
 #endif
   launch_dependent(kernel, grid, dim3(kGemvThreads), 0, stream, out, x, x_stride, w, bias, n, k, pace);
 }
 
 template <typename T, int M, int R, int S>
 void launch_split(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int n, int k, cudaStream_t stream) {
-  if constexpr (M == 1 && R == 1) {
-    if (four_blocks_an_sm()) return launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
+  if constexpr (M == 1 && R == 1) {  // four blocks an SM (B = 4) instead of the three its registers allow
+    launch_bounded<T, M, R, S, 4>(out, x, x_stride, w, bias, n, k, stream);
+  } else {
+    launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
   }
-  launch_bounded<T, M, R, S, 1>(out, x, x_stride, w, bias, n, k, stream);
 }
 
 template <typename T, int M, int R>

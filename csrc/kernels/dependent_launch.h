@@ -3,11 +3,8 @@
 // allow_dependents_to_start() (or exited). Before it reads what that kernel writes, or writes what that
 // kernel may still read, it calls wait_for_prior_grids(), which waits for that kernel to finish and
 // flush. Reads of data no kernel writes (weights) may come first: they overlap the other kernel's tail.
-// The device calls are no-ops below sm_90 and on ROCm; PAGODA_PDL=0 launches every kernel plainly.
+// The device calls are no-ops below sm_90 and on ROCm, where every kernel launches plainly.
 #pragma once
-
-#include <cstdlib>
-#include <cstring>
 
 #include "../compat.h"
 
@@ -49,39 +46,19 @@ PAGODA_INLINE void start_as_dependent() {
 
 // Let the next kernel be scheduled first, then wait: its blocks become resident and read what no kernel
 // writes (a GEMV's weights) while this kernel runs; it still waits before reading this kernel's output.
-// Worth it before a long kernel (attention) followed by one that streams weights.
-PAGODA_INLINE void start_as_dependent(bool trigger_first) {
-  if (trigger_first) allow_dependents_to_start();
+// Worth it before a long kernel (attention) followed by one that streams weights (the flash split
+// reduction; the Triton attention kernels start the same way).
+PAGODA_INLINE void start_as_dependent_trigger_first() {
+  allow_dependents_to_start();
   wait_for_prior_grids();
-  if (!trigger_first) allow_dependents_to_start();
-}
-
-// An on-by-default switch: off only when the environment variable is "0".
-inline bool env_switch_on(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-// An off-by-default switch: on only when the environment variable is "1".
-inline bool env_switch_set(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
-
-// Whether the kernels that take it (the flash split reduction; the Triton attention kernels ask the same
-// variable) start with the trigger: on unless PAGODA_PDL_EARLY=0.
-inline bool trigger_first_enabled() {
-  static const bool enabled = env_switch_on("PAGODA_PDL_EARLY");
-  return enabled;
 }
 
 #ifndef USE_ROCM
-// Whether launch_dependent() sets the attribute: sm_90+ devices, unless PAGODA_PDL=0. Checked once per
-// process and device.
+// Whether launch_dependent() sets the attribute: sm_90+ devices. Checked once per process and device.
 inline bool dependent_launch_enabled() {
-  static const bool allowed = env_switch_on("PAGODA_PDL");
   static int known[64] = {};  // 0 unknown, 1 no, 2 yes
   int device = 0, major = 0;
-  if (!allowed || cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
   if (known[device] == 0) {
     (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     known[device] = major >= 9 ? 2 : 1;

@@ -135,7 +135,7 @@ PAGODA_INLINE void sum_chunk(const LLGroup& g, void* own, uint32_t epoch, uint4 
 template <typename T, int C>
 __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_kernel(
     T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight, int hidden, float eps,
-    const LLGroup g, bool late_trigger) {
+    const LLGroup g) {
   constexpr int V = 16 / sizeof(T);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * hidden;
   const int64_t first_line = base * static_cast<int64_t>(sizeof(T)) / 8;
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
   }
   wait_for_prior_grids();  // x (partial sums), residual and state[0] come from kernels before
   const uint32_t epoch = *static_cast<volatile uint32_t*>(g.state) + 1;
-  if (!late_trigger) allow_dependents_to_start();
+  allow_dependents_to_start();  // the next kernel (a GEMV) may request its first weights now
 #pragma unroll
   for (int j = 0; j < C; ++j) {
     const int c = threadIdx.x + j * blockDim.x;
@@ -182,7 +182,6 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
       sum_sq += f * f;
     }
   }
-  if (late_trigger) allow_dependents_to_start();  // the peers' lines are in: only the norm is left
   const float inv_rms = rsqrtf(block_sum(sum_sq) / hidden + eps);
 #pragma unroll
   for (int j = 0; j < C; ++j) {
@@ -191,13 +190,6 @@ __global__ void __launch_bounds__(kLLNormThreads) ll_all_reduce_add_rms_norm_ker
     store_vec<T, V>(residual + base + c * V, res[j]);
     store_vec<T, V>(x + base + c * V, rms_normed(res[j], w[j], inv_rms));
   }
-}
-
-// Whether the fused kernel lets the next one (a GEMV, which then requests its first weights) be scheduled only
-// once the peers' lines are summed (PAGODA_LL_LATE_TRIGGER=1), not as soon as it starts: an experiment, off.
-bool late_trigger() {
-  static const bool late = env_switch_set("PAGODA_LL_LATE_TRIGGER");
-  return late;
 }
 
 }  // namespace
@@ -213,7 +205,7 @@ void launch_ll_all_reduce_add_rms_norm(DType dtype, void* x, void* residual, con
                                                  : ll_all_reduce_add_rms_norm_kernel<T, 2>;
     launch_dependent(kernel, dim3(static_cast<unsigned>(num_tokens)), dim3(threads), 0,
                      stream, static_cast<T*>(x), static_cast<T*>(residual), static_cast<const T*>(weight), hidden,
-                     eps, group, late_trigger());
+                     eps, group);
   });
 }
 

@@ -11,10 +11,6 @@ twice and must be bit-identical (no races). On a GPU, kernels that did not build
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -106,29 +102,6 @@ def check_case(cuda, spec: AttentionSpec, seqs, seed: int, splits: int | None = 
 def test_mixed_batches_against_the_reference(cuda, dtype, heads, kv_heads, head, block, window) -> None:
     spec = AttentionSpec(heads, kv_heads, head, head**-0.5, block, dtype, window)
     check_case(cuda, spec, MIXED, seed=heads + head)
-
-
-def rerun_in_child(chosen: str, variable: str, value: str) -> None:
-    """The tests of this file that ``-k chosen`` selects, in a child process with ``variable=value`` (the
-    kernels read their switches once per process)."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", chosen]
-    result = subprocess.run(cmd, env={**os.environ, variable: value}, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:] + result.stderr[-2000:]
-
-
-def test_prefill_rescaling_at_every_key_tile() -> None:
-    """PAGODA_FLASH_SKIP_RESCALE=0 (the timing switch of scripts/device/flash_variants.py): some mixed
-    batches again, the output rescaled at every key tile."""
-    rerun_in_child("mixed_batches and (mha-d64 or gqa4-d128- or gqa4-window512 or mha-d256)",
-                   "PAGODA_FLASH_SKIP_RESCALE", "0")
-
-
-def test_prefill_one_q_head_a_program() -> None:
-    """PAGODA_FLASH_PACK_GQA=0: the mixed batches, chunked prefills after cached prefixes and prefill-only
-    batches again, one q head a prefill program (the default packs a kv head's q heads into its rows)."""
-    rerun_in_child("mixed_batches or chunked_prefill or prefill_only", "PAGODA_FLASH_PACK_GQA", "0")
 
 
 @pytest.mark.parametrize("splits", [None, 1, 8, 32, 64])  # 64: two batches per reduction group at head 128

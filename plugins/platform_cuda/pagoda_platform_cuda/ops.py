@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 from pagoda.layers.csrc_ops import CsrcOps
 
 
 class CudaOps(CsrcOps):
     name = "cuda"
-    # dense layers of one token on the csrc GEMV (PAGODA_DENSE_GEMV=0: F.linear, for A/B timings). The kernel
-    # takes up to 4, but from 2 tokens on cuBLAS was faster (H100, 2026-11-27: 8B layer 0.85-0.90x, docs/cuda.md)
-    dense_gemv_tokens = 0 if os.environ.get("PAGODA_DENSE_GEMV") == "0" else 1
+    # dense layers of one token on the csrc GEMV. The kernel takes up to 4, but from 2 tokens on cuBLAS was
+    # faster (H100, 2026-11-27: 8B layer 0.85-0.90x, docs/cuda.md)
+    dense_gemv_tokens = 1
