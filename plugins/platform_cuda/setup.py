@@ -9,7 +9,6 @@ into the package either way, so that first-use build finds them after installati
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -39,10 +38,10 @@ def _stage_sources() -> str:
     return staged.as_posix()
 
 
-def _csrc_tools():
-    """core/pagoda/platforms/csrc.py (stdlib only), loaded from the checkout by path: pip may build
-    this plugin before the pagoda it installs in the same command is importable."""
-    spec = importlib.util.spec_from_file_location("_pagoda_csrc_tools", HERE.parents[1] / "core/pagoda/platforms/csrc.py")
+def _core_module(path: str):
+    """A stdlib-only module of the core (platforms/csrc.py, envs.py), loaded from the checkout by path: pip
+    may build this plugin before the pagoda it installs in the same command is importable."""
+    spec = importlib.util.spec_from_file_location(f"_pagoda_{Path(path).stem}", HERE.parents[1] / "core/pagoda" / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -51,17 +50,20 @@ def _csrc_tools():
 
 def cuda_extensions() -> tuple[list, dict]:
     """The extension and its build command, or nothing where it cannot be built here."""
-    if os.environ.get("PAGODA_CUDA_BUILD", "auto") == "0" or not CSRC.is_dir():
+    if not CSRC.is_dir():
+        return [], {}
+    build = _core_module("envs.py").CUDA_BUILD.get()  # auto, 0 or 1
+    if build == "0":
         return [], {}
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
     except ImportError:  # an isolated build without torch: compile at first use instead
         return [], {}
-    forced = os.environ.get("PAGODA_CUDA_BUILD") == "1"
+    forced = build == "1"
     if torch.version.cuda is None or CUDA_HOME is None or not (torch.cuda.is_available() or forced):
         return [], {}
-    staged, tools = _stage_sources(), _csrc_tools()
+    staged, tools = _stage_sources(), _core_module("platforms/csrc.py")
     ext = CUDAExtension(
         name="pagoda_platform_cuda._C",
         sources=[f"{staged}/{s.path}" for s in tools.read_manifest(CSRC)],

@@ -34,10 +34,10 @@ class BuildPyWithSources(build_py):
             shutil.copytree(CSRC, dest, ignore=shutil.ignore_patterns("*.md", "__pycache__"), dirs_exist_ok=True)
 
 
-def _csrc_tools():
-    """core/pagoda/platforms/csrc.py (stdlib only), loaded from the checkout by path: pip may build
-    this plugin before the pagoda it installs in the same command is importable."""
-    spec = importlib.util.spec_from_file_location("_pagoda_csrc_tools", HERE.parents[1] / "core/pagoda/platforms/csrc.py")
+def _core_module(path: str):
+    """A stdlib-only module of the core (platforms/csrc.py, envs.py), loaded from the checkout by path: pip
+    may build this plugin before the pagoda it installs in the same command is importable."""
+    spec = importlib.util.spec_from_file_location(f"_pagoda_{Path(path).stem}", HERE.parents[1] / "core/pagoda" / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -46,21 +46,24 @@ def _csrc_tools():
 
 def rocm_extensions() -> tuple[list, dict]:
     """The extension and its build command, or nothing where it cannot be built here."""
-    if os.environ.get("PAGODA_ROCM_BUILD", "auto") == "0" or not CSRC.is_dir():
+    if not CSRC.is_dir():
+        return [], {}
+    build = _core_module("envs.py").ROCM_BUILD.get()  # auto, 0 or 1
+    if build == "0":
         return [], {}
     try:
         import torch
         from torch.utils.cpp_extension import ROCM_HOME, BuildExtension, CUDAExtension
     except ImportError:  # an isolated build without torch: compile at first use instead
         return [], {}
-    forced = os.environ.get("PAGODA_ROCM_BUILD") == "1"
+    forced = build == "1"
     if torch.version.hip is None or ROCM_HOME is None or not (torch.cuda.is_available() or forced):
         return [], {}
     if not os.environ.get("PYTORCH_ROCM_ARCH") and torch.cuda.is_available():
         os.environ["PYTORCH_ROCM_ARCH"] = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
     from pagoda_platform_rocm.hipify import CXX_FLAGS, HIPCC_FLAGS, hipify_csrc, rocm_sources
 
-    tools, staged = _csrc_tools(), HERE / "build" / "hip_csrc"
+    tools, staged = _core_module("platforms/csrc.py"), HERE / "build" / "hip_csrc"
     sources = hipify_csrc(CSRC, staged, rocm_sources(tools.read_manifest(CSRC)))
     ext = CUDAExtension(
         name="pagoda_platform_rocm._C",

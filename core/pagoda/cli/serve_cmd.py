@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
+from pagoda import envs
 from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.errors import PagodaError
 from pagoda.plugins import get_plugin_manager
 
 logger = logging.getLogger("pagoda.server")
-ENV_API_KEY = "PAGODA_API_KEY"
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -25,8 +24,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     g.add_argument("--port", type=int, default=8000, help="TCP port")
-    g.add_argument("--api-key", default=os.environ.get(ENV_API_KEY),
-                   help=f"require 'Authorization: Bearer KEY' (env {ENV_API_KEY}); /health and /metrics stay open")
+    g.add_argument("--api-key", default=envs.API_KEY.get(),
+                   help=f"require 'Authorization: Bearer KEY' (env {envs.API_KEY.name}); /health and /metrics stay open")
     g.add_argument("--served-model-name", nargs="+", metavar="NAME",
                    help="model name(s) clients use (default: MODEL as given, or the embedded model's name)")
     g.add_argument("--shutdown-timeout", type=float, default=30.0,

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import time
 from pathlib import Path
 from typing import Callable
 
 import msgspec
 
-ENV = "PAGODA_TRACE_DIR"
+from pagoda import envs
 
 
 class Trace:
@@ -35,7 +34,7 @@ class Trace:
 
     @classmethod
     def from_env(cls, name: str) -> "Trace | None":
-        folder = os.environ.get(ENV)
+        folder = envs.TRACE_DIR.get()
         return cls(Path(folder) / f"{name}.jsonl") if folder else None
 
     def record(self, **fields) -> None:

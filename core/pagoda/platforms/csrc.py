@@ -10,11 +10,13 @@ joins both builds with one line.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from pagoda.envs import Switch
 
 MANIFEST = "manifest.txt"
 KERNEL_LAYER = ("kernels/", "attention/")  # sources here include no torch header
@@ -80,10 +82,11 @@ def find_csrc(package_dir: Path) -> Path | None:
     return None
 
 
-def load_compiled(aot_module: str, switch: str, label: str, jit: Callable[[ImportError], ModuleType]) -> ModuleType:
-    """The prebuilt module ``aot_module``, else ``jit(import_error)``; ``switch=0`` turns both off."""
-    if os.environ.get(switch, "1") == "0":
-        raise ExtensionUnavailable(f"{switch}=0 switches the {label} kernels off")
+def load_compiled(aot_module: str, switch: "Switch", label: str, jit: Callable[[ImportError], ModuleType]) -> ModuleType:
+    """The prebuilt module ``aot_module``, else ``jit(import_error)``; ``switch`` (a pagoda.envs variable)
+    off turns both off."""
+    if not switch.get():
+        raise ExtensionUnavailable(f"{switch.name}=0 switches the {label} kernels off")
     import torch  # noqa: F401 - loads libc10/libtorch, which the compiled module links against
 
     try:

@@ -15,10 +15,10 @@ the torch ops (see ``CudaPlatform.custom_ops``).
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from types import ModuleType
 
+from pagoda import envs
 from pagoda.platforms.csrc import (
     SHARED_CXX_RUNTIME,
     ExtensionUnavailable,
@@ -44,7 +44,7 @@ def source_dir() -> Path | None:
 @functools.cache
 def load_extension() -> ModuleType:
     """The compiled kernels module (cached for the process); raises ExtensionUnavailable."""
-    return load_compiled("pagoda_platform_cuda._C", "PAGODA_CUDA_KERNELS", "CUDA", _jit_build)
+    return load_compiled("pagoda_platform_cuda._C", envs.CUDA_KERNELS, "CUDA", _jit_build)
 
 
 def _jit_build(aot_error: ImportError) -> ModuleType:
@@ -61,7 +61,7 @@ def _jit_build(aot_error: ImportError) -> ModuleType:
             extra_cuda_cflags=NVCC_FLAGS,
             extra_ldflags=SHARED_CXX_RUNTIME,
             extra_include_paths=[str(sources)],
-            verbose=os.environ.get("PAGODA_CUDA_BUILD_VERBOSE") == "1",
+            verbose=envs.CUDA_BUILD_VERBOSE.get(),
         )
     except Exception as error:  # compiler errors arrive as RuntimeError / CalledProcessError
         raise ExtensionUnavailable(f"build error: {first_line(error)}") from error

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
+from pagoda import envs
 from pagoda.platforms.csrc import (
     SHARED_CXX_RUNTIME,
     ExtensionUnavailable,
@@ -53,7 +54,7 @@ def excluded_reason(name: str) -> str | None:
 @functools.cache
 def load_extension(arch: str) -> ModuleType:
     """The compiled kernels module for gfx target ``arch`` (cached); raises ExtensionUnavailable."""
-    return load_compiled("pagoda_platform_rocm._C", "PAGODA_ROCM_KERNELS", "ROCm", lambda error: _jit_build(arch, error))
+    return load_compiled("pagoda_platform_rocm._C", envs.ROCM_KERNELS, "ROCm", lambda error: _jit_build(arch, error))
 
 
 def _jit_build(arch: str, aot_error: ImportError) -> ModuleType:
@@ -75,7 +76,7 @@ def _jit_build(arch: str, aot_error: ImportError) -> ModuleType:
             extra_cuda_cflags=HIPCC_FLAGS + arch_flags,
             extra_ldflags=SHARED_CXX_RUNTIME,
             extra_include_paths=[str(out)],
-            verbose=os.environ.get("PAGODA_ROCM_BUILD_VERBOSE") == "1",
+            verbose=envs.ROCM_BUILD_VERBOSE.get(),
         )
     except Exception as error:  # compiler errors arrive as RuntimeError / CalledProcessError
         raise ExtensionUnavailable(f"build error: {first_line(error)}") from error
