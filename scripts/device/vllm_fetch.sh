@@ -15,13 +15,10 @@
 #
 # Then, on the GPU machine, back to back (the machine keeps /tmp only while warm: 30 s between calls):
 #   1. run(carry=[".vllm1"])         bash scripts/device/vllm_install.sh .vllm1     (and so on for each part but the last)
-#   2. run(carry=[".vllm3", ".whl"]) bash scripts/device/vllm_install.sh .vllm3; PARTS=none bash scripts/device/peers.sh
-#   3. run(carry=[".whl"])           PARTS=offline bash scripts/device/peers.sh            (~7 min)
-#   4. run(carry=[".whl"])           PARTS=serve bash scripts/device/peers.sh              (~8 min)
-#   5. run(carry=[".whl"])           PARTS=serve_vllm_client bash scripts/device/peers.sh  (~8 min)
-#   6. run(carry=[".whl"])           PARTS=prefix bash scripts/device/peers.sh             (~4 min)
+#   2. run(carry=[".vllm3", ".whl"]) bash scripts/device/vllm_install.sh .vllm3 && bash scripts/device/run.sh --budget 520 peers
+#   3. run(carry=[".whl"])           bash scripts/device/run.sh peers:serve,serve_vllm_client,prefix
 # (the parts install in any order; the last one reassembles, installs into /tmp/vllm_site and smoke-imports;
-#  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. Leaner 4-6: see the README.)
+#  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. benchmarks/peers/README.md.)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 PART_MB="${PART_MB:-40}"   # + .whl (~8 MiB) + the tree (~16 MiB with benchmarks/results) stays under a call's 64 MiB

@@ -1,0 +1,34 @@
+# Offline throughput, decode-step latency, served load and guided decoding of the main config (dummy weights).
+# MODEL: the config folder (default Llama-3.1-8B); ATTENTION: the attention backend (default auto).
+ALL_PARTS="throughput latency serve guided"
+DEFAULT_PARTS="throughput latency serve"
+PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
+
+suite_run() {
+  local model=${MODEL:-benchmarks/configs/llama-3.1-8b} tok n
+  local engine=(--load-format dummy --max-model-len 2048 ${ATTENTION:+--attention-backend "$ATTENTION"})
+  local flags=("${engine[@]}" --log-level warning)
+  n=$(quick 1000 8)
+  if has_part throughput; then
+    bench throughput_256x256 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 256 32)" \
+      --output-len "$(quick 256 32)"
+    bench throughput_1024x128 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 1024 64)" \
+      --output-len "$(quick 128 16)"
+  fi
+  has_part latency && bench latency 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 1,8,64 1,2)" \
+    --input-len "$(quick 128 16)" --output-len "$(quick 128 8)" --repeats 2
+  tok=$(llama3_tokenizer)
+  if has_part serve || has_part guided; then
+    [ -n "$tok" ] || { fail_step tokenizer "$TOKENIZER_MISSING"; return 1; }
+  fi
+  if has_part serve && serve_start server "$model" "${flags[@]}" --tokenizer "$tok"; then
+    serve_load serve_warmup 60 --num-prompts "$(quick 64 4)" --input-len "$(quick 256 16)" --output-len 16 --seed 1
+    serve_load serve_rate_inf 200 --num-prompts "$n" --input-len "$(quick 256 32)" --output-len "$(quick 256 16)"
+    serve_load serve_rate_8 120 --num-prompts "$(quick 480 8)" --request-rate 8 --input-len "$(quick 256 32)" \
+      --output-len "$(quick 256 16)"
+    serve_stop
+  fi
+  has_part guided && step guided 300 "$PYTHON" benchmarks/guided_decoding.py "$model" "${engine[@]}" --tokenizer "$tok" \
+    --batch-size "$(quick 64 2)" --output-len "$(quick 256 8)" --repeats "$(quick 3 1)" --result-file "$WORK/guided.json"
+  return 0
+}

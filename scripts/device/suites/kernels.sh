@@ -1,0 +1,12 @@
+# The kernel benchmarks on one GPU (python -m benchmarks.kernel_bench): GEMV, attention, MoE, AWQ, FP8, sampler.
+# Each part is a family; its JSON (benchmarks/kernel_bench/report.py: the schema) is the step's result.
+ALL_PARTS="gemv attention moe awq fp8 sampler"
+DEFAULT_PARTS="gemv attention moe sampler"
+PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash plugins/quant_fp8 plugins/quant_awq)
+
+suite_run() {
+  local name
+  for name in $PARTS; do
+    step "$name" 240 "$PYTHON" -m benchmarks.kernel_bench "$name" --out "$WORK/$name.json" $([ "$QUICK" = 1 ] && echo --small)
+  done
+}

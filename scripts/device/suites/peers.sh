@@ -1,0 +1,16 @@
+# Pagoda and vLLM side by side on the same GPU and workloads (benchmarks/peers/README.md); vLLM installed first.
+# PEERS_FLAGS: more flags of benchmarks/peers/run.py (e.g. "--rates inf,8 --rate-seconds 20", "--match-limits").
+ALL_PARTS="offline serve serve_vllm_client prefix"
+DEFAULT_PARTS="offline"
+PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
+
+suite_run() {
+  if [ "$DRY_RUN" != 1 ] && [ ! -f /tmp/vllm_site/.installed ] && [[ "${PEERS_FLAGS:-}" != *"--engines pagoda"* ]]; then
+    fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with scripts/device/vllm_install.sh first"
+    return 1
+  fi
+  # the harness keeps its own time limits: it gets what is left of the budget
+  # shellcheck disable=SC2086
+  step peers_run "$(left_s)" "$PYTHON" benchmarks/peers/run.py --parts "$(echo "$PARTS" | tr ' ' ',')" --out "$WORK" \
+    --work-dir /tmp/peers --budget-s $(($(left_s) - 20)) --tag run $([ "$QUICK" = 1 ] && echo --quick) ${PEERS_FLAGS:-}
+}
