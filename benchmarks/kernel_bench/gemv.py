@@ -4,7 +4,7 @@ Projections of Llama-3.1-8B (whole, and one rank's share at tensor-parallel size
 (with its LM head), bf16, 1-4 tokens; timed as CUDA-graph replays over enough weight copies that
 they stream from memory. The floor is the weight bytes at the copy rate. ``--splits`` also times the
 GEMV at each forced split-K (1, 2 or 4 warps a row). Replayed back to back, the GEMV (a programmatic
-dependent) overlaps the call before it; ``PAGODA_PDL=0`` times calls that do not.
+dependent on sm_90+) overlaps the call before it.
 Needs a CUDA GPU and pagoda-platform-cuda.
 """
 

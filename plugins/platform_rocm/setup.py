@@ -48,7 +48,8 @@ def rocm_extensions() -> tuple[list, dict]:
     """The extension and its build command, or nothing where it cannot be built here."""
     if not CSRC.is_dir():
         return [], {}
-    build = _core_module("envs.py").ROCM_BUILD.get()  # auto, 0 or 1
+    envs = _core_module("envs.py")
+    build = envs.ROCM_BUILD.get()  # auto, 0 or 1
     if build == "0":
         return [], {}
     try:
