@@ -19,7 +19,7 @@ from pagoda.loader import default_model_source
 @functools.lru_cache(maxsize=1)
 def hf_tokenizer():
     """The GGUF's tokenizer; or, where the 94 MB checkpoint cannot travel (the GPU machine), the same
-    tokenizer saved to the folder ``PAGODA_SMOLLM_TOKENIZER`` names (scripts/device/smollm_tokenizer.sh)."""
+    tokenizer saved to the folder ``PAGODA_SMOLLM_TOKENIZER`` names (scripts/device/prepare.sh smollm-tokenizer)."""
     from transformers import AutoTokenizer
 
     folder = os.environ.get("PAGODA_SMOLLM_TOKENIZER")

@@ -57,5 +57,5 @@ case "${1:-}" in
   wheels) wheels ;;
   smollm-tokenizer) smollm_tokenizer ;;
   snapshot) snapshot ;;
-  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 2 ;;
 esac

@@ -16,7 +16,7 @@
 #   --quick         small workloads: a smoke run of the pipeline, not figures (QUICK=1)
 #   --budget S      seconds for the whole run, suites included (BUDGET_S, default 570: a 10-minute call)
 #   --no-install    run in the current environment, as on a CPU machine (INSTALL=0)
-# Suites read MODEL (a config folder, dummy weights), TOKENIZER, ATTENTION (an --attention-backend),
+# Suites read MODEL (a config folder, dummy weights), TOKENIZER, ATTENTION (an --attention-backend), DRAFT,
 # COMMIT (recorded in env.txt where there is no .git), TESTS (gpu-tests' paths), PEERS_FLAGS.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
@@ -39,7 +39,7 @@ list_suites() {
   done
 }
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}"; }
 
 # run_suite NAME PARTS: one suite in a subshell (its variables and functions stay its own).
 run_suite() (

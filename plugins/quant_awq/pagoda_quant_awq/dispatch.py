@@ -6,7 +6,7 @@ of 64, pagoda-platform-cuda's kernels built) every layer is repacked at load int
 :data:`TILES_TABLE`. Otherwise the checkpoint's layout stays and runs ``cuda`` (the CUDA-core GEMV,
 few tokens), ``triton`` (dequantize tiles into ``tl.dot``), ``dense`` (dequantize W whole, then the
 dense matmul) or ``reference`` (torch, CPU), by :data:`TABLE`. Both tables are measured by
-``benchmarks/quant_awq.py``, which calls each kernel by name (the ``kernel`` argument).
+``python -m benchmarks.kernel_bench awq``, which calls each kernel by name (the ``kernel`` argument).
 """
 
 from __future__ import annotations
