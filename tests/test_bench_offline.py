@@ -35,7 +35,7 @@ def test_throughput_counts_every_token(tmp_path, sampling):
 def test_latency_reports_each_batch(tmp_path):
     out = tmp_path / "latency.json"
     assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "1,3",
-                 "--input-len", "8", "--output-len", "4", "--repeats", "1", "--result-file", str(out)]) == 0
+                 "--input-len", "8", "--output-len", "8", "--repeats", "3", "--result-file", str(out)]) == 0
     steps = json.loads(out.read_text())["steps"]
     assert [s["batch"] for s in steps] == [1, 3]
     assert all(s["step_ms"] > 0 and s["floor_ms"] > 0 for s in steps)
