@@ -77,8 +77,9 @@ def awq_chart() -> None:
 
 
 def tp_layers_chart() -> None:
-    """Where a decoder layer's time goes at TP=1 and TP=2 on 2 x H200 (traces of both sizes
-    through scripts/device/layer_breakdown.py, before the paced early reads): the GEMVs halve, the latency-bound kernels between them do not."""
+    """Where a decoder layer's time goes at TP=1 and TP=2 on 2 x H200 (profiler traces of both sizes, summed per
+    kernel kind; the folder's README names the commit of the tool): the GEMVs halve, the latency-bound kernels
+    between them do not."""
     layers = load("h200x2_decode_step/layer_breakdown.json")
     tp1, tp2 = layers["TP=1"], layers["TP=2 rank 1"]
     kinds = (("dense GEMVs", "#1d4e89"), ("norms / LL sums", "#c44536"), ("attention", "#89c2d9"),
