@@ -14,7 +14,7 @@ import torch
 
 from pagoda.attention.torch_ref import TorchAttentionBackend
 from pagoda.interfaces import AttentionMetadata, BuildContext, ForwardContext
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.loader import ModelSource, load_hf_config, load_model
 from pagoda.models import model_class
 from pagoda.models.spec import attention_spec, num_kv_cache_layers

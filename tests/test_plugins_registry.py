@@ -205,7 +205,7 @@ def test_table_shows_registrations_then_errors() -> None:
     plugins = [
         PluginInfo(
             "builtin",
-            "pagoda.plugins.builtin",
+            "pagoda.builtin",
             "pagoda",
             "0.1.0",
             builtin=True,

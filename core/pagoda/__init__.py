@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from pagoda.beam.params import BeamSearchParams
     from pagoda.entrypoints.llm import LLM
-    from pagoda.pooling.params import PoolingParams
-    from pagoda.sampling_params import SamplingParams
+    from pagoda.pooling_params import PoolingParams
+    from pagoda.sampling_params import BeamSearchParams, GuidedDecodingParams, SamplingParams
 
 _LAZY = {"LLM": "pagoda.entrypoints.llm", "SamplingParams": "pagoda.sampling_params",
-         "PoolingParams": "pagoda.pooling.params", "BeamSearchParams": "pagoda.beam.params"}
+         "GuidedDecodingParams": "pagoda.sampling_params", "BeamSearchParams": "pagoda.sampling_params",
+         "PoolingParams": "pagoda.pooling_params"}
 
 
 def __getattr__(name: str) -> Any:  # keep `import pagoda` light: the CLI imports torch only when needed
@@ -24,4 +24,4 @@ def __getattr__(name: str) -> Any:  # keep `import pagoda` light: the CLI import
     raise AttributeError(f"module 'pagoda' has no attribute {name!r}")
 
 
-__all__ = ["BeamSearchParams", "LLM", "PoolingParams", "SamplingParams", "__version__"]
+__all__ = ["BeamSearchParams", "GuidedDecodingParams", "LLM", "PoolingParams", "SamplingParams", "__version__"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from pagoda.speculative_config import parse_speculative_config
+
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dtype
@@ -40,6 +42,7 @@ class EngineConfig:
     overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
     distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
+    disable_custom_all_reduce: bool = False  # tensor-parallel sums over the backend (NCCL) alone, as in vLLM
     guided_decoding_backend: str = "auto"  # grammar engine of requests that set guided_decoding (docs/structured_output.md)
     runner: str = "auto"  # generate | pooling | auto (pooling for encoder-only models; docs/pooling.md)
     speculative_config: str | dict | None = None  # vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}
@@ -61,20 +64,26 @@ class EngineConfig:
             "max_num_batched_tokens", self.max_num_batched_tokens, ">= 1",
         )
         _require(0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", self.gpu_memory_utilization, "in (0, 1]")
-        from pagoda.spec_decode.config import parse_speculative_config
-
         parse_speculative_config(self.speculative_config)  # ConfigError naming what is wrong
         _require(self.kv_cache_memory is None or self.kv_cache_memory > 0, "kv_cache_memory", self.kv_cache_memory, "> 0 bytes")
         _require(isinstance(self.seed, int), "seed", self.seed, "an integer")
         _require(isinstance(self.tensor_parallel_size, int) and self.tensor_parallel_size >= 1,
                  "tensor_parallel_size", self.tensor_parallel_size, "an integer >= 1")
         _require(self.runner in RUNNERS, "runner", self.runner, f"one of {', '.join(RUNNERS)}")
+        _require(isinstance(self.disable_custom_all_reduce, bool), "disable_custom_all_reduce",
+                 self.disable_custom_all_reduce, "True or False")
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
 
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def step_token_budget(config: EngineConfig, max_model_len: int) -> int:
+    """The most tokens one step schedules (``--max-num-batched-tokens`` or its default)."""
+    budget = config.max_num_batched_tokens or max(8192, config.max_num_seqs)
+    return budget if config.enable_chunked_prefill else max(budget, max_model_len)
 
 
 def _is_pow2(n: int) -> bool:

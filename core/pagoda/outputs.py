@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagoda.engine_core.messages import StepStats  # noqa: F401 - part of the public outputs
+from pagoda.messages import StepStats  # noqa: F401 - part of the public outputs
 
 
 @dataclass

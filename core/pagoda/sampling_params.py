@@ -1,11 +1,12 @@
-"""Sampling parameters of one request, validated once when the request arrives.
+"""The parameters of one request, validated once when it arrives: :class:`SamplingParams`, the
+:class:`GuidedDecodingParams` it may carry, and :class:`BeamSearchParams` (vLLM's module and names).
 
 Names and defaults follow vLLM's ``SamplingParams`` (and so the OpenAI API where they overlap):
 ``temperature=0`` means greedy; ``top_k`` of 0 or -1 disables top-k; ``max_tokens=None`` means
 "up to the model's context length"; ``logprobs=k`` asks for the top-k logprobs *besides* the
 sampled token. Penalties use OpenAI semantics for presence/frequency and HF/vLLM semantics for
-repetition (see ``pagoda.engine.sampler``); ``logit_bias``, ``allowed_token_ids`` and ``bad_words``
-are described in ``pagoda.engine.token_controls``; ``best_of`` samples more sequences than it
+repetition (see ``pagoda.sampling.sampler``); ``logit_bias``, ``allowed_token_ids`` and ``bad_words``
+are described in ``pagoda.sampling.token_controls``; ``best_of`` samples more sequences than it
 returns (the front end keeps the n with the highest cumulative logprob). A bad value raises
 ``RequestError`` (a ValueError) naming the field and the allowed range, so the HTTP layer can
 answer 400; token ids are checked against the vocabulary by :meth:`SamplingParams.check_vocab`
@@ -15,11 +16,65 @@ once the engine is known.
 from __future__ import annotations
 
 import dataclasses
+import json as jsonlib
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pagoda.errors import RequestError
-from pagoda.guided.params import GuidedDecodingParams
+
+GUIDED_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+
+
+@dataclass
+class GuidedDecodingParams:
+    """Constrain a request's output; names follow vLLM's ``GuidedDecodingParams``."""
+
+    json: dict[str, Any] | str | None = None  # a JSON schema (a dict or its JSON text)
+    json_object: bool = False  # any JSON object
+    regex: str | None = None
+    choice: list[str] | None = None  # the output is exactly one of these strings
+    grammar: str | None = None  # an EBNF grammar (GBNF style, with a ``root`` rule)
+    backend: str | None = None  # a registered guided decoding backend; None: the engine's choice
+
+    def __post_init__(self) -> None:
+        given = [k for k in GUIDED_KINDS if getattr(self, k) not in (None, False)]
+        if len(given) != 1:
+            raise RequestError(f"guided decoding takes exactly one of {', '.join(GUIDED_KINDS)}; got "
+                               f"{', '.join(given) if given else 'none'}: set one")
+        if isinstance(self.json, str):
+            self.json = _parse_schema(self.json)
+        if self.json is not None and not isinstance(self.json, dict):
+            raise RequestError(f"guided json must be a JSON schema object, got {type(self.json).__name__}")
+        if self.choice is not None:
+            self.choice = _check_choice(self.choice)
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise RequestError(f"guided {name} must be a non-empty string, got {value!r}")
+
+    @property
+    def kind(self) -> str:
+        """Which of ``GUIDED_KINDS`` this is."""
+        return next(k for k in GUIDED_KINDS if getattr(self, k) not in (None, False))
+
+
+def _parse_schema(text: str) -> dict[str, Any]:
+    try:
+        schema = jsonlib.loads(text)
+    except ValueError as exc:
+        raise RequestError(f"guided json is not valid JSON ({exc}); send a JSON schema object") from exc
+    if not isinstance(schema, dict):
+        raise RequestError(f"guided json must be a JSON schema object, got {type(schema).__name__}")
+    return schema
+
+
+def _check_choice(choice: list[str]) -> list[str]:
+    choice = list(choice) if isinstance(choice, (list, tuple)) else choice
+    if not isinstance(choice, list) or not choice or not all(isinstance(c, str) and c for c in choice):
+        raise RequestError(f"guided choice must be a non-empty list of non-empty strings, got {choice!r}")
+    return choice
+
 
 GREEDY_EPS = 1e-5  # temperatures below this sample greedily (vLLM's threshold)
 MAX_LOGPROBS = 20  # the OpenAI API's bound on top logprobs
@@ -50,7 +105,7 @@ class SamplingParams:
     guided_decoding: GuidedDecodingParams | None = None  # constrain the output (docs/structured_output.md)
     logit_bias: dict[int, float] | None = None  # token id -> bias added to its logit, each in [-100, 100] (OpenAI)
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
-    bad_words: list[str] | None = None  # words that may not be generated (vLLM; see pagoda.engine.token_controls)
+    bad_words: list[str] | None = None  # words that may not be generated (vLLM; see pagoda.sampling.token_controls)
     bad_words_token_ids: list[list[int]] | None = None  # their token sequences: the front end fills them in
     best_of: int | None = None  # sample this many sequences, return the n with the highest cumulative logprob
 
@@ -204,14 +259,52 @@ def _check_token_ids(name: str, ids: list) -> None:
 
 
 def _check_guided(guided: GuidedDecodingParams | dict | None) -> GuidedDecodingParams | None:
-    """The guided decoding spec, its grammar checked by its backend (RequestError if invalid)."""
+    """The guided decoding spec, its shape checked (its grammar is the backend's to check: the front end
+    calls ``pagoda.guided.runtime.validate_guided`` before queueing the request)."""
     if guided is None:
         return None
     if isinstance(guided, dict):
         guided = GuidedDecodingParams(**guided)
     if not isinstance(guided, GuidedDecodingParams):
         raise RequestError(f"guided_decoding must be a GuidedDecodingParams, got {type(guided).__name__}")
-    from pagoda.guided.runtime import validate_guided
-
-    validate_guided(guided)
     return guided
+
+
+EARLY_STOPPING = (True, False, "never")
+
+
+@dataclass
+class BeamSearchParams:
+    """Deterministic beam search with HF transformers' semantics (``generate(num_beams=..., do_sample=False)``).
+
+    ``length_penalty`` and ``early_stopping`` mean what they mean in HF: a finished sequence of
+    ``L`` generated tokens (its EOS included) scores ``sum of its logprobs / L ** length_penalty``;
+    ``early_stopping=True`` stops once ``beam_width`` sequences have finished, ``False`` stops when
+    the best running beam, scored at its current length, cannot beat the worst finished one, and
+    ``"never"`` scores it at ``max_tokens`` instead when ``length_penalty > 0``. See docs/beam_search.md.
+    """
+
+    beam_width: int
+    max_tokens: int | None = 16  # None: up to the context length
+    ignore_eos: bool = False
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+
+    def __post_init__(self) -> None:
+        for name, low in (("beam_width", 1), ("max_tokens", 1)):
+            value = getattr(self, name)
+            if value is None and name == "max_tokens":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise RequestError(f"{name} must be an int >= {low}, got {value!r}")
+        penalty = self.length_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty):
+            raise RequestError(f"length_penalty must be a finite number, got {penalty!r}")
+        if self.early_stopping not in EARLY_STOPPING or not isinstance(self.early_stopping, (bool, str)):
+            raise RequestError(f"early_stopping must be true, false or \"never\", got {self.early_stopping!r}")
+
+    def output_params(self, logprobs: int | None = 0) -> SamplingParams:
+        """The SamplingParams the front end tracks the ``beam_width`` returned sequences with
+        (``logprobs=k``: k top logprobs per token; 0 keeps only each chosen token's)."""
+        return SamplingParams(n=self.beam_width, temperature=0.0, max_tokens=self.max_tokens,
+                              ignore_eos=self.ignore_eos, logprobs=logprobs)

@@ -16,7 +16,7 @@ from hf_tiny import save_tiny  # noqa: E402
 from tiny_models import save_word_tokenizer  # noqa: E402
 
 from pagoda import LLM, BeamSearchParams  # noqa: E402
-from pagoda.engine.kv_cache import KVCacheManager  # noqa: E402
+from pagoda.kv_cache.manager import KVCacheManager  # noqa: E402
 from pagoda.errors import RequestError  # noqa: E402
 
 EOS = 30  # a token these beams reach after 7 to 19 steps, so sequences end both ways

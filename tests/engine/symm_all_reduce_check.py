@@ -1,9 +1,9 @@
 """Run by test_tensor_parallel.py under torchrun on 2 GPUs: the platform's fast all-reduce against NCCL,
 eager and replayed from a CUDA graph, for sizes up to its limit and beyond (the fallback); then a chain
-of dependent sums between matmuls, as in a decode step, replayed from one graph. Mode (argv[1], set as
-PAGODA_SYMM_ALL_REDUCE): ``1`` torch's one-shot path, ``ll`` the csrc low-latency kernel in front of
-it (and its fusion with the residual add and RMSNorm, against NCCL then the csrc norm). Prints
-'symm all-reduce ok'."""
+of dependent sums between matmuls, as in a decode step, replayed from one graph. Mode (argv[1]):
+``oneshot`` torch's one-shot path alone, ``platform`` the platform's (on CUDA the csrc low-latency
+kernel in front of the one-shot path, and its fusion with the residual add and RMSNorm, against NCCL
+then the csrc norm). Prints 'symm all-reduce ok'."""
 
 import os
 import sys
@@ -11,6 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from pagoda.distributed import symm_all_reduce
 from pagoda.plugins.manager import get_plugin_manager
 
 
@@ -100,19 +101,22 @@ def check_fused(op, device: torch.device, g: torch.Generator) -> None:
 
 def main() -> None:
     rank = int(os.environ["RANK"])
-    os.environ["PAGODA_SYMM_ALL_REDUCE"] = sys.argv[1] if len(sys.argv) > 1 else "1"
+    mode = sys.argv[1] if len(sys.argv) > 1 else "oneshot"
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl")
     device = torch.device("cuda", rank)
-    _, platform_cls = get_plugin_manager().registry("platform").select("auto")
-    op = platform_cls().fast_all_reduce(dist.group.WORLD, 2)
+    if mode == "oneshot":
+        op = symm_all_reduce.create(dist.group.WORLD, device, 2)
+    else:
+        _, platform_cls = get_plugin_manager().registry("platform").select("auto")
+        op = platform_cls().fast_all_reduce(dist.group.WORLD, 2)
     assert op is not None, "the fast path should be available on 2 GPUs of one host"
-    if os.environ["PAGODA_SYMM_ALL_REDUCE"] == "ll":
+    if mode == "platform" and torch.version.cuda:
         assert type(op).__name__ == "LLAllReduce", f"expected the low-latency kernel, got {type(op).__name__}"
     g = torch.Generator(device=device).manual_seed(rank)
     check_sizes(op, device, g)
     check_chain(op, device, g)
-    if hasattr(op, "kernels") and op.fused_norm:
+    if hasattr(op, "kernels"):
         check_fused(op, device, g)
     dist.barrier()
     print("symm all-reduce ok", flush=True)

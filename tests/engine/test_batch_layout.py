@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pagoda.engine.batch import layout, views
+from pagoda.runner.batch import layout, views
 
 
 @pytest.mark.parametrize("num_tokens,num_seqs,width", [(1, 1, 1), (7, 3, 5), (299, 44, 3), (530, 20, 33)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagoda.engine.request import Request
+from pagoda.request import Request
 from pagoda.executor import messages
 from pagoda.executor.messages import TAIL_BLOCKS, StepEncoder, StepMirror, unchanged_blocks
 from pagoda.interfaces.scheduler import SchedulerOutput

@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from pagoda import LLM, SamplingParams
-from pagoda.beam.params import BeamSearchParams
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import BeamSearchParams
+from pagoda.sampling_params import GuidedDecodingParams
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "smollm2.json"
 PROMPTS = [

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagoda.engine.block_pool import BlockPool
-from pagoda.engine.kv_cache import KVCacheManager, hash_block
-from pagoda.engine.request import Request
+from pagoda.kv_cache.block_pool import BlockPool
+from pagoda.kv_cache.manager import KVCacheManager, hash_block
+from pagoda.request import Request
 
 BS = 4
 

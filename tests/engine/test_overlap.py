@@ -10,7 +10,7 @@ import pytest
 
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
-from pagoda.engine import model_runner
+from pagoda.runner import model_runner
 
 BLOCK = 8
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.kv_cache.manager import KVCacheManager
+from pagoda.request import Request, RequestStatus
 from pagoda.interfaces.scheduler import SchedulerConfig, SchedulerOutput
-from pagoda.plugins import builtin
+from pagoda import builtin
 from pagoda.scheduler import FcfsScheduler, PriorityScheduler
 
 BS = 4

@@ -8,6 +8,7 @@ import pytest
 
 from pagoda import LLM, SamplingParams
 from pagoda.errors import ConfigError
+from pagoda.spec_decode.step import SpecDecodeStep
 from test_decode_graphs import REPLAYS, replay_plugins  # noqa: F401 - the fixture
 from tiny_models import random_prompts
 
@@ -99,7 +100,7 @@ def test_verify_steps_replay_graphs(replay_plugins, tiny_models) -> None:  # noq
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "backoff": False}
     eager = _tokens(_llm(target, None, enforce_eager=True, **extra).generate(_prompts(), _params(), use_tqdm=False))
     llm = _llm(target, spec, **extra)
-    graphs = llm.engine.core.runner.verify_graphs
+    graphs = llm.engine.core.runner.feature(SpecDecodeStep).step_graphs
     assert graphs is not None and sorted(graphs.graphs) == [1, 2, 4, 8] and graphs.q == 4
     replayed, replay = [], graphs.replay
     graphs.replay = lambda size: replayed.append(size) or replay(size)
@@ -124,7 +125,7 @@ def test_verify_graphs_on_cuda_match_eager(tiny_models) -> None:
                  {"method": "draft", "model": target, "num_speculative_tokens": 3}):
         eager = _tokens(_llm(target, spec, enforce_eager=True, **extra).generate(_prompts(), _params(), use_tqdm=False))
         llm = _llm(target, spec, **extra)
-        assert llm.engine.core.runner.verify_graphs is not None
+        assert llm.engine.core.runner.feature(SpecDecodeStep).step_graphs is not None
         assert _tokens(llm.generate(_prompts(), _params(), use_tqdm=False)) == eager
         assert llm.engine.stats.spec_num_draft_tokens > 0
         if spec["method"] == "draft":

@@ -24,10 +24,11 @@ from pagoda.errors import ConfigError
 from pagoda.hookspecs import hookimpl
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer
 from pagoda.plugins import manager as plugin_manager
-from pagoda.spec_decode.config import SpeculativeConfig
+from pagoda.speculative_config import SpeculativeConfig
 from pagoda.spec_decode.eagle import EagleProposer
 from pagoda.spec_decode.eagle_head import EagleHead, load_head_checkpoint
 from pagoda.spec_decode.ngram import NgramIndex
+from pagoda.spec_decode.step import SpecDecodeStep
 from test_decode_graphs import REPLAYS, GraphSafeTorchBackend, ReplayPlatform
 from tiny_models import VOCAB, hf_greedy, random_prompts
 
@@ -185,7 +186,7 @@ def test_the_engine_hands_over_the_targets_hidden_states_at_their_positions(tiny
     REPLAYS["count"] = 0
     llm.generate(_prompts(), params, use_tqdm=False)
     if extra is GRAPHS:
-        assert llm.engine.core.runner.verify_graphs is not None and REPLAYS["count"] > 10
+        assert llm.engine.core.runner.feature(SpecDecodeStep).step_graphs is not None and REPLAYS["count"] > 10
     s = llm.engine.stats
     assert 0 < s.spec_num_accepted_tokens < s.spec_num_draft_tokens  # acceptances and rejections
     covered: dict[str, int] = {}

@@ -175,6 +175,28 @@ def test_platform_without_backend_or_devices_is_refused():
         EngineConfig(tensor_parallel_size=0)
 
 
+def test_disable_custom_all_reduce_leaves_every_sum_to_the_backend(tiny_models):
+    """--disable-custom-all-reduce reaches EngineConfig, and ranks then never ask the platform for its fast
+    all-reduce (ranks of several hosts never do); at TP=2 the tokens stay those of TP=1."""
+    import argparse
+
+    from pagoda.entrypoints.engine_args import add_engine_args, engine_config
+    from pagoda.executor.workers import fast_sums
+    from pagoda.plugins import get_plugin_manager
+
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser, get_plugin_manager())
+    assert engine_config(parser.parse_args(["--disable-custom-all-reduce"]), None).disable_custom_all_reduce
+    assert not engine_config(parser.parse_args([]), None).disable_custom_all_reduce
+    assert fast_sums(EngineConfig(), one_host=True) and not fast_sums(EngineConfig(), one_host=False)
+    assert not fast_sums(EngineConfig(disable_custom_all_reduce=True), one_host=True)
+    path, _ = tiny_models["llama"]
+    prompts = shared_prefix_prompts()
+    expected, _ = run(path, 1, prompts)
+    got, _ = run(path, 2, prompts, disable_custom_all_reduce=True)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+
+
 def test_torchrun_two_processes_match_one(tiny_models, tmp_path):
     """`torchrun --nproc-per-node 2 -m pagoda.cli.main generate ... -tp 2`: the multi-node path, on one host."""
     path, _ = tiny_models["qwen3"]
@@ -202,7 +224,7 @@ def tp1_tokens(path: str, prompts, max_tokens: int = 40) -> list[list[int]]:
         llm.shutdown()
 
 
-def tp2_engines(path: str, prompts, engines: list[dict], env: dict | None = None) -> list[dict]:
+def tp2_engines(path: str, prompts, engines: list[dict]) -> list[dict]:
     """The engines (LLM keyword arguments, TP=2 added) one after another in a fresh process
     (tp_engines_check.py): one result each."""
     if torch.cuda.device_count() < 2:
@@ -211,20 +233,20 @@ def tp2_engines(path: str, prompts, engines: list[dict], env: dict | None = None
     spec = {"model": path, "prompts": prompts, "max_tokens": 40,
             "engines": [{"tensor_parallel_size": 2, **engine} for engine in engines]}
     run = subprocess.run([sys.executable, script, json.dumps(spec)], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert run.returncode == 0, run.stderr[-3000:]
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("symm", ["1", "ll", "0"])  # one-shot over symmetric memory, the csrc LL kernel, NCCL
-def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, symm):
-    """NCCL, CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
+@pytest.mark.parametrize("disable_custom_all_reduce", [False, True])  # the csrc LL kernel (default), NCCL alone
+def test_tp2_on_two_gpus_with_graphs_equals_tp1(tiny_models, disable_custom_all_reduce):
+    """CUDA graphs capturing the all-reduces: greedy tokens at TP=2 equal TP=1 (float32)."""
     path, _ = tiny_models["llama"]
     prompts = shared_prefix_prompts()
-    (tp2,) = tp2_engines(path, prompts, [{}], env={"PAGODA_SYMM_ALL_REDUCE": symm})
+    (tp2,) = tp2_engines(path, prompts, [{"disable_custom_all_reduce": disable_custom_all_reduce}])
     assert tp2["graphs"], "decode steps should be captured"
-    assert tp2["fast"] == {"1": "SymmetricAllReduce", "ll": "LLAllReduce", "0": None}[symm]
+    assert tp2["fast"] == (None if disable_custom_all_reduce else "LLAllReduce")
     assert tp2["tokens"] == tp1_tokens(path, prompts)
 
 
@@ -255,15 +277,15 @@ def test_tp2_speculation_on_two_gpus_with_verify_graphs_equals_tp1(tiny_models, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["1", "ll", "ll-late"])  # torch's one-shot path; the csrc low-latency kernel,
-def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):  # also with its fused norm's late trigger
+@pytest.mark.parametrize("mode", ["oneshot", "platform"])  # torch's one-shot path; the platform's (the LL kernel)
+def test_symmetric_all_reduce_sums_like_nccl_on_two_gpus(mode):
     """The fast path against NCCL on random bf16/fp32 tensors of every size it takes, eager and graph-replayed,
     and a graph of 64 dependent sums between matmuls."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     script = os.path.join(os.path.dirname(__file__), "symm_all_reduce_check.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PAGODA_LL_LATE_TRIGGER": str(int(mode == "ll-late"))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          script, mode.removesuffix("-late")], capture_output=True, text=True, env=env, timeout=240)
+                          script, mode], capture_output=True, text=True, env=env, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert run.stdout.count("symm all-reduce ok") == 2

@@ -12,7 +12,7 @@ import pytest
 
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
-from pagoda.engine.torch_profiler import ENV
+from pagoda.envs import TORCH_PROFILER_DIR
 
 
 def trace_ops(path: Path) -> set[str]:
@@ -31,9 +31,9 @@ def test_every_rank_writes_a_trace_of_the_steps_it_ran(tiny_models, tmp_path, mo
     llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
     try:
         expected = greedy(llm, prompts)
-        with pytest.raises(RuntimeError, match=f"profiling needs {ENV} set to the folder the traces go to"):
+        with pytest.raises(RuntimeError, match=f"profiling needs {TORCH_PROFILER_DIR.name} set to the folder the traces go to"):
             llm.start_profile()
-        monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+        monkeypatch.setenv(TORCH_PROFILER_DIR.name, str(tmp_path / "traces"))
         llm.start_profile()
         with pytest.raises(RuntimeError, match="the profiler is already running"):
             llm.start_profile()
@@ -59,7 +59,7 @@ def test_a_start_that_fails_on_one_rank_leaves_no_rank_profiling(tiny_models, tm
     from pagoda.executor import messages
 
     path, _ = tiny_models["llama"]
-    monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+    monkeypatch.setenv(TORCH_PROFILER_DIR.name, str(tmp_path / "traces"))
     llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
     try:
         executor = llm.engine.core.executor
@@ -78,7 +78,7 @@ def test_a_start_that_fails_on_one_rank_leaves_no_rank_profiling(tiny_models, tm
 
 def test_an_engine_that_stops_while_profiling_writes_every_rank_s_trace(tiny_models, tmp_path, monkeypatch):
     path, _ = tiny_models["llama"]
-    monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+    monkeypatch.setenv(TORCH_PROFILER_DIR.name, str(tmp_path / "traces"))
     llm = LLM(model=path, dtype="float32", block_size=8, tensor_parallel_size=2)
     try:
         llm.start_profile()

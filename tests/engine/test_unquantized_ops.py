@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.layers.csrc_ops import gemv_fits
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
 
 

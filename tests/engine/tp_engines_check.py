@@ -9,6 +9,7 @@ import os
 import sys
 
 from pagoda import LLM, SamplingParams
+from pagoda.spec_decode.step import SpecDecodeStep
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
             fast = core.executor.workers.tp.fast
             print(json.dumps({
                 "tokens": tokens, "fast": None if fast is None else type(fast).__name__,
-                "graphs": core.runner.graphs is not None, "verify_graphs": core.runner.verify_graphs is not None,
+                "graphs": core.runner.graphs is not None, "verify_graphs": core.runner.feature(SpecDecodeStep).step_graphs is not None,
                 "accepted": 0 if core.speculator is None else core.speculator.num_accepted,
             }), flush=True)
         finally:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from pagoda.engine.request import Request
+from pagoda.request import Request
 from pagoda.guided.bitmask import apply_bitmask, bitmask_words, forbid_by_caps
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.runtime import GuidedSampling
 from pagoda.guided.xgrammar_backend import fill_threads, usable_cpus
 from pagoda.sampling_params import SamplingParams

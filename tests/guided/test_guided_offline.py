@@ -11,7 +11,7 @@ import pytest
 
 from guided_models import make_tiny_smollm_vocab_model
 from pagoda import LLM, SamplingParams
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from schemas import SCHEMAS
 
 MAX_TOKENS = 200

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pagoda.engine.request import Request
+from pagoda.request import Request
+from pagoda.engine.engine import resolve_params
 from pagoda.errors import RequestError
 from pagoda.guided import runtime
 from pagoda.guided.bitmask import allocate_bitmask, apply_bitmask
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.runtime import GuidedSampling
 from pagoda.hookspecs import hookimpl
 from pagoda.interfaces import GrammarMatcher, GuidedDecodingBackend
@@ -122,11 +123,16 @@ def test_a_plugin_backend_masks_logits_and_follows_accepted_tokens(even_register
     assert "g" not in guided.states
 
 
+def resolved(**spec) -> SamplingParams:
+    """A request's params as the front end checks them before queueing (the backend checks the grammar)."""
+    return resolve_params(SamplingParams(guided_decoding=GuidedDecodingParams(**spec)), None, VOCAB)
+
+
 def test_validation_errors_name_the_problem(even_registered) -> None:
     with pytest.raises(RequestError, match="regex 'bad' is bad"):
-        SamplingParams(guided_decoding=GuidedDecodingParams(regex="bad"))
+        resolved(regex="bad")
     with pytest.raises(RequestError, match="Unknown guided decoding backend 'nope'"):
-        SamplingParams(guided_decoding=GuidedDecodingParams(regex="a", backend="nope"))
+        resolved(regex="a", backend="nope")
 
 
 @pytest.mark.parametrize("spec, needle", [
@@ -140,7 +146,7 @@ def test_validation_errors_name_the_problem(even_registered) -> None:
 ])
 def test_bad_specs_are_request_errors(spec, needle) -> None:
     with pytest.raises(RequestError, match=needle.replace("(", r"\(").replace('"', '"')):
-        SamplingParams(guided_decoding=GuidedDecodingParams(**spec))
+        resolved(**spec)
 
 
 def test_backend_class_resolves_auto_to_xgrammar() -> None:

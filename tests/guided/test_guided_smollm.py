@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from pagoda import LLM, SamplingParams
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from schemas import SCHEMAS
 
 

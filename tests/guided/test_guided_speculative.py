@@ -16,7 +16,7 @@ from guided_models import make_tiny_smollm_vocab_model  # noqa: E402
 from spec_proposers import OracleProposer, proposer_module  # noqa: E402
 
 from pagoda import LLM, SamplingParams  # noqa: E402
-from pagoda.guided.params import GuidedDecodingParams  # noqa: E402
+from pagoda.sampling_params import GuidedDecodingParams  # noqa: E402
 from pagoda.plugins import manager as plugin_manager  # noqa: E402
 from schemas import SCHEMAS  # noqa: E402
 

@@ -12,8 +12,8 @@ import torch
 
 from guided_models import make_tiny_smollm_vocab_model
 from pagoda import LLM, SamplingParams
-from pagoda.engine.model_runner import ModelRunner
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.runner.model_runner import ModelRunner
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.runtime import GuidedSampling
 from pagoda.guided.xgrammar_backend import XgrammarBackend
 from schemas import SCHEMAS
@@ -57,7 +57,7 @@ def outputs(llm: LLM, params: list[SamplingParams]) -> list[tuple]:
 
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlapped", "serial-steps"])
 def test_fills_on_the_worker_give_exactly_the_serial_outputs(llm, overlap, monkeypatch) -> None:
-    core, guided = llm.engine.core, llm.engine.core.runner.guided
+    core, guided = llm.engine.core, llm.engine.core.runner.feature(GuidedSampling)
     threads, later = [], []
     fill = GuidedSampling._fill
 
@@ -102,7 +102,7 @@ def test_a_fill_error_on_the_worker_is_raised_by_the_step_that_needs_the_mask(mo
     errors = []
     for worker in (False, True):
         llm = make_llm(model_path)  # a failed step ends its engine core
-        llm.engine.core.runner.guided.worker = worker
+        llm.engine.core.runner.feature(GuidedSampling).worker = worker
         with pytest.raises(ValueError, match="grammar state corrupted") as info:
             llm.generate(["Describe it:", "Hello"], [params, SamplingParams(max_tokens=30)], use_tqdm=False)
         errors.append(str(info.value))
@@ -119,18 +119,18 @@ def test_finished_and_aborted_guided_requests_leave_no_matcher_behind(llm) -> No
         engine.add_request(f"g{i}", tokens, params)
     for _ in range(5):
         engine.step()
-    assert set(runner.guided.states) == {f"g{i}" for i in range(4)}
+    assert set(runner.feature(GuidedSampling).states) == {f"g{i}" for i in range(4)}
     assert runner._unsampled is not None  # a guided step's sampling waits: releases wait with it
     engine.abort(["g1", "g2"])
     while engine.has_unfinished_requests() or engine.core.has_unfinished():
         engine.step()
     assert runner._unsampled is None and not runner._late_releases
-    assert not runner.guided.states and not runner.sampler.controls._cache and not runner._generators
+    assert not runner.feature(GuidedSampling).states and not runner.sampler.controls._cache and not runner._generators
 
 
 def test_apply_raises_the_fill_error_and_the_next_step_fills(monkeypatch) -> None:
     """GuidedSampling alone: start() returns while the fill runs, apply() raises what the fill raised."""
-    from pagoda.engine.request import Request
+    from pagoda.request import Request
     from pagoda.guided.runtime import MatcherState
 
     returned = threading.Event()
@@ -148,11 +148,11 @@ def test_apply_raises_the_fill_error_and_the_next_step_fills(monkeypatch) -> Non
     guided.backends["auto"] = Backend()  # type: ignore[assignment]
     monkeypatch.setattr(guided, "_advance_all", lambda requests, prev: [MatcherState(Matcher()) for _ in requests])
     request = Request("r", [1], SamplingParams(guided_decoding=GuidedDecodingParams(regex="x")))
-    job = guided.start([request])
+    job = guided.start_masks([request])
     returned.set()
     assert job.running
     with pytest.raises(KeyError, match="no such state"):
-        guided.apply(torch.zeros(1, 64), job)
+        guided.apply_masks(torch.zeros(1, 64), job)
     guided.backends["auto"].fill_bitmasks = lambda matchers, bitmask, rows: bitmask[rows[0], 0].fill_(0)
     logits = torch.zeros(1, 64)
     guided.mask(logits, [request])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string as accepts
 
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.schema_compat import json_safe_schema
 from pagoda.guided.xgrammar_backend import _grammar
 

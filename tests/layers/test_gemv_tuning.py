@@ -5,23 +5,19 @@ The GPU timer and the kernel's bit-identical rows choices: plugins/platform_cuda
 
 from __future__ import annotations
 
-import re
-
-import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from gloo_ranks import on_two_ranks
-from pagoda.distributed.parallel import TensorParallel
+from pagoda.interfaces.parallel import TensorParallel
 from pagoda.interfaces.quantization import QuantizationMethod
 from pagoda.layers import csrc_ops
 from pagoda.layers.csrc_ops import CsrcOps
 from pagoda.layers.embedding import LMHead
-from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, SPLIT_TOLERANCE, TUNE_ENV, choose_configs, fastest,
-                                      forced_configs, gemv_weights, slowest_rank, tune_mode)
+from pagoda.layers.gemv_tuning import SPLIT_TOLERANCE, choose_configs, fastest, gemv_weights, slowest_rank
 from pagoda.layers.linear import Linear
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.quantization.unquantized import UnquantizedMethod
 
 BF16 = torch.bfloat16
@@ -112,74 +108,39 @@ def test_more_warps_a_row_only_beyond_the_tolerance():
     assert fastest({(1, 1): 100.0, (1, 2): 100.0, (2, 1): 50.0, (2, 2): 50.5, (4, 1): 49.0, (4, 2): 60.0}) == (2, 1)
 
 
-def test_tuning_off_leaves_the_kernels_rule(monkeypatch):
+def test_no_tuning_without_the_gemv():
     class Kernels:  # any call would fail: nothing may be timed
         pass
 
     ops = CsrcOps(Kernels())
-    ops.dense_gemv_tokens = 1
-    monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
-    assert ops.tune(tiny_model()) == "" and ops.gemv_configs == {}
-    monkeypatch.delenv("PAGODA_GEMV_TUNE")
-    ops.dense_gemv_tokens = 0  # the GEMV itself off
+    ops.dense_gemv_tokens = 0  # the platform sends no layer to the GEMV
     assert ops.tune(tiny_model()) == "" and ops.gemv_configs == {}
     assert CustomOps().tune(tiny_model()) == ""
 
 
-def test_tune_modes_and_the_timer_each_asks_for(monkeypatch):
-    """PAGODA_GEMV_TUNE: unset or 1 times the GEMVs back to back, norm each after an RMS norm; anything else
-    is an error naming the variable and the values."""
-    assert [tune_mode(v) for v in (None, "", "1", "0", "norm")] == ["1", "1", "1", "0", "norm"]
-    for bad in ("2", "off", "Norm"):
-        with pytest.raises(ValueError, match=re.escape(f"{TUNE_ENV}={bad!r}: expected 1 (the default")):
-            tune_mode(bad)
-    asked = []
-
-    def fake_timer(kernels, after_norm=False):
-        asked.append(after_norm)
-        return lambda weights: {(split, rows): 1.0 for split in (1, 2, 4) for rows in (1, 2)}
-
-    monkeypatch.setattr(csrc_ops, "graph_timer", fake_timer)
+def test_tune_times_each_shape_and_logs_its_choice(monkeypatch):
+    monkeypatch.setattr(csrc_ops, "graph_timer", lambda kernels: lambda weights: {
+        (split, rows): 1.0 for split in (1, 2, 4) for rows in (1, 2)})
     ops = CsrcOps(object())
     ops.dense_gemv_tokens = 1
-    for mode in ("norm", "1"):
-        monkeypatch.setenv(TUNE_ENV, mode)
-        assert ops.tune(tiny_model()).startswith("dense GEMV configurations (warps a row / rows a warp) timed"
-                                                 + (" after a norm" if mode == "norm" else "") + " in ")
-    assert asked == [True, False] and set(ops.gemv_configs.values()) == {(1, 1)}
-    monkeypatch.setenv(TUNE_ENV, "fast")
-    with pytest.raises(ValueError, match=TUNE_ENV):
-        ops.tune(tiny_model())
+    assert ops.tune(tiny_model()).startswith("dense GEMV configurations (warps a row / rows a warp) timed in ")
+    assert ops.gemv_configs and set(ops.gemv_configs.values()) == {(1, 1)}
 
 
-def test_configs_forced_by_shape_parse_and_errors():
-    assert forced_configs(None) == {} and forced_configs("") == {}
-    assert forced_configs("4096x7168:0/1, 14336x4096:4/2,4096x2048:2/0,") == {
-        (4096, 7168): (0, 1), (14336, 4096): (4, 2), (4096, 2048): (2, 0)}
-    for bad in ("4096x7168", "4096x7168:1", "4096:4/1", "4096x7168:3/1", "4096x7168:4/3", "ax7168:4/1", "4096*7168:4/1"):
-        expected = f"{BY_SHAPE_ENV}: '{bad}' is not NxK:SPLIT/ROWS with SPLIT 0, 1, 2 or 4 and ROWS 0, 1 or 2"
-        with pytest.raises(ValueError, match=re.escape(expected)):
-            forced_configs(bad)
-
-
-def test_forced_configs_win_over_the_tuned_ones(monkeypatch):
-    """CsrcOps.linear launches a tuned shape with its tuned split and rows, each replaced where its shape forces
-    it (0: not forced), and any other with 0s (the kernel's rules); the tuning's log names the forced shapes."""
+def test_linear_launches_the_tuned_configuration(monkeypatch):
+    """CsrcOps.linear launches a tuned shape with its tuned split and rows, any other with 0s (the kernel's
+    rules)."""
     launched = []
 
     class Kernels:
         def dense_gemv(self, x, weight, bias, split, rows):
             launched.append((tuple(weight.shape), split, rows))
 
-    monkeypatch.setenv(BY_SHAPE_ENV, "128x64:0/1,256x64:1/0,32x64:4/2")
-    monkeypatch.setenv("PAGODA_GEMV_TUNE", "0")
     monkeypatch.setattr(csrc_ops, "gemv_fits", lambda *args: True)  # CPU tensors standing in for GPU ones
     ops = CsrcOps(Kernels())
     ops.dense_gemv_tokens = 1
-    ops.gemv_configs = {(128, 64, BF16): (4, 2), (256, 64, BF16): (2, 2)}
+    ops.gemv_configs = {(128, 64, BF16): (4, 2), (256, 64, BF16): (2, 1)}
     x = torch.zeros(1, 64, dtype=BF16)
-    for n in (128, 256, 32, 96):
+    for n in (128, 256, 96):
         ops.linear(x, torch.zeros(n, 64, dtype=BF16))
-    assert launched == [((128, 64), 4, 1), ((256, 64), 1, 2), ((32, 64), 4, 2), ((96, 64), 0, 0)]
-    assert ops.tune(tiny_model()) == (f"dense GEMV configurations forced by {BY_SHAPE_ENV}: "
-                                      "128x64: 0/1, 256x64: 1/0, 32x64: 4/2")
+    assert launched == [((128, 64), 4, 2), ((256, 64), 2, 1), ((96, 64), 0, 0)]

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pagoda.distributed.parallel import TensorParallel
+from pagoda.interfaces.parallel import TensorParallel
 from pagoda.layers.embedding import VocabEmbedding
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 START, ROWS, HIDDEN = 100, 37, 12
 IDS = [0, 5, START - 1, START, START + 1, START + 18, START + ROWS - 1, START + ROWS, START + ROWS + 1, 10**6, START]

@@ -12,10 +12,10 @@ import torch
 
 from hf_tiny import BLOCK_SIZE, build_ctx, hf_config
 from pagoda.attention.torch_ref import TorchAttentionBackend
-from pagoda.distributed.parallel import SINGLE, FastAllReduce, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, FastAllReduce, TensorParallel
 from pagoda.interfaces.quantization import InputQuantizer
 from pagoda.layers.norm import RMSNorm
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.models import model_class
 from pagoda.models.spec import attention_spec
 from pagoda.platforms.cpu import CpuPlatform

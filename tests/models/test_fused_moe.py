@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.layers.moe import select_experts
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.testing import import_triton_kernels
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,7 +11,7 @@ import torch
 
 from pagoda.errors import ModelLoadError
 from pagoda.layers.moe import FusedMoE
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.testing import import_triton_kernels
 from hf_tiny import hf_logits, load_pagoda, run_prefill, save_tiny
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pagoda.engine.sampler import SamplingRow
+from pagoda.sampling.sampler import SamplingRow
 
 INF = float("inf")
 

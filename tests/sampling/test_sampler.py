@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.engine.sampler import Sampler, SamplingRow, prompt_logprobs
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling.sampler import Sampler, SamplingRow, prompt_logprobs
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.sampling_params import SamplingParams as SP
 
 from .reference import assert_same_processing, reference_logits
@@ -180,7 +180,7 @@ def test_empty_batch_and_shape_mismatch():
 
 
 def test_to_device_keeps_values_and_dtype():
-    from pagoda.engine.batch import to_device
+    from pagoda.tensors import to_device
 
     for values, dtype in (([3, 1, 2], torch.long), ([True, False], torch.bool), ([0.5, 2.0], torch.float32)):
         got = to_device(values, torch.device("cpu"), dtype)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.engine.sampler import Sampler, SamplingRow, needs_output_history
-from pagoda.engine.token_controls import bad_words_token_ids, banned_next_tokens, resolve_token_controls
+from pagoda.sampling.sampler import Sampler, SamplingRow, needs_output_history
+from pagoda.sampling.token_controls import bad_words_token_ids, banned_next_tokens, resolve_token_controls
 from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams as SP
 

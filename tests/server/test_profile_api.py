@@ -8,14 +8,14 @@ import json
 
 import httpx
 
-from pagoda.engine.torch_profiler import ENV
+from pagoda.envs import TORCH_PROFILER_DIR
 from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
 
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 
 
 def test_profile_routes_write_a_trace_of_the_steps_between_them(tiny_chat_model, tmp_path, monkeypatch):
-    monkeypatch.setenv(ENV, str(tmp_path / "traces"))
+    monkeypatch.setenv(TORCH_PROFILER_DIR.name, str(tmp_path / "traces"))
     running = start_server(engine_config(tiny_chat_model))
     try:
         post = lambda route, **kw: httpx.post(running.url + route, headers=HEADERS, timeout=60, **kw)  # noqa: E731

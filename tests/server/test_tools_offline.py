@@ -15,7 +15,7 @@ from tool_helpers import DOCS, MESSAGES, SCHEMAS, TOOLS, make_tool_chat_model
 
 from pagoda import LLM, SamplingParams
 from pagoda.errors import UnknownChoiceError
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.outputs import CompletionOutput, RequestOutput
 from pagoda.tools.offline import ChatCompletionOutput, ChatTools
 from pagoda.tools.plan import ToolRequestError

@@ -12,7 +12,7 @@ from typing import AsyncIterator
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guided"))
 from guided_models import make_tiny_smollm_vocab_model  # noqa: E402
 
-from pagoda.engine_core.messages import EngineInfo  # noqa: E402
+from pagoda.messages import EngineInfo  # noqa: E402
 from pagoda.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from pagoda.server.async_engine import AsyncEngine  # noqa: E402
 

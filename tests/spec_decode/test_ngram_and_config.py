@@ -7,7 +7,7 @@ import torch
 
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import ProposalInput
-from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
+from pagoda.speculative_config import SpeculativeConfig, parse_speculative_config
 from pagoda.spec_decode.ngram import NgramProposer, lookup
 
 

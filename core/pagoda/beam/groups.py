@@ -25,10 +25,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pagoda.beam.params import BeamSearchParams
+from pagoda.sampling_params import BeamSearchParams
 from pagoda.beam.search import BeamSearch, Hypothesis, TopList
-from pagoda.engine.request import Request, RequestStatus
-from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, sequence_ids
+from pagoda.request import Request, RequestStatus
+from pagoda.messages import AddRequest, EngineCoreOutput, sequence_ids
 from pagoda.errors import RequestError
 from pagoda.interfaces.scheduler import Scheduler, SchedulerOutput
 from pagoda.sampling_params import SamplingParams

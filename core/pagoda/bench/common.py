@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from pagoda.engine_core.messages import StepStats
+from pagoda.messages import StepStats
 from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
 from pagoda.plugins import get_plugin_manager
 

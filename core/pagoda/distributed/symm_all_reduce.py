@@ -8,9 +8,8 @@ graphs capture them like NCCL's. Messages above ``max_bytes`` (prefill) stay on 
 
 Set up collectively by :func:`create` on every rank of one host; every decision is agreed over
 the backend first, so either all ranks use it or none (a rank alone on it would hang its peers).
-``PAGODA_SYMM_ALL_REDUCE`` (:func:`switch`): ``0`` NCCL for every sum; ``1`` this path alone; ``ll``
-(the default) the CUDA platform's low-latency kernel for decode-sized sums, this path above them
-(platforms without that kernel: this path). The helpers
+The CUDA platform puts its low-latency kernel in front of this path for decode-sized sums (platforms
+without that kernel: this path alone); ``--disable-custom-all-reduce`` leaves every sum to NCCL. The helpers
 here (:func:`agreed`, :func:`same_history`, :func:`symmetric_buffer`, :func:`rendezvous`,
 :func:`probe_sums`) serve both. Torch numbers the store exchanges of its rendezvous with one counter
 per process, so a process that set symmetric memory up for an earlier engine cannot set it up with
@@ -21,13 +20,12 @@ fresh worker processes (its keys never match theirs: the rendezvous would wait f
 from __future__ import annotations
 
 import logging
-import os
 from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from pagoda.distributed.parallel import FastAllReduce
+from pagoda.interfaces.parallel import FastAllReduce
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,7 +56,7 @@ class SymmetricAllReduce(FastAllReduce):
 
 def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce | None:
     """Every rank of ``group`` calls this together; ``None`` (and NCCL for every sum) unless all succeed."""
-    if switch() == "0" or not same_history(group, device, WHAT):
+    if not same_history(group, device, WHAT):
         return None
     max_bytes = DEFAULT_MAX_BYTES // world_size
     buffer = agreed(lambda: _allocate(max_bytes, device), group, device, WHAT)
@@ -71,12 +69,6 @@ def create(group, device: torch.device, world_size: int) -> SymmetricAllReduce |
     logger.info("Tensor parallel: one-shot all-reduce over symmetric memory for sums up to %d KiB",
                 max_bytes >> 10)
     return op
-
-
-def switch() -> str:
-    """``PAGODA_SYMM_ALL_REDUCE``: ``0`` (off), ``1`` (this path alone) or ``ll`` (the default: the
-    platform's low-latency kernel first, where it has one)."""
-    return os.environ.get("PAGODA_SYMM_ALL_REDUCE", "ll")
 
 
 def _allocate(max_bytes: int, device: torch.device) -> torch.Tensor:

@@ -12,16 +12,17 @@ import time
 
 from pagoda.config import EngineConfig
 from pagoda.engine.output_processor import OutputProcessor
-from pagoda.engine.token_controls import resolve_token_controls
+from pagoda.guided.runtime import validate_guided
+from pagoda.sampling.token_controls import resolve_token_controls
 from pagoda.engine_core.client import EngineCoreClient, InprocClient, SyncMPClient
 from pagoda.engine_core.core import EngineCore, check_runner, validate_prompt
-from pagoda.beam.params import BeamSearchParams
-from pagoda.engine_core.messages import AddRequest, StepStats, add_messages
+from pagoda.sampling_params import BeamSearchParams
+from pagoda.messages import AddRequest, StepStats, add_messages
 from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
 from pagoda.pooling.outputs import PoolingRequestOutput
-from pagoda.pooling.params import PoolingParams
-from pagoda.pooling.tracker import POOLING_SAMPLING, PoolingTracker
+from pagoda.pooling_params import PoolingParams
+from pagoda.engine.pooling_tracker import POOLING_SAMPLING, PoolingTracker
 from pagoda.sampling_params import SamplingParams
 
 
@@ -104,8 +105,8 @@ class LLMEngine:
             raise
 
     def resolve_params(self, params: SamplingParams) -> SamplingParams:
-        """``params`` as the core gets them: bad words tokenized, token ids checked (RequestError)."""
-        return resolve_token_controls(params, self.tokenizer, self.info.vocab_size)
+        """``params`` as the core gets them: grammar checked, bad words tokenized, token ids checked (RequestError)."""
+        return resolve_params(params, self.tokenizer, self.info.vocab_size)
 
     def validate_prompt(self, prompt_token_ids: list[int], pooling: bool = False) -> None:
         validate_prompt(prompt_token_ids, self.max_model_len, self.info.vocab_size, pooling=pooling)
@@ -138,3 +139,11 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self.client.shutdown()
+
+
+def resolve_params(params: SamplingParams, tokenizer, vocab_size: int) -> SamplingParams:
+    """A request's ``params`` as the engine core gets them: its grammar checked by its guided decoding
+    backend, its bad words tokenized, its token ids checked (RequestError naming what is wrong)."""
+    if params.guided_decoding is not None:
+        validate_guided(params.guided_decoding)
+    return resolve_token_controls(params, tokenizer, vocab_size)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from pagoda.engine.detokenizer import IncrementalDetokenizer
-from pagoda.engine_core.messages import EngineCoreOutput, TopLogprobs, sequence_ids
+from pagoda.messages import EngineCoreOutput, TopLogprobs, sequence_ids
 from pagoda.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from pagoda.sampling_params import SamplingParams
 

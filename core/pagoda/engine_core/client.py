@@ -23,7 +23,7 @@ import zmq
 import zmq.asyncio
 
 from pagoda.config import EngineConfig
-from pagoda.engine_core import messages as msg
+from pagoda import messages as msg
 from pagoda.engine_core.core import EngineCore
 from pagoda.engine_core.proc import run_engine_core
 from pagoda.errors import PagodaError

@@ -30,12 +30,12 @@ import msgspec
 
 from pagoda.config import EngineConfig
 from pagoda.beam.groups import BeamGroups
-from pagoda.engine.builder import EngineParts, build_engine_parts
-from pagoda.engine.model_runner import PendingStep, RunnerOutput
-from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
-from pagoda.engine.sampler import needs_tokens_before_launch
-from pagoda.engine.torch_profiler import profiler_dir
-from pagoda.engine_core.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
+from pagoda.engine_core.parts import EngineParts, build_engine_parts
+from pagoda.runner.model_runner import PendingStep, RunnerOutput
+from pagoda.request import PLACEHOLDER, Request, RequestStatus
+from pagoda.sampling.sampler import needs_tokens_before_launch
+from pagoda.runner.torch_profiler import profiler_dir
+from pagoda.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
 from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
@@ -294,7 +294,7 @@ class EngineCore:
         self.kv_cache.reset_prefix_cache()
 
     def start_profile(self) -> None:
-        """The torch profiler on every rank, from the next step on (pagoda.engine.torch_profiler)."""
+        """The torch profiler on every rank, from the next step on (pagoda.runner.torch_profiler)."""
         self.executor.profile(profiler_dir())
 
     def stop_profile(self) -> None:

@@ -1,7 +1,7 @@
 """The engine core process: an EngineCore behind a ZeroMQ ROUTER socket.
 
 Front ends (the API servers, or ``LLMEngine`` in multiprocess mode) connect DEALER sockets and
-send :data:`~pagoda.engine_core.messages.ClientMessage` frames; each request's outputs go back
+send :data:`~pagoda.messages.ClientMessage` frames; each request's outputs go back
 to the client that added it. The loop drains the socket between steps (blocking only while the
 engine has nothing to do), so the HTTP side never waits on model execution and the engine never
 waits on HTTP. SIGTERM drains (running requests finish, new ones are refused), then exits;
@@ -21,7 +21,7 @@ from typing import Callable
 import zmq
 
 from pagoda.config import EngineConfig
-from pagoda.engine_core import messages as msg
+from pagoda import messages as msg
 from pagoda.engine_core.core import EngineCore
 from pagoda.engine_core.gc_freeze import freeze_startup_objects
 from pagoda.errors import RequestError

@@ -52,6 +52,10 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--distributed-executor-backend", default="auto", choices=EXECUTOR_BACKENDS,
                    help="how tensor-parallel ranks start: mp (worker processes on this host), torchrun (started "
                         "by torchrun, on one host or several); auto: torchrun when launched by it, else mp")
+    g.add_argument("--disable-custom-all-reduce", action="store_true",
+                   help="sum the tensor-parallel ranks' partial results over NCCL (RCCL) alone; by default ranks "
+                        "of one host sum small messages (decode steps) with the platform's own all-reduce over "
+                        "peer-to-peer memory where it has one, and fall back to NCCL where it does not")
     g.add_argument("--guided-decoding-backend", default="auto",
                    help="grammar engine for structured output (guided_decoding, response_format): a registered "
                         "guided decoding backend (built in: xgrammar), or auto (docs/structured_output.md)")
@@ -108,6 +112,7 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         overlap_steps=args.overlap_steps,
         tensor_parallel_size=args.tensor_parallel_size,
         distributed_executor_backend=args.distributed_executor_backend,
+        disable_custom_all_reduce=args.disable_custom_all_reduce,
         guided_decoding_backend=args.guided_decoding_backend,
         speculative_config=args.speculative_config,
         runner=args.runner,

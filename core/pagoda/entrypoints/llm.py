@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Sequence, Union
 
-from pagoda.beam.params import BeamSearchParams
+from pagoda.sampling_params import BeamSearchParams
 from pagoda.config import EngineConfig
 from pagoda.engine.engine import LLMEngine
 from pagoda.entrypoints.chat_template import render_chat

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pagoda.entrypoints.offline_run import run_requests
 from pagoda.pooling.outputs import (ClassificationRequestOutput, EmbeddingRequestOutput, PoolingOutput,
                                     PoolingRequestOutput, ScoringRequestOutput)
-from pagoda.pooling.params import PoolingParams
+from pagoda.pooling_params import PoolingParams
 
 if TYPE_CHECKING:
     from pagoda.engine.engine import LLMEngine

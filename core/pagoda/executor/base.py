@@ -9,17 +9,19 @@ from typing import TYPE_CHECKING
 import torch
 
 from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import TensorParallel
-from pagoda.engine.model_runner import ModelRunner, PendingStep
-from pagoda.engine.torch_profiler import RankProfiler
-from pagoda.guided.runtime import guided_sampling_for
+from pagoda.interfaces.parallel import TensorParallel
+from pagoda.runner.features import StepFeature
+from pagoda.runner.graphs import use_graphs
+from pagoda.runner.model_runner import ModelRunner, PendingStep
+from pagoda.runner.torch_profiler import RankProfiler
+from pagoda.executor.features import driver_features
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
 
 if TYPE_CHECKING:
-    from pagoda.engine.builder import EngineParts
+    from pagoda.engine_core.parts import EngineParts
 
 logger = logging.getLogger("pagoda")
 
@@ -45,7 +47,7 @@ class Executor(ABC):
 
     def profile(self, directory: str | None) -> None:
         """Start the torch profiler on every rank, the traces to ``directory``; None: stop it, and return once
-        every rank wrote its trace (pagoda.engine.torch_profiler). Here: this process's rank."""
+        every rank wrote its trace (pagoda.runner.torch_profiler). Here: this process's rank."""
         if self.profiler is None:
             self.profiler = RankProfiler(self.runner.tp.rank)
         self.profiler.switch(directory)
@@ -69,12 +71,7 @@ class UniprocExecutor(Executor):
 def make_executor(parts: "EngineParts") -> Executor:
     """The driver's executor: its runner, plus the worker ranks when there are any."""
     runner = make_runner(parts.config, parts.platform, parts.attention, parts.model, parts.kv_caches,
-                         parts.max_model_len, parts.tp)
-    runner.guided = guided_sampling_for(parts)  # rank 0 samples, so only its runner applies grammars
-    if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)
-        from pagoda.pooling.runner import build_pooler
-
-        runner.pooler = build_pooler(parts.pooler_config, parts.model)
+                         parts.max_model_len, parts.tp, driver_features(parts))
     if parts.workers is None:
         return UniprocExecutor(runner)
     from pagoda.executor.multiproc import MultiprocExecutor
@@ -83,20 +80,10 @@ def make_executor(parts: "EngineParts") -> Executor:
 
 
 def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBackend, model: CausalLM,
-                kv_caches: list[torch.Tensor], max_model_len: int, tp: TensorParallel) -> ModelRunner:
-    """A ModelRunner with its decode graphs captured (each rank calls this the same way)."""
-    runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp)
+                kv_caches: list[torch.Tensor], max_model_len: int, tp: TensorParallel,
+                features: list[StepFeature]) -> ModelRunner:
+    """A ModelRunner with its step features and its graphs captured (each rank calls this the same way)."""
+    runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp, features)
     if use_graphs(config, platform, attention):
-        runner.capture_decode_graphs(max_model_len, config.max_num_seqs)
+        runner.capture_graphs(max_model_len, config.max_num_seqs)
     return runner
-
-
-def use_graphs(config: EngineConfig, platform: Platform, attention: AttentionBackend) -> bool:
-    """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
-    if config.enforce_eager or not platform.supports_graphs() or config.runner == "pooling":
-        return False  # pooling steps are whole prompts, never the decode steps graphs capture
-    if not attention.supports_graphs:
-        logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
-                    type(attention).__name__)
-        return False
-    return True

@@ -15,7 +15,7 @@ from typing import Union
 
 import msgspec
 
-from pagoda.engine.request import Request
+from pagoda.request import Request
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
 

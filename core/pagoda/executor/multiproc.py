@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from pagoda.engine.model_runner import ModelRunner, PendingStep
+from pagoda.runner.model_runner import ModelRunner, PendingStep
 from pagoda.executor import messages
 from pagoda.executor.base import Executor
 from pagoda.executor.workers import WorkerGroup

@@ -20,10 +20,10 @@ import torch.distributed as dist
 import zmq
 
 from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import TensorParallel, join_world
-from pagoda.engine.torch_profiler import RankProfiler
+from pagoda.interfaces.parallel import TensorParallel, join_world
+from pagoda.runner.torch_profiler import RankProfiler
 from pagoda.executor import messages
-from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout
+from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout, fast_sums
 
 logger = logging.getLogger("pagoda.worker")
 POLL_MS = 1000  # how often an idle worker checks that the driver is alive
@@ -31,7 +31,7 @@ POLL_MS = 1000  # how often an idle worker checks that the driver is alive
 
 def run_spawned_worker(spec: WorkerSpec) -> None:
     """Process entry point of a worker spawned by the driver on this host."""
-    from pagoda.engine.builder import select_platform
+    from pagoda.runner.shard import select_platform
     from pagoda.plugins import manager as plugin_manager
 
     logging.basicConfig(level=spec.log_level, format="%(levelname)s %(asctime)s %(name)s: %(message)s",
@@ -46,8 +46,8 @@ def run_spawned_worker(spec: WorkerSpec) -> None:
         channels.hello()
         dist.init_process_group(platform.dist_backend(), init_method=spec.init_method, rank=spec.rank,
                                 world_size=spec.world_size, timeout=dist_timeout())
-        serve_steps(spec.config, platform, join_world(platform, spec.rank, spec.world_size), channels,
-                    spec.parent_pid)
+        tp = join_world(platform, spec.rank, spec.world_size, fast_sums(spec.config, True))
+        serve_steps(spec.config, platform, tp, channels, spec.parent_pid)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
         raise SystemExit(1) from None
@@ -57,7 +57,7 @@ def run_spawned_worker(spec: WorkerSpec) -> None:
 
 def run_torchrun_worker(config: EngineConfig) -> int:
     """Entry point of ranks > 0 started by torchrun (the CLI calls it instead of its command)."""
-    from pagoda.engine.builder import select_platform
+    from pagoda.runner.shard import select_platform
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != config.tensor_parallel_size:
@@ -74,7 +74,7 @@ def run_torchrun_worker(config: EngineConfig) -> int:
     try:
         channels.hello()
         one_host = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world
-        serve_steps(config, platform, join_world(platform, rank, world, one_host), channels, None)
+        serve_steps(config, platform, join_world(platform, rank, world, fast_sums(config, one_host)), channels, None)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
         return 1
@@ -126,15 +126,15 @@ def _profile(profiler: RankProfiler, message: messages.Profile) -> bytes:
 def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: WorkerChannels,
                 parent_pid: int | None) -> None:
     """Build this rank's shard and runner like the driver, then run steps until told to stop."""
-    from pagoda.engine.builder import build_model_shard
+    from pagoda.runner.shard import build_model_shard
     from pagoda.executor.base import make_runner
+    from pagoda.executor.features import rank_features
     from pagoda.loader import load_hf_config, resolve_model
-    from pagoda.spec_decode.engine import capture_verify_graphs
 
     source = resolve_model(config.model)
     shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
-    runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp)
-    capture_verify_graphs(runner, config, shard.max_model_len)  # after the decode graphs, as on the driver
+    runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp,
+                         rank_features(config))
     mirror, pending, profiler = messages.StepMirror(), None, RankProfiler(tp.rank)
     while True:
         if not channels.steps.poll(POLL_MS):

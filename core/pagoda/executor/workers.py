@@ -33,8 +33,9 @@ import torch
 import torch.distributed as dist
 import zmq
 
+from pagoda import envs
 from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import TensorParallel, join_world
+from pagoda.interfaces.parallel import TensorParallel, join_world
 from pagoda.errors import PagodaError
 from pagoda.executor import messages
 from pagoda.interfaces.platform import Platform
@@ -71,7 +72,13 @@ class WorkerSpec:
 
 def dist_timeout() -> timedelta:
     """How long a collective may wait for the other ranks (``PAGODA_DIST_TIMEOUT_S``, default 600)."""
-    return timedelta(seconds=float(os.environ.get("PAGODA_DIST_TIMEOUT_S", "600")))
+    return timedelta(seconds=envs.DIST_TIMEOUT_S.get())
+
+
+def fast_sums(config: EngineConfig, one_host: bool) -> bool:
+    """Whether the ranks sum small messages with the platform's fast all-reduce: ranks of one host, unless
+    ``--disable-custom-all-reduce``."""
+    return one_host and not config.disable_custom_all_reduce
 
 
 def launched_by_torchrun() -> bool:
@@ -130,7 +137,7 @@ def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     except BaseException:
         group.shutdown()
         raise
-    group.tp = join_world(platform, 0, n)
+    group.tp = join_world(platform, 0, n, fast_sums(config, True))
     logger.info("Tensor parallel: %d ranks on this host (%s), workers %s", n, backend,
                 ", ".join(str(p.pid) for p in group.procs.values()))
     return group
@@ -147,7 +154,7 @@ def _join_torchrun(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     dist.init_process_group(backend, init_method="env://", rank=0, world_size=n, timeout=dist_timeout())
     group = WorkerGroup.bind(_host_ip(), n)
     dist.broadcast_object_list([group.step_address, group.error_address], src=0)  # once, at start
-    group.tp = join_world(platform, 0, n, int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n)
+    group.tp = join_world(platform, 0, n, fast_sums(config, int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n))
     group.start_watcher()
     group.wait_for_hellos()
     logger.info("Tensor parallel: %d ranks started by torchrun (%s)", n, backend)
@@ -329,7 +336,7 @@ def _free_port() -> int:
 
 def _host_ip() -> str:
     """This host's address as the other hosts reach it (``PAGODA_HOST_IP`` overrides)."""
-    explicit = os.environ.get("PAGODA_HOST_IP")
+    explicit = envs.HOST_IP.get()
     if explicit:
         return explicit
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

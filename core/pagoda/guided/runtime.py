@@ -1,12 +1,12 @@
 """Guided decoding inside the model runner: one grammar matcher per guided request, one bitmask per step.
 
 Each step, once the runner has queued the forward pass and the logits on the device,
-:meth:`GuidedSampling.start` advances each guided request's matcher by the tokens the request
+:meth:`GuidedSampling.start_masks` advances each guided request's matcher by the tokens the request
 accepted since the last step, then hands the filling of the step's host bitmask to one
 long-lived worker thread and returns. The fill is CPU work only (xgrammar: native code, outside
 the GIL) and overlaps the forward pass and the engine core's scheduling of the next step: the
 runner queues the step's sampling as late as it can, before the next step's forward pass or when
-the step's tokens are read, and only then :meth:`GuidedSampling.apply` waits for the fill and
+the step's tokens are read, and only then :meth:`GuidedSampling.apply_masks` waits for the fill and
 queues the bitmask's copy to the device and the masking, on the engine's thread (so device work
 stays in the order it was queued). An error in the fill is raised there, by the step that needs
 the mask.
@@ -37,11 +37,12 @@ import torch
 from pagoda.errors import RequestError
 from pagoda.guided.bitmask import apply_bitmask, bitmask_words
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
+from pagoda.runner.features import StepFeature
 
 if TYPE_CHECKING:
-    from pagoda.engine.model_runner import PendingStep
-    from pagoda.engine.request import Request
-    from pagoda.guided.params import GuidedDecodingParams
+    from pagoda.runner.model_runner import PendingStep
+    from pagoda.request import Request
+    from pagoda.sampling_params import GuidedDecodingParams
 
 logger = logging.getLogger("pagoda")
 
@@ -83,8 +84,9 @@ class GrammarJob:
         return self.staged
 
 
-class GuidedSampling:
-    """Grammar matchers of one engine's guided requests; masks a step's logits."""
+class GuidedSampling(StepFeature):
+    """Grammar matchers of one engine's guided requests; masks a step's logits (the runner's step feature
+    for guided decoding, on the rank that samples)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: list[int], default_backend: str = "auto",
                  host_buffer: Callable[[int], torch.Tensor] | None = None, worker: bool = True) -> None:
@@ -99,11 +101,11 @@ class GuidedSampling:
         # copy neither stages nor waits for the device; torch recycles it once the copy has run)
         self.host_buffer = host_buffer or _pageable_buffer
         self._pageable: torch.Tensor | None = None  # the host buffer reused while host_buffer gives pageable memory
-        self._unapplied: GrammarJob | None = None  # the last job started, until apply() masked with it
-        self.worker = worker  # False: start() fills the bitmask itself (the serial path)
+        self._unapplied: GrammarJob | None = None  # the last job started, until apply_masks() masked with it
+        self.worker = worker  # False: start_masks() fills the bitmask itself (the serial path)
         self._executor: ThreadPoolExecutor | None = None  # the worker thread, started by the first fill
 
-    def start(self, requests: list["Request"], prev: "PendingStep | None" = None) -> GrammarJob | None:
+    def start_masks(self, requests: list["Request"], prev: "PendingStep | None" = None) -> GrammarJob | None:
         """Advance the guided requests' matchers and start filling the bitmask for ``requests``' logits
         (``[len(requests), V]``, queued) on the worker thread. ``prev``: the step still in flight,
         whose tokens are placeholders on the host (its sampling queued already). None when no
@@ -123,7 +125,7 @@ class GuidedSampling:
             self._unapplied = GrammarJob(staged, self._on_worker(lambda: self._fill(to_fill, staged.bitmask)))
         return self._unapplied
 
-    def apply(self, logits: torch.Tensor, job: GrammarJob) -> None:
+    def apply_masks(self, logits: torch.Tensor, job: GrammarJob) -> None:
         """Wait for ``job``'s fill, then queue its bitmask's copy to the logits' device and the masking
         of ``logits`` (one kernel on GPUs). Raises the fill's error, if it had one."""
         staged = job.wait()
@@ -133,12 +135,12 @@ class GuidedSampling:
 
     def mask(self, logits: torch.Tensor, requests: list["Request"], prev: "PendingStep | None" = None) -> None:
         """Forbid, in ``logits`` (``[len(requests), V]``), the tokens each guided request's grammar
-        forbids, before returning: :meth:`start` and :meth:`apply` in one."""
-        job = self.start(requests, prev)
+        forbids, before returning: :meth:`start_masks` and :meth:`apply_masks` in one."""
+        job = self.start_masks(requests, prev)
         if job is not None:
-            self.apply(logits, job)
+            self.apply_masks(logits, job)
 
-    def mask_verify(self, logits: torch.Tensor, requests: list["Request"], counts: list[int]) -> None:
+    def mask_rows(self, logits: torch.Tensor, requests: list["Request"], counts: list[int]) -> None:
         """:meth:`mask` for a speculative verify step: ``counts[i]`` rows of ``logits`` belong to
         ``requests[i]`` in order; row ``j`` of a request verifying drafts is masked by its grammar
         after its first ``j`` drafts. The matcher accepts the drafts to fill those rows, then rolls

@@ -27,7 +27,7 @@ from pagoda.guided.schema_compat import json_safe_schema
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 
 if TYPE_CHECKING:
-    from pagoda.guided.params import GuidedDecodingParams
+    from pagoda.sampling_params import GuidedDecodingParams
 
 SLOW_FILL_S = 3e-3  # a batch that took longer on one thread: the next ones use fill_threads() threads
 RECHECK_EVERY = 16  # batches filled on threads before one is timed on one thread again

@@ -1,6 +1,6 @@
 """Guided decoding backends: grammar engines that say which tokens may come next.
 
-A backend turns a request's :class:`~pagoda.guided.params.GuidedDecodingParams` into a
+A backend turns a request's :class:`~pagoda.sampling_params.GuidedDecodingParams` into a
 :class:`GrammarMatcher` (one per request). Each step the engine asks every guided request's
 matcher to fill its row of a token bitmask, masks the logits with it before sampling, and feeds
 the matcher the tokens the request accepted.
@@ -20,7 +20,7 @@ import torch
 from pagoda.interfaces.base import Capability
 
 if TYPE_CHECKING:
-    from pagoda.guided.params import GuidedDecodingParams
+    from pagoda.sampling_params import GuidedDecodingParams
 
 
 class GrammarMatcher(ABC):

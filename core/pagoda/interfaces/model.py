@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, ClassVar, Iterable
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
     from pagoda.interfaces.quantization import QuantizationMethod
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 from pagoda.interfaces.base import Capability
 
 if TYPE_CHECKING:
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ class Platform(Capability, ABC):
 
     def custom_ops(self) -> "CustomOps":
         """The fused non-attention kernels (RMSNorm, rotary, SiLU-and-mul, KV write)."""
-        from pagoda.layers.ops import CustomOps
+        from pagoda.interfaces.ops import CustomOps
 
         return CustomOps()
 
@@ -145,7 +145,7 @@ class Platform(Capability, ABC):
 
     def fast_all_reduce(self, group: Any, world_size: int) -> Any:
         """Called by every rank of a one-host group together: a
-        :class:`~pagoda.distributed.parallel.FastAllReduce` (``fits(x)``, ``__call__(x)``: the sum over the
+        :class:`~pagoda.interfaces.parallel.FastAllReduce` (``fits(x)``, ``__call__(x)``: the sum over the
         ranks; optionally ``add_rms_norm``: the sum fused with the residual add and RMSNorm after it) that
         beats the backend on small messages, or None (the backend's only)."""
         return None

@@ -18,7 +18,7 @@ from pagoda.interfaces.base import Capability
 from pagoda.interfaces.platform import Platform
 
 if TYPE_CHECKING:
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
 
 
 class QuantizedInput(NamedTuple):

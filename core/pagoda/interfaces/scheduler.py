@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from pagoda.interfaces.base import Capability
 
 if TYPE_CHECKING:
-    from pagoda.engine.kv_cache import KVCacheManager
-    from pagoda.engine.request import Request, RequestStatus
+    from pagoda.kv_cache.manager import KVCacheManager
+    from pagoda.request import Request, RequestStatus
 
 
 @dataclass(frozen=True)

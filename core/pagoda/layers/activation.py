@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagoda.errors import ModelLoadError
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 if TYPE_CHECKING:
     from pagoda.interfaces.quantization import InputQuantizer, QuantizedInput

@@ -3,7 +3,7 @@
 The GPU platform plugins wrap their compiled module in it (``CudaOps``, ``RocmOps``): torch
 reaches both vendors' devices as device type ``cuda``, so the checks below hold for both.
 
-Same signatures and results as :class:`pagoda.layers.ops.CustomOps` (the torch reference), up
+Same signatures and results as :class:`pagoda.interfaces.ops.CustomOps` (the torch reference), up
 to floating-point rounding. ``fused_add_rms_norm`` works in place: ``x`` receives the
 normalised output and ``residual`` the sum, and both are returned; callers use the returned
 tensors. Inputs the kernels do not take (another dtype, a layout they do not cover) go to the
@@ -13,19 +13,17 @@ torch reference, so every call is answered.
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
 
-from pagoda.layers.gemv_tuning import (BY_SHAPE_ENV, TUNE_ENV, Config, choose_configs, forced_configs, graph_timer,
-                                      slowest_rank, tune_mode)
-from pagoda.layers.ops import CustomOps
+from pagoda.layers.gemv_tuning import Config, choose_configs, graph_timer, slowest_rank
+from pagoda.interfaces.ops import CustomOps
 
 if TYPE_CHECKING:
-    from pagoda.distributed.parallel import TensorParallel
+    from pagoda.interfaces.parallel import TensorParallel
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -39,33 +37,23 @@ class CsrcOps(CustomOps):
     def __init__(self, kernels: ModuleType) -> None:
         self.kernels = kernels  # the compiled csrc module (a platform plugin's _C or its JIT build)
         self.gemv_configs: dict[tuple[int, int, torch.dtype], Config] = {}  # weight shape -> (split, rows) (tune)
-        self.gemv_forced = forced_configs(os.environ.get(BY_SHAPE_ENV))  # (n, k) -> (split, rows), over the tune
 
     def tune(self, model: torch.nn.Module, tp: "TensorParallel | None" = None) -> str:
         """Times the GEMV's splits and rows a warp for each dense weight shape (pagoda.layers.gemv_tuning; under
-        tensor parallelism each configuration's time is the slowest rank's, so that every rank chooses alike);
-        PAGODA_GEMV_TUNE=0 leaves the kernel's own rules, =norm times each GEMV after an RMS norm (as in a
-        layer) instead of back to back. PAGODA_GEMV_BY_SHAPE's shapes win over the tune and the rules, and
-        the kernel's PAGODA_GEMV_SPLIT / PAGODA_GEMV_ROWS over everything.
+        tensor parallelism each configuration's time is the slowest rank's, so that every rank chooses alike).
         Returns what to log ("" for nothing)."""
         if self.dense_gemv_tokens == 0:
             return ""
-        forced = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k), (split, rows) in self.gemv_forced.items())
-        lines = [f"dense GEMV configurations forced by {BY_SHAPE_ENV}: {forced}"] if forced else []
-        mode = tune_mode(os.environ.get(TUNE_ENV))
-        if mode == "0":
-            return "; ".join(lines)
         begin = time.perf_counter()
-        timer = graph_timer(self.kernels, after_norm=mode == "norm")
+        timer = graph_timer(self.kernels)
         chosen = choose_configs(model, timer if tp is None else slowest_rank(timer, tp))
-        if chosen:
-            self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
-            summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
-            took, how = time.perf_counter() - begin, " after a norm" if mode == "norm" else ""
-            how += f", the slowest of {tp.size} ranks" if tp is not None and tp.size > 1 else ""
-            lines.insert(0, f"dense GEMV configurations (warps a row / rows a warp) timed{how} in {took:.2f} s: "
-                         f"{summary}")
-        return "; ".join(lines)
+        if not chosen:
+            return ""
+        self.gemv_configs.update(chosen)  # the ops object is shared by every model of the process
+        summary = ", ".join(f"{n}x{k}: {split}/{rows}" for (n, k, _), (split, rows) in chosen.items())
+        how = f", the slowest of {tp.size} ranks" if tp is not None and tp.size > 1 else ""
+        return (f"dense GEMV configurations (warps a row / rows a warp) timed{how} in "
+                f"{time.perf_counter() - begin:.2f} s: {summary}")
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """``x``: [..., hidden] (last dim contiguous) -> a new contiguous tensor."""
@@ -123,8 +111,7 @@ class CsrcOps(CustomOps):
         if gemv_fits(x, weight, bias, self.dense_gemv_tokens):
             n, k = weight.shape
             split, rows = self.gemv_configs.get((n, k, weight.dtype), (0, 0))  # 0: the kernel's rules
-            forced_split, forced_rows = self.gemv_forced.get((n, k), (0, 0))
-            return self.kernels.dense_gemv(x, weight, bias, forced_split or split, forced_rows or rows)
+            return self.kernels.dense_gemv(x, weight, bias, split, rows)
         return super().linear(x, weight, bias)
 
     def reshape_and_cache(

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.layers.linear import copy_checked
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.layers.sharding import narrow
 
 

@@ -3,7 +3,7 @@
 Lives in core (imported lazily, only when a GPU op asks for it; triton stays an optional
 dependency) because it is plain Triton source that compiles for CUDA and ROCm alike: both GPU
 platforms' ops (:class:`pagoda.layers.csrc_ops.CsrcOps`) use this one copy. Without triton the
-torch reference (:meth:`pagoda.layers.ops.CustomOps.fused_moe`) answers.
+torch reference (:meth:`pagoda.interfaces.ops.CustomOps.fused_moe`) answers.
 
 Steps for ``T`` tokens routed to ``top_k`` experts each (``R = T * top_k`` rows, row ``t * top_k + j``):
 
@@ -140,7 +140,7 @@ def fused_moe_triton(
     topk_ids: torch.Tensor,  # [T, top_k]
     silu_and_mul: Callable[[torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
-    """Same result as :meth:`pagoda.layers.ops.CustomOps.fused_moe`, in two grouped-GEMM launches."""
+    """Same result as :meth:`pagoda.interfaces.ops.CustomOps.fused_moe`, in two grouped-GEMM launches."""
     tokens, top_k = topk_ids.shape
     num_rows = tokens * top_k
     x, w13, w2 = x.contiguous(), w13.contiguous(), w2.contiguous()

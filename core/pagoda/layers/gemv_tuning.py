@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from pagoda.distributed.parallel import TensorParallel
+    from pagoda.interfaces.parallel import TensorParallel
 
 ROWS = (1, 2)  # weight rows a warp the kernel is built for
 SPLITS = (1, 2, 4)  # warps a row group (split-K) the kernel is built for
@@ -55,26 +55,6 @@ def gemv_weights(model: nn.Module) -> dict[Shape, list[torch.Tensor]]:
     return shapes
 
 
-BY_SHAPE_ENV = "PAGODA_GEMV_BY_SHAPE"
-
-
-def forced_configs(value: str | None) -> dict[tuple[int, int], Config]:
-    """Configurations forced per weight shape, from ``PAGODA_GEMV_BY_SHAPE`` (``NxK:SPLIT/ROWS,...``, e.g.
-    ``4096x2048:4/1``: weights of n rows of k on four warps a row and one row a warp, whatever the tuning
-    chose; a 0 leaves that half to the tuning or the kernel's rule); an error naming the variable and the
-    format for anything else."""
-    forced = {}
-    for item in filter(None, (part.strip() for part in (value or "").split(","))):
-        shape, _, config = item.partition(":")
-        n, _, k = shape.partition("x")
-        split, _, rows = config.partition("/")
-        if not (n.isdigit() and k.isdigit() and split in ("0", "1", "2", "4") and rows in ("0", "1", "2")):
-            raise ValueError(f"{BY_SHAPE_ENV}: {item!r} is not NxK:SPLIT/ROWS with SPLIT 0, 1, 2 or 4 and ROWS 0, "
-                             "1 or 2 (e.g. 4096x2048:4/1)")
-        forced[(int(n), int(k))] = (int(split), int(rows))
-    return forced
-
-
 def choose_configs(model: nn.Module, timer: Timer) -> dict[Shape, Config]:
     """The GEMV configuration for each dense weight shape of ``model``: the fewest warps a row within
     ``SPLIT_TOLERANCE`` of the fastest time, then the faster rows a warp (ties: one row)."""
@@ -102,28 +82,10 @@ def slowest_rank(timer: Timer, tp: "TensorParallel") -> Timer:
     return timed
 
 
-TUNE_ENV = "PAGODA_GEMV_TUNE"
-
-
-def tune_mode(value: str | None) -> str:
-    """``PAGODA_GEMV_TUNE``: unset or 1 (time the GEMVs back to back), 0 (no tuning: the kernel's rules) or
-    norm (time each after an RMS norm of its input, as a layer runs it); an error naming the variable for
-    anything else."""
-    if (value or "1") not in ("1", "0", "norm"):
-        raise ValueError(f"{TUNE_ENV}={value!r}: expected 1 (the default: GEMVs timed back to back), 0 (not "
-                         "tuned: the kernel's rules) or norm (each GEMV timed after an RMS norm)")
-    return value or "1"
-
-
-def graph_timer(kernels: ModuleType, reps: int = 7, after_norm: bool = False) -> Timer:
+def graph_timer(kernels: ModuleType, reps: int = 7) -> Timer:
     """A Timer on the GPU: one CUDA graph per configuration runs a one-token GEMV through the shape's weights
     in turn until ``STREAM_FACTOR`` L2 caches' worth streamed (as a step streams its cold weights); the
-    graphs replay alternately ``reps`` times and each configuration's median time per GEMV counts.
-
-    ``after_norm``: each GEMV multiplies the output of an RMS norm launched just before it, as in a layer,
-    and the pair is timed. The GEMV requests its first weights while the norm runs, and the norm, a few
-    dependent memory round trips, waits behind them (docs/cuda.md): a configuration that requests fewer
-    weights early is charged less for it than back to back, where a GEMV overlaps another GEMV."""
+    graphs replay alternately ``reps`` times and each configuration's median time per GEMV counts."""
 
     def timer(weights: list[torch.Tensor]) -> dict[Config, float]:
         first = weights[0]
@@ -131,14 +93,10 @@ def graph_timer(kernels: ModuleType, reps: int = 7, after_norm: bool = False) ->
         launches = min(MAX_LAUNCHES, max(len(weights), -(-STREAM_FACTOR * l2_bytes // first.nbytes)))
         order = [weights[i % len(weights)] for i in range(launches)]
         x = torch.randn(1, first.shape[1], dtype=first.dtype, device=first.device)
-        gemv_input = torch.empty_like(x) if after_norm else x  # after a norm: the norm's output
-        norm_weight = torch.ones_like(x[0])
 
         def run(config: Config) -> None:
             for w in order:
-                if after_norm:
-                    kernels.rms_norm(gemv_input, x, norm_weight, 1e-6)
-                kernels.dense_gemv(gemv_input, w, None, *config)
+                kernels.dense_gemv(x, w, None, *config)
 
         graphs = {(split, rows): _captured(lambda c=(split, rows): run(c)) for split in SPLITS for rows in ROWS}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

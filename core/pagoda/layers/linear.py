@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.errors import ModelLoadError
 from pagoda.layers.sharding import materialize, narrow
 
@@ -248,7 +248,7 @@ class QKVLinear(MergedLinear):
 
     Under tensor parallelism each rank keeps ``num_heads / tp`` query heads and its KV heads:
     ``num_kv_heads / tp`` of them, or (``tp > num_kv_heads``) the one KV head its query heads use,
-    replicated on ``tp / num_kv_heads`` ranks (see :func:`pagoda.models.spec.rank_heads`).
+    replicated on ``tp / num_kv_heads`` ranks (see :func:`rank_heads`).
     """
 
     def __init__(
@@ -263,8 +263,6 @@ class QKVLinear(MergedLinear):
         dtype: torch.dtype,
         tp: TensorParallel = SINGLE,
     ) -> None:
-        from pagoda.models.spec import rank_heads
-
         heads, kv_heads, q_start, kv_start = rank_heads(num_heads, num_kv_heads, tp.rank, tp.size)
         self.q_size = heads * head_dim
         self.kv_size = kv_heads * head_dim
@@ -276,3 +274,17 @@ class QKVLinear(MergedLinear):
     def split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[num_tokens, q + 2 kv] -> views q [T, q_size], k [T, kv_size], v [T, kv_size]."""
         return qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+
+
+def rank_heads(num_heads: int, num_kv_heads: int, rank: int, tp_size: int) -> tuple[int, int, int, int]:
+    """``(query heads, kv heads, first query head, first kv head)`` of tensor-parallel ``rank``.
+
+    Query heads split evenly. KV heads split evenly when ``tp_size <= num_kv_heads``; otherwise
+    each rank keeps the one KV head its query heads share, replicated on ``tp_size / num_kv_heads``
+    ranks. :func:`check_tensor_parallel` says which sizes work.
+    """
+    heads = num_heads // tp_size
+    if tp_size <= num_kv_heads:
+        kv = num_kv_heads // tp_size
+        return heads, kv, rank * heads, rank * kv
+    return heads, 1, rank * heads, rank // (tp_size // num_kv_heads)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.errors import ModelLoadError
 from pagoda.layers.linear import copy_checked
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.layers.sharding import CheckpointTensor, narrow
 
 EXPERT_PROJECTIONS = ("gate", "up", "down")

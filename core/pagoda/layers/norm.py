@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.layers.linear import copy_checked
 
 if TYPE_CHECKING:
     from pagoda.interfaces.quantization import InputQuantizer
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 
 class RMSNorm(nn.Module):

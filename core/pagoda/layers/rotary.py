@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from pagoda.errors import ModelLoadError
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 ROPE_TYPE_ALIASES = {"su": "longrope"}  # Phi-3's name before transformers 4.42

@@ -13,6 +13,7 @@ import torch
 
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces.attention import AttentionBackend, AttentionSpec
+from pagoda.layers.linear import rank_heads
 
 SOFT_CAPPED_ATTENTION = {"gemma2"}  # model types whose attention applies attn_logit_softcapping
 
@@ -84,20 +85,6 @@ def attention_soft_cap(hf_config: Any) -> float | None:
 def attention_scale(hf_config: Any) -> float:
     """Scores are scaled by ``query_pre_attn_scalar ** -0.5`` (Gemma) or ``head_dim ** -0.5``."""
     return float(getattr(hf_config, "query_pre_attn_scalar", None) or head_dim(hf_config)) ** -0.5
-
-
-def rank_heads(num_heads: int, num_kv_heads: int, rank: int, tp_size: int) -> tuple[int, int, int, int]:
-    """``(query heads, kv heads, first query head, first kv head)`` of tensor-parallel ``rank``.
-
-    Query heads split evenly. KV heads split evenly when ``tp_size <= num_kv_heads``; otherwise
-    each rank keeps the one KV head its query heads share, replicated on ``tp_size / num_kv_heads``
-    ranks. :func:`check_tensor_parallel` says which sizes work.
-    """
-    heads = num_heads // tp_size
-    if tp_size <= num_kv_heads:
-        kv = num_kv_heads // tp_size
-        return heads, kv, rank * heads, rank * kv
-    return heads, 1, rank * heads, rank // (tp_size // num_kv_heads)
 
 
 def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import logging
-import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -16,15 +15,15 @@ from typing import Any, Iterable, Mapping
 import pluggy
 from stevedore import NamedExtensionManager
 
-from pagoda import hookspecs
+from pagoda import envs, hookspecs
 from pagoda.plugins.catalog import FIRST_PARTY, KINDS, distribution_of, plugin_name_of
 from pagoda.plugins.registry import Registry
 
 logger = logging.getLogger(__name__)
 
-ENV_ALLOW = "PAGODA_PLUGINS"
-ENV_BLOCK = "PAGODA_DISABLE_PLUGINS"
-BUILTIN_MODULES = ("pagoda.plugins.builtin",)
+ENV_ALLOW = envs.PLUGINS.name  # the lists' variables, as messages name them
+ENV_BLOCK = envs.DISABLE_PLUGINS.name
+BUILTIN_MODULES = ("pagoda.builtin",)
 
 
 @dataclass
@@ -78,8 +77,8 @@ class PluginManager:
         modules: Mapping[str, Any] | None = None,
         entry_points: bool = True,
     ):
-        self.allow = parse_names(allow if allow is not None else os.environ.get(ENV_ALLOW))
-        self.block = parse_names(block if block is not None else os.environ.get(ENV_BLOCK)) or set()
+        self.allow = parse_names(allow if allow is not None else envs.PLUGINS.get())
+        self.block = parse_names(block if block is not None else envs.DISABLE_PLUGINS.get()) or set()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}

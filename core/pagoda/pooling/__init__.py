@@ -3,7 +3,7 @@
 from pagoda.pooling.outputs import (ClassificationOutput, ClassificationRequestOutput, EmbeddingOutput,
                                     EmbeddingRequestOutput, PoolingOutput, PoolingRequestOutput, ScoringOutput,
                                     ScoringRequestOutput)
-from pagoda.pooling.params import POOLING_TYPES, PoolingParams
+from pagoda.pooling_params import POOLING_TYPES, PoolingParams
 
 __all__ = [
     "POOLING_TYPES",

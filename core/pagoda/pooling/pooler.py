@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.pooling.config import PoolerConfig
-from pagoda.pooling.params import PoolingParams
+from pagoda.pooling_params import PoolingParams
 
 Head = Callable[[torch.Tensor], torch.Tensor]  # [n, hidden] -> [n, outputs]
 

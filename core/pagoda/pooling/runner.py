@@ -1,8 +1,8 @@
 """The model runner's pooling step: run the whole prompts, pool them, copy the results to the host.
 
 Under ``runner="pooling"`` every scheduled request is a pooling request whose prompt runs whole
-in this step (chunked prefill is off). :func:`launch_pooling` replaces the sampling half of
-``ModelRunner.launch``: it returns a :class:`PendingPooling` whose ``result()`` carries each
+in this step (chunked prefill is off). The runner's :class:`PoolingStep` feature runs each step
+in the runner's place (:func:`launch_pooling`): it returns a :class:`PendingPooling` whose ``result()`` carries each
 request's pooled values, and the engine core finishes those requests at launch (their KV
 blocks were scratch space for this one step).
 """
@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
-from pagoda.engine.model_runner import PendingStep, RunnerOutput
+from pagoda.runner.features import StepFeature
+from pagoda.runner.model_runner import PendingStep, RunnerOutput
 from pagoda.interfaces.model import ForwardContext
 from pagoda.pooling.config import PoolerConfig
 from pagoda.pooling.pooler import PooledBatch, Pooler, PoolingRow
 
 if TYPE_CHECKING:
-    from pagoda.engine.batch import StepInputs
-    from pagoda.engine.model_runner import ModelRunner
+    from pagoda.runner.batch import StepInputs
+    from pagoda.runner.model_runner import ModelRunner
     from pagoda.interfaces.scheduler import SchedulerOutput
 
 
@@ -38,18 +39,24 @@ class PendingPooling(PendingStep):
         return RunnerOutput(pooled=self.batch.split(self._copy()[0]))
 
 
-def build_pooler(config: PoolerConfig, model: torch.nn.Module) -> Pooler:
-    """The pooler of ``model`` (its ``pooled_head``, if it is a classifier)."""
-    return Pooler(config, getattr(model, "pooled_head", None))
+class PoolingStep(StepFeature):
+    """Under runner "pooling": every step runs whole prompts and pools them; nothing is sampled."""
+
+    def __init__(self, config: PoolerConfig, model: torch.nn.Module) -> None:
+        self.pooler = Pooler(config, getattr(model, "pooled_head", None))  # a classifier's head, if it has one
+
+    def run_step(self, runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs") -> PendingPooling:
+        return launch_pooling(runner, out, inputs, self.pooler)
 
 
-def launch_pooling(runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs") -> PendingPooling:
+def launch_pooling(runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs",
+                   pooler: Pooler) -> PendingPooling:
     """Run the model over the step's prompts and queue the pooled results' copy to the host."""
     rows = pooling_rows(out, inputs.query_starts)
     metadata = runner.attention.prepare(inputs.metadata)
     fwd = ForwardContext(metadata, runner.kv_caches, segment_ids(out, inputs.query_starts, runner.device))
     hidden = runner.model(inputs.input_ids, inputs.positions, fwd)  # [num_tokens, hidden]
-    batch = runner.pooler(hidden, rows)
+    batch = pooler(hidden, rows)
     return PendingPooling(batch, runner.platform.copy_to_host_async([batch.data]))
 
 

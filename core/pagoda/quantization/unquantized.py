@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from pagoda.interfaces.quantization import QuantizationMethod
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 
 class UnquantizedMethod(QuantizationMethod):

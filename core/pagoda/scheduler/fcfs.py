@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.request import Request, RequestStatus
+from pagoda.kv_cache.manager import KVCacheManager
+from pagoda.request import Request, RequestStatus
 from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
 

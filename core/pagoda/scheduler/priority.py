@@ -11,7 +11,7 @@ import bisect
 import heapq
 import itertools
 
-from pagoda.engine.request import Request
+from pagoda.request import Request
 from pagoda.scheduler.fcfs import FcfsScheduler
 
 

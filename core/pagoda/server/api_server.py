@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from pagoda.engine_core.messages import EngineInfo
+from pagoda.messages import EngineInfo
 
 logger = logging.getLogger("pagoda.server")
 

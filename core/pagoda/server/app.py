@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-import os
 
 from fastapi import Depends, FastAPI
 
-from pagoda import __version__
-from pagoda.engine import torch_profiler
+from pagoda import __version__, envs
 from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling, routes_profile
 from pagoda.server.async_engine import AsyncEngine
 from pagoda.server.errors import error_body, install_error_handlers
@@ -102,7 +100,7 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
         app.include_router(module.router, dependencies=[Depends(routes_pooling.generation_only)])
     app.include_router(routes_pooling.router, dependencies=[Depends(routes_pooling.pooling_only)])
     app.include_router(routes_misc.router)
-    if os.environ.get(torch_profiler.ENV):
+    if envs.TORCH_PROFILER_DIR.get():
         app.include_router(routes_profile.router)
     app.add_middleware(GateMiddleware, state=state)
     return app

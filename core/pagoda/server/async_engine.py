@@ -20,16 +20,16 @@ import time
 from typing import AsyncIterator
 
 from pagoda.engine.output_processor import OutputProcessor
-from pagoda.engine.token_controls import resolve_token_controls
+from pagoda.engine.engine import resolve_params
 from pagoda.engine_core.client import AsyncMPClient, EngineDeadError
 from pagoda.engine_core.core import validate_prompt
-from pagoda.beam.params import BeamSearchParams
-from pagoda.engine_core.messages import EngineCoreOutputs, add_messages
+from pagoda.sampling_params import BeamSearchParams
+from pagoda.messages import EngineCoreOutputs, add_messages
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
-from pagoda.pooling.tracker import PoolingTracker
+from pagoda.engine.pooling_tracker import PoolingTracker
 from pagoda.server.async_pooling import AsyncPooling
 from pagoda.server.metrics import ServerMetrics
 
@@ -118,7 +118,7 @@ class AsyncEngine(AsyncPooling):
         reason = self.unavailable_reason()
         if reason is not None:
             raise EngineDeadError(reason)
-        params = resolve_token_controls(params, self.tokenizer, self.info.vocab_size)
+        params = resolve_params(params, self.tokenizer, self.info.vocab_size)
         arrival = time.monotonic()
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = queue

@@ -13,10 +13,10 @@ import time
 
 from pagoda.engine_core.client import EngineDeadError
 from pagoda.engine_core.core import check_runner, validate_prompt
-from pagoda.engine_core.messages import AddRequest, EngineCoreOutput
+from pagoda.messages import AddRequest, EngineCoreOutput
 from pagoda.pooling.outputs import PoolingRequestOutput
-from pagoda.pooling.params import PoolingParams
-from pagoda.pooling.tracker import POOLING_SAMPLING, PoolingTracker
+from pagoda.pooling_params import PoolingParams
+from pagoda.engine.pooling_tracker import POOLING_SAMPLING, PoolingTracker
 
 
 class AsyncPooling:

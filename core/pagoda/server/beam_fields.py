@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagoda.beam.params import BeamSearchParams
+from pagoda.sampling_params import BeamSearchParams
 from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams
 from pagoda.server.errors import APIError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pagoda.errors import RequestError
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.runtime import validate_guided
 from pagoda.server.errors import APIError
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from pagoda.entrypoints.pooling import cosine, encode_pair, pair_score, score_pairs, truncation_limit
 from pagoda.errors import RequestError
 from pagoda.pooling.outputs import PoolingRequestOutput
-from pagoda.pooling.params import PoolingParams
+from pagoda.pooling_params import PoolingParams
 from pagoda.server.errors import APIError, bad_request
 from pagoda.server.openapi import ERRORS
 from pagoda.server.pooling_protocol import (EmbeddingInput, EmbeddingRequest, EmbeddingResponse, RerankRequest,

@@ -1,5 +1,5 @@
 """``POST /start_profile`` and ``POST /stop_profile``, as vLLM's: the torch profiler on every rank of the
-engine (pagoda.engine.torch_profiler). Served only when ``PAGODA_TORCH_PROFILER_DIR`` is set."""
+engine (pagoda.runner.torch_profiler). Served only when ``PAGODA_TORCH_PROFILER_DIR`` is set."""
 
 from __future__ import annotations
 

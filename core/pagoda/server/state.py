@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pagoda.engine.token_controls import resolve_token_controls
+from pagoda.sampling.token_controls import resolve_token_controls
 from pagoda.errors import RequestError
 from pagoda.sampling_params import SamplingParams
 from pagoda.server.async_engine import AsyncEngine, EngineDeadError, RequestTimeout

@@ -2,10 +2,10 @@
 
 ``--speculative-config '{"method": "draft", "model": "/path/to/small", "num_speculative_tokens": 4}'``
 
-The draft model is built like the target (:func:`pagoda.engine.builder.build_model_shard`: same
+The draft model is built like the target (:func:`pagoda.runner.shard.build_model_shard`: same
 platform, attention backend, dtype and block size), with its own paged KV cache
-(:class:`~pagoda.engine.kv_cache.KVCacheManager`, no prefix caching) and its own
-:class:`~pagoda.engine.model_runner.ModelRunner` (decode graphs where the target has them). It
+(:class:`~pagoda.kv_cache.manager.KVCacheManager`, no prefix caching) and its own
+:class:`~pagoda.runner.model_runner.ModelRunner` (decode graphs where the target has them). It
 keeps a *shadow* of each speculating request: the tokens the draft has seen and how many of them
 have KV in its cache. Each step:
 
@@ -42,9 +42,9 @@ from typing import Callable
 
 import torch
 
-from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.model_runner import ModelRunner, PendingStep
-from pagoda.engine.request import PLACEHOLDER, Request, RequestStatus
+from pagoda.kv_cache.manager import KVCacheManager
+from pagoda.runner.model_runner import ModelRunner, PendingStep
+from pagoda.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import DeviceDrafts, Proposal, ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
@@ -118,8 +118,8 @@ class DraftProposer(Proposer):
 
     # -- set-up ------------------------------------------------------------------------------
     def attach(self, context: ProposerContext) -> None:
-        from pagoda.engine.builder import build_model_shard
-        from pagoda.executor.base import use_graphs
+        from pagoda.runner.graphs import use_graphs
+        from pagoda.runner.shard import build_model_shard
         from pagoda.loader import load_hf_config, resolve_model
 
         source = resolve_model(self.config.model)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pagoda.engine.batch import ALIGN
+from pagoda.runner.batch import ALIGN
 from pagoda.spec_decode.draft_steps import DraftSteps, record_dtype
 
 
@@ -125,7 +125,7 @@ class DraftChain:
 
     def __init__(self, steps: DraftSteps) -> None:
         self.steps = steps
-        self.runner = steps.runner  # pagoda.engine.model_runner.ModelRunner of the draft model
+        self.runner = steps.runner  # pagoda.runner.model_runner.ModelRunner of the draft model
 
     def run(self, rows: list[ChainRow], seed: torch.Tensor | None = None) -> torch.Tensor:
         """Tokens ``[max steps, len(rows)]`` (on the device) sampled at each step; rows without

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pagoda.engine.batch import Shapes, layout, views
-from pagoda.engine.graphs import CAPTURE_SIZES
+from pagoda.runner.batch import Shapes, layout, views
+from pagoda.runner.graphs import CAPTURE_SIZES
 from pagoda.interfaces.attention import AttentionMetadata
 from pagoda.interfaces.model import ForwardContext
 from pagoda.layers.argmax import argmax
@@ -103,7 +103,7 @@ class DraftSteps:
     """The draft model's step programs: captured as device graphs per batch size and ``q``, or eager."""
 
     def __init__(self, runner, max_model_len: int) -> None:
-        self.runner = runner  # pagoda.engine.model_runner.ModelRunner of the draft model
+        self.runner = runner  # pagoda.runner.model_runner.ModelRunner of the draft model
         self.max_model_len = max_model_len
         self.width = -(-max_model_len // runner.block_size)  # block-table columns of the graphs
         self.sizes: list[int] = []  # captured batch sizes (none: every step runs eagerly)
@@ -132,7 +132,7 @@ class DraftSteps:
         self.program(buffers, context)  # warm-up: kernel compilation and workspaces outside the capture
         self.runner.platform.synchronize()
         replay, _ = self.runner.platform.capture_graph(lambda: self.program(buffers, context))
-        return replay, buffers, context  # the context lives as long as the graph (see engine/graphs.py)
+        return replay, buffers, context  # the context lives as long as the graph (see runner/graphs.py)
 
     # -- each round --------------------------------------------------------------------------
     def size_for(self, num_rows: int, table_columns: int) -> int | None:

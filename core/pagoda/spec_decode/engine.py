@@ -17,29 +17,30 @@ speculator reads them once that step is queued (:meth:`Speculator.read_drafts`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.request import Request, RequestStatus
-from pagoda.engine.sampler import needs_output_history
+from pagoda.kv_cache.manager import KVCacheManager
+from pagoda.request import Request, RequestStatus
+from pagoda.sampling.sampler import needs_output_history
 from pagoda.errors import ConfigError
 from pagoda.interfaces.proposer import DeviceDrafts, ProposalInput, Proposer, ProposerContext, VerifyOutcome
 from pagoda.interfaces.scheduler import SchedulerOutput
+from pagoda.runner.features import StepFeature
 from pagoda.spec_decode.backoff import Backoff
-from pagoda.spec_decode.config import SpeculativeConfig, parse_speculative_config
+from pagoda.speculative_config import SpeculativeConfig, parse_speculative_config
 from pagoda.spec_decode.goodput import GoodputController
 from pagoda.spec_decode.hidden import HiddenStates
 
 if TYPE_CHECKING:
-    from pagoda.engine_core.messages import StepStats
+    from pagoda.messages import StepStats
     from pagoda.spec_decode.verify import Verified
 
 
 class Speculator:
     def __init__(self, config: SpeculativeConfig, proposer: Proposer, kv_cache: KVCacheManager,
-                 max_model_len: int, guided: Any = None, drafts_on_device: bool = True) -> None:
+                 max_model_len: int, masks: Sequence[StepFeature] = (), drafts_on_device: bool = True) -> None:
         self.config = config
-        self.guided = guided  # the runner's GuidedSampling: grammars must roll back rejected drafts
+        self.masks = list(masks)  # the runner's logits masks (grammars): they must roll back rejected drafts
         self.k = config.num_speculative_tokens
         self.proposer = proposer
         self.kv_cache = kv_cache
@@ -211,7 +212,7 @@ class Speculator:
             return False
         if getattr(req.sampling_params, "guided_decoding", None) is None:
             return True
-        return self.guided is not None and self.guided.can_roll_back(req.request_id)
+        return bool(self.masks) and all(mask.can_roll_back(req.request_id) for mask in self.masks)
 
     def _room(self, req: Request) -> int:
         """Drafts that keep the step's last token short of max_tokens and the context (so length
@@ -241,37 +242,29 @@ def _with_drafts(token_ids: list[list[int]], values: dict[int, list[int]]) -> li
 
 def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator | None:
     """The engine's Speculator for ``--speculative-config`` (``parts``: EngineParts), or None when
-    it is not set. Builds the proposer (a draft model loads here) and, where the runner records
-    decode graphs, records verify graphs too."""
+    it is not set. Builds the proposer (a draft model loads here) and connects it to the runner's
+    :class:`~pagoda.spec_decode.step.SpecDecodeStep` (hidden states for proposers that read them)."""
     config = parse_speculative_config(value)
     if config is None:
         return None
     from pagoda.plugins.manager import get_plugin_manager
+    from pagoda.spec_decode.step import SpecDecodeStep
 
     proposer_cls = get_plugin_manager().registry("proposer").get(config.method)
     proposer = proposer_cls(config)  # under TP: checked before the workers started (check_proposer_tensor_parallel)
     proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
                                     dtype=parts.dtype, max_model_len=parts.max_model_len,
                                     num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
-    if runner is not None:
-        capture_verify_graphs(runner, parts.config, parts.max_model_len)
-    speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, getattr(runner, "guided", None),
+    masks = runner.masks if runner is not None else ()
+    speculator = Speculator(config, proposer, parts.kv_cache, parts.max_model_len, masks,
                             drafts_on_device=_drafts_on_device(parts, runner))
     if speculator.hidden is not None:
-        if runner is None:
+        step = runner.feature(SpecDecodeStep) if runner is not None else None
+        if step is None:
             raise ConfigError(f"the {config.method} proposer reads the target's hidden states, which this engine "
                               "does not expose (no model runner in this process)")
-        runner.hidden_sink = speculator.hidden.record
+        step.hidden_reader = speculator.hidden.record
     return speculator
-
-
-def capture_verify_graphs(runner: Any, config: Any, max_model_len: int) -> None:
-    """Record the verify steps of ``--speculative-config`` where ``runner`` records decode graphs. Every
-    tensor-parallel rank calls it, after its decode graphs and in the same order: the warm-up passes
-    meet in collectives, and every rank pads a verify step to the same captured size."""
-    spec = parse_speculative_config(config.speculative_config)
-    if spec is not None and getattr(runner, "graphs", None) is not None:
-        runner.capture_verify_graphs(spec.num_speculative_tokens + 1, max_model_len, config.max_num_seqs)
 
 
 def check_proposer_tensor_parallel(config: Any) -> None:

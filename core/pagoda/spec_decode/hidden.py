@@ -1,7 +1,7 @@
 """The target's hidden states, kept per request for proposers that read them (EAGLE).
 
 When the proposer sets ``Proposer.needs_hidden_states``, the model runner hands every step's final
-hidden states to :meth:`HiddenStates.record` at launch (``ModelRunner.hidden_sink``): the rows of
+hidden states to :meth:`HiddenStates.record` at launch (``SpecDecodeStep.hidden_reader``, a feature of the runner): the rows of
 each request's scheduled tokens are gathered into a tensor of their own (a copy: graph replays
 reuse their output buffer), stored by position. Before proposing, :meth:`HiddenStates.take` hands
 a request's rows for the positions computed since it last proposed, ending at its last computed
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
-from pagoda.engine.batch import to_device
+from pagoda.tensors import to_device
 
 if TYPE_CHECKING:
     from pagoda.interfaces.scheduler import SchedulerOutput

@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from pagoda.engine.batch import to_device
-from pagoda.engine.model_runner import PendingStep, RunnerOutput
-from pagoda.engine.sampler import SamplingRow, needs_output_history, prompt_logprobs
+from pagoda.tensors import to_device
+from pagoda.runner.model_runner import PendingStep, RunnerOutput
+from pagoda.sampling.sampler import SamplingRow, needs_output_history, prompt_logprobs
 from pagoda.interfaces.proposer import VerifyOutcome
 from pagoda.spec_decode.rejection import rejection_sample
 
 if TYPE_CHECKING:
-    from pagoda.engine.model_runner import ModelRunner
-    from pagoda.engine.request import Request
-    from pagoda.engine.sampler import DeviceSample
+    from pagoda.runner.model_runner import ModelRunner
+    from pagoda.request import Request
+    from pagoda.sampling.sampler import DeviceSample
     from pagoda.interfaces.scheduler import SchedulerOutput
 
 TopLogprobs = list[tuple[int, float]]
@@ -100,9 +100,8 @@ def launch_verify(runner: "ModelRunner", out: "SchedulerOutput", hidden: torch.T
     logits = _position_logits(runner, out, hidden, sample_rows, query_starts, counts)  # [sum(counts), V]
     if runner.tp.rank > 0:  # the vocab-parallel LM head above met rank 0's; rank 0 alone verifies
         return PendingStep([], None, lambda: [], prompt_lps)
-    rows = [r for req, count in zip(requests, counts) for r in expand_row(runner._row(req), count - 1)]
-    if runner.guided is not None:  # each drafted position masked by the grammar after the drafts before it
-        runner.guided.mask_verify(logits, requests, counts)
+    rows = [r for req, count in zip(requests, counts) for r in expand_row(runner.sampling_row(req), count - 1)]
+    runner.mask_rows(logits, requests, counts)  # each drafted position masked after the drafts before it
     exact = _verify_with_draft_probs(runner, requests, counts, logits, rows)
     spans, keep, rewinds = {}, [], {}  # the other requests: the sampler draws at each of their positions
     for req, count, first in zip(requests, counts, _offsets(counts)):

@@ -11,7 +11,7 @@ Real queries never see the padding (they are later in the causal order). Whole p
 as in decode graphs: slot -1, block 0, length ``q``.
 
 Launch shapes are static per size: ``size * q`` tokens, ``size`` sequences, no decodes,
-``max_query_len = q``, ``max_seq_len = max_model_len`` (see ``engine/graphs.py``).
+``max_query_len = q``, ``max_seq_len = max_model_len`` (see ``runner/graphs.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 import numpy as np
 import torch
 
-from pagoda.engine.batch import Shapes, StepInputs, layout, step_inputs, views
-from pagoda.engine.graphs import CAPTURE_SIZES
+from pagoda.runner.batch import Shapes, StepInputs, layout, step_inputs, views
+from pagoda.runner.graphs import CAPTURE_SIZES
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform

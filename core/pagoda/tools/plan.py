@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from pagoda.errors import RequestError
-from pagoda.guided.params import GuidedDecodingParams
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.guided.runtime import validate_guided
 from pagoda.interfaces.reasoning_parser import ReasoningParser
 from pagoda.interfaces.tool_parser import ToolParser

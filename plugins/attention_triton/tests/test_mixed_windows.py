@@ -13,7 +13,7 @@ from hf_tiny import BLOCK_SIZE, hf_logits, run_prefill, save_tiny  # noqa: E402
 
 from pagoda.interfaces import BuildContext  # noqa: E402
 from pagoda.interfaces.attention import AttentionBackend, contract_reason  # noqa: E402
-from pagoda.layers.ops import CustomOps  # noqa: E402
+from pagoda.interfaces.ops import CustomOps  # noqa: E402
 from pagoda.loader import ModelSource, load_hf_config, load_model  # noqa: E402
 from pagoda.models import model_class  # noqa: E402
 from pagoda.models.spec import attention_spec  # noqa: E402

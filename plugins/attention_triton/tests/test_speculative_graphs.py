@@ -21,6 +21,7 @@ import pagoda.plugins.manager as manager  # noqa: E402
 from pagoda import LLM, SamplingParams  # noqa: E402
 from pagoda.hookspecs import hookimpl  # noqa: E402
 from pagoda.platforms.cpu import CpuPlatform  # noqa: E402
+from pagoda.spec_decode.step import SpecDecodeStep  # noqa: E402
 
 
 class ReplayPlatform(CpuPlatform):
@@ -52,7 +53,7 @@ def test_verify_graph_replays_equal_eager_steps(tmp_path: Path, monkeypatch: pyt
     eager = LLM(**common, enforce_eager=True).generate(prompts, params, use_tqdm=False)
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "backoff": False}
     llm = LLM(**common, speculative_config=spec)
-    graphs = llm.engine.core.runner.verify_graphs
+    graphs = llm.engine.core.runner.feature(SpecDecodeStep).step_graphs
     replayed, replay = [], graphs.replay
     graphs.replay = lambda size: replayed.append(size) or replay(size)
     out = llm.generate(prompts, params, use_tqdm=False)

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from triton.testing import do_bench
 
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda_platform_cuda.build import load_extension
 from pagoda_platform_cuda.ops import CudaOps
 

@@ -8,9 +8,9 @@ is race-free): one one-way link latency, no barrier. It is launched as a program
 the kernels around it stay chained, and its epoch lives in device memory, so CUDA graphs replay it.
 A second kernel fuses the residual add and RMSNorm after the sum (``add_rms_norm``: the decoder's
 norms sum the row-parallel layers' partial outputs, :meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`),
-bit for bit the unfused sequence at two ranks; ``PAGODA_LL_FUSED_NORM=0`` keeps the two apart.
+bit for bit the unfused sequence at two ranks.
 
-Used unless ``PAGODA_SYMM_ALL_REDUCE`` is ``1`` or ``0``, for messages up to :data:`MAX_BYTES` (64
+Used unless the engine runs with ``disable_custom_all_reduce``, for messages up to :data:`MAX_BYTES` (64
 tokens of hidden 4096 in bf16); larger ones go to ``fallback`` (the one-shot path, or None: the backend). :func:`create`
 sets it up on every rank of one host together, each step agreed over the backend (all ranks use it
 or none), with a probe that checks exact sums and the fused norm against the csrc one.
@@ -19,12 +19,11 @@ or none), with a probe that checks exact sums and the fused norm against the csr
 from __future__ import annotations
 
 import logging
-import os
 from types import ModuleType
 import torch
 import torch.distributed as dist
 
-from pagoda.distributed.parallel import FastAllReduce
+from pagoda.interfaces.parallel import FastAllReduce
 from pagoda.distributed.symm_all_reduce import agreed, probe_sums, rendezvous, same_history, symmetric_buffer
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,6 @@ class LLAllReduce(FastAllReduce):
         self.rank = rank
         self.fallback = fallback
         self.max_bytes = max_bytes
-        self.fused_norm = os.environ.get("PAGODA_LL_FUSED_NORM") != "0"  # the same on every rank (one environment)
 
     def _takes(self, x: torch.Tensor) -> bool:
         nbytes = x.numel() * x.element_size()
@@ -67,7 +65,7 @@ class LLAllReduce(FastAllReduce):
 
     def fits_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> bool:
         row_bytes = x.shape[-1] * x.element_size()
-        return (self.fused_norm and self._takes(x) and x.dim() == 2 and row_bytes % 16 == 0
+        return (self._takes(x) and x.dim() == 2 and row_bytes % 16 == 0
                 and row_bytes <= MAX_ROW_BYTES and residual.shape == x.shape and residual.dtype == x.dtype
                 and residual.is_contiguous() and weight.dtype == x.dtype and weight.is_contiguous()
                 and all(t.data_ptr() % 16 == 0 for t in (x, residual, weight)))
@@ -97,8 +95,8 @@ def create(kernels: ModuleType | None, group, device: torch.device, world_size: 
     op = LLAllReduce(kernels, buffer, peers, handle.rank, fallback)
     if agreed(lambda: _probe(op, device, world_size), group, device, WHAT) is None:
         return None
-    logger.info("Tensor parallel: low-latency all-reduce kernel for sums up to %d KiB%s", op.max_bytes >> 10,
-                " (fused with the residual add and RMSNorm after it)" if op.fused_norm else "")
+    logger.info("Tensor parallel: low-latency all-reduce kernel for sums up to %d KiB (fused with the residual "
+                "add and RMSNorm after it)", op.max_bytes >> 10)
     return op
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from typing import Any
 
 import torch
 
-from pagoda.distributed import symm_all_reduce
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.platforms.cuda_api import GiB, CudaApiPlatform
 
 logger = logging.getLogger("pagoda")
@@ -49,16 +47,13 @@ class CudaPlatform(CudaApiPlatform):
         return None  # every csrc source is built for NVIDIA GPUs
 
     def dependent_launch(self) -> bool:
-        """Programmatic dependent launch from compute capability 9.0 (Hopper) on, unless PAGODA_PDL=0
-        (the switch the csrc kernels read too)."""
-        return os.environ.get("PAGODA_PDL") != "0" and torch.cuda.get_device_capability(self.device()) >= (9, 0)
+        """Programmatic dependent launch from compute capability 9.0 (Hopper) on (as the csrc kernels decide)."""
+        return torch.cuda.get_device_capability(self.device()) >= (9, 0)
 
     def fast_all_reduce(self, group: Any, world_size: int) -> Any:
         """The one-shot path (CudaApiPlatform) with the csrc low-latency kernel for decode-sized sums in
-        front of it (``PAGODA_SYMM_ALL_REDUCE=1``: the one-shot path alone)."""
+        front of it."""
         oneshot = super().fast_all_reduce(group, world_size)
-        if symm_all_reduce.switch() != "ll":
-            return oneshot
         from pagoda_platform_cuda import ll_all_reduce
 
         kernels = getattr(_custom_ops(), "kernels", None)

@@ -1,10 +1,10 @@
-"""engine/profiling.py: the dummy step's layout, and that platforms without measurement skip it."""
+"""runner/profiling.py: the dummy step's layout, and that platforms without measurement skip it."""
 
 from __future__ import annotations
 
 import torch
 
-from pagoda.engine.profiling import dummy_prefill_metadata, profile_activation_bytes
+from pagoda.runner.profiling import dummy_prefill_metadata, profile_activation_bytes
 from pagoda.platforms.cpu import CpuPlatform
 
 

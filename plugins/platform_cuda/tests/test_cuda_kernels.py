@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 
 pytest.importorskip("pagoda_platform_cuda", reason="pagoda-platform-cuda is not installed")
 pytestmark = pytest.mark.gpu

@@ -79,7 +79,7 @@ def test_without_a_fallback_only_what_the_kernel_takes_fits() -> None:
     assert not op.fits(torch.ones(64 << 10, dtype=torch.float16))
 
 
-def test_the_fused_norm_takes_decode_rows_in_place(monkeypatch) -> None:
+def test_the_fused_norm_takes_decode_rows_in_place() -> None:
     op, kernels = make(Fallback())
     x, residual, weight = torch.randn(2, 64), torch.randn(2, 64), torch.rand(64) + 0.5
     expected, expected_residual = CustomOps().fused_add_rms_norm(2 * x, residual.clone(), weight, 1e-5)
@@ -92,8 +92,6 @@ def test_the_fused_norm_takes_decode_rows_in_place(monkeypatch) -> None:
     assert not op.fits_add_rms_norm(torch.randn(64 << 10, 2), torch.randn(64 << 10, 2), torch.ones(2))  # too big
     for hidden, fits in ((8192, True), (8196, False)):  # rows up to 32 KiB (two chunks a thread)
         assert op.fits_add_rms_norm(torch.randn(1, hidden), torch.randn(1, hidden), torch.ones(hidden)) == fits
-    monkeypatch.setenv("PAGODA_LL_FUSED_NORM", "0")
-    assert not make(Fallback())[0].fits_add_rms_norm(x, residual, weight)  # the switch keeps them apart
 
 
 def test_create_without_the_kernel_leaves_every_rank_on_the_other_paths(caplog) -> None:

@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.testing import load_installed_plugin
 
 pytest.importorskip("pagoda_platform_cuda", reason="pagoda-platform-cuda is not installed (pip install it to run this test)")

@@ -7,7 +7,7 @@ import logging
 
 import torch
 
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.platforms.cuda_api import GiB, CudaApiPlatform
 from pagoda_platform_rocm.arch import GfxArch, parse_arch
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.testing import load_installed_plugin
 
 pytest.importorskip("pagoda_platform_rocm", reason="pagoda-platform-rocm is not installed (pip install it to run this test)")

@@ -12,7 +12,7 @@ import logging
 import torch
 
 from pagoda.interfaces.quantization import InputQuantizer, QuantizedInput
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda_quant_fp8 import kernels
 from pagoda_quant_fp8.fp8_math import dequantize
 

@@ -13,7 +13,7 @@ from hf_tiny import BLOCK_SIZE, hf_config, hf_model, run_prefill
 from pagoda.attention.torch_ref import TorchAttentionBackend
 from pagoda.errors import IncompatibleChoiceError, ModelLoadError
 from pagoda.interfaces import BuildContext
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda.loader import ModelSource, load_hf_config, load_model
 from pagoda.models import model_class
 from pagoda.models.spec import attention_spec

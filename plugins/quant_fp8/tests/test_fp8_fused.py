@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pagoda.layers.linear import LinearBase
-from pagoda.layers.ops import CustomOps
+from pagoda.interfaces.ops import CustomOps
 from pagoda_quant_fp8.fp8_math import quantize_per_row
 from pagoda_quant_fp8.input_quant import FusedTokenQuantizer, TokenQuantizer, close_in_fp8, fused_or_plain
 

@@ -110,7 +110,7 @@ def _dummy_llama_8b(method):
     from hf_tiny import BLOCK_SIZE
     from pagoda.attention.torch_ref import TorchAttentionBackend
     from pagoda.interfaces import BuildContext
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
     from pagoda.loader import ModelSource, load_hf_config, load_model
     from pagoda.models import model_class
     from pagoda.models.spec import attention_spec

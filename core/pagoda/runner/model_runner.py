@@ -9,17 +9,18 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 import torch
 
-from pagoda.distributed.parallel import SINGLE, TensorParallel
-from pagoda.engine.batch import StepInputs, pack_host_inputs, stage
-from pagoda.engine.request import Request
-from pagoda.engine.sampler import DeviceSample, Sampler, SamplerOutput, SamplingRow, prompt_logprobs
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.runner.batch import StepInputs, pack_host_inputs, stage
+from pagoda.runner.features import StepFeature, StepGraphs, overriding
+from pagoda.request import Request
+from pagoda.sampling.sampler import DeviceSample, Sampler, SamplerOutput, SamplingRow, prompt_logprobs
 from pagoda.interfaces.attention import AttentionBackend
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
 
 if TYPE_CHECKING:
-    from pagoda.guided.runtime import GrammarJob
+    from pagoda.runner.features import MaskJob
 
 HostCopies = Callable[[], list[torch.Tensor]]  # waits for a step's tensors on the host and returns them
 
@@ -51,6 +52,7 @@ class ModelRunner:
         block_size: int,
         seed: int,
         tp: TensorParallel = SINGLE,
+        features: list[StepFeature] = (),
     ) -> None:
         self.model = model
         self.attention = attention
@@ -62,36 +64,38 @@ class ModelRunner:
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
-        self.verify_graphs = None  # pagoda.spec_decode.verify_graphs.VerifyGraphs, when speculating with graphs
-        self.guided = None  # pagoda.guided.runtime.GuidedSampling on the rank that samples, if it has a tokenizer
-        self.pooler = None  # pagoda.pooling.pooler.Pooler under runner "pooling": steps pool instead of sampling
-        self.hidden_sink = None  # speculative decoding with EAGLE: called with (out, hidden, query_starts) each step
-        self._unsampled: PendingStep | None = None  # a launched guided step whose sampling waits for its bitmask
+        self.step_graphs: list[StepGraphs] = []  # the decode graphs and the features' graphs, tried in order
+        self.features = list(features)  # pagoda.runner.features: guided decoding, pooling, verifying drafts, ...
+        self._prepares, self._runs, self._readers, self._samplers, self.masks, self._releases = (
+            overriding(self.features, hook) for hook in
+            ("prepare_inputs", "run_step", "after_forward", "sample_step", "start_masks", "release"))
+        self._unsampled: PendingStep | None = None  # a launched masked step whose sampling waits for its mask
         self._late_releases: list[str] = []  # requests finished while that step was unsampled (it still samples them)
 
-    def capture_decode_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
-        """Record decode steps as device graphs (only where backend and platform support it)."""
-        from pagoda.engine.graphs import DecodeGraphs
+    def capture_graphs(self, max_model_len: int, max_num_seqs: int) -> None:
+        """Record decode steps as device graphs, then the features' steps (only where backend and platform
+        support it: :func:`pagoda.runner.graphs.use_graphs`)."""
+        from pagoda.runner.graphs import DecodeGraphs
 
         self.graphs = DecodeGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
                                    max_model_len, max_num_seqs)
         self.graphs.capture()
+        for feature in self.features:
+            feature.capture_graphs(self, max_model_len, max_num_seqs)
+        self.step_graphs = [self.graphs] + [f.step_graphs for f in self.features if f.step_graphs is not None]
 
-    def capture_verify_graphs(self, query_len: int, max_model_len: int, max_num_seqs: int) -> None:
-        """Record verify steps (``query_len`` tokens per request) for speculative decoding."""
-        from pagoda.spec_decode.verify_graphs import VerifyGraphs
-
-        self.verify_graphs = VerifyGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
-                                          query_len, max_model_len, max_num_seqs)
-        self.verify_graphs.capture()
+    def feature(self, cls: type[StepFeature]) -> StepFeature | None:
+        """This runner's feature of class ``cls``, if it has one."""
+        return next((f for f in self.features if isinstance(f, cls)), None)
 
     def drop_graphs(self) -> None:
         """Free the captured graphs and wait for the device: before a tensor-parallel group is destroyed,
         since NCCL's destroy waits for every graph that captured one of its collectives to be gone."""
-        for captured in (self.graphs, self.verify_graphs):
-            if captured is not None:
-                captured.graphs.clear()
-        self.graphs = self.verify_graphs = None
+        if self.graphs is not None:
+            self.graphs.graphs.clear()
+        for feature in self.features:
+            feature.drop_graphs()
+        self.graphs, self.step_graphs = None, []
         gc.collect()
         self.platform.synchronize()
 
@@ -99,9 +103,10 @@ class ModelRunner:
         """Queue one step on the device and return without waiting for its tokens.
 
         Tokens that are still ``PLACEHOLDER``s on the host (sampled by ``prev``, the step before,
-        whose tokens are not read yet) are taken from ``prev``'s device tensor. A step with guided
-        requests may return before its sampling is queued, which waits for its grammar bitmask
-        (:meth:`PendingStep.queue_sampling`, called before the next forward pass at the latest).
+        whose tokens are not read yet) are taken from ``prev``'s device tensor. The step features
+        (:mod:`pagoda.runner.features`) join in at their hooks. A step whose logits a feature masks may
+        return before its sampling is queued, which waits for the mask (:meth:`PendingStep.queue_sampling`,
+        called before the next forward pass at the latest).
         """
         inputs = self._inputs(out, block_tables)
         with self.platform.inference_context():
@@ -109,40 +114,52 @@ class ModelRunner:
                 self._unsampled.queue_sampling()
             if prev is not None:
                 self._fill_placeholders(out, inputs, prev)
-            self._fill_device_drafts(out, inputs)
-            if self.pooler is not None:  # runner "pooling": whole prompts, pooled; nothing is sampled
-                from pagoda.pooling.runner import launch_pooling
-
-                return launch_pooling(self, out, inputs)
+            for feature in self._prepares:  # e.g. drafts still being computed on the device
+                feature.prepare_inputs(self, out, inputs)
+            for feature in self._runs:  # e.g. pooling: whole prompts, pooled; nothing is sampled
+                step = feature.run_step(self, out, inputs)
+                if step is not None:
+                    return step
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
-            if self.hidden_sink is not None:  # pagoda.spec_decode.hidden: the proposer reads them
-                self.hidden_sink(out, hidden, inputs.query_starts)
+            for feature in self._readers:  # e.g. an EAGLE proposer reads them
+                feature.after_forward(self, out, hidden, inputs.query_starts)
             prompt_lps: dict = {}
             self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
-            requests = [out.requests[i] for i in inputs.sample_rows]
-            if not requests:
+            if not inputs.sample_rows:
                 return PendingStep([], None, lambda: [], prompt_lps)
-            if any(req.num_draft_tokens for req in requests):  # speculative decoding: verify the drafts
-                from pagoda.spec_decode.verify import launch_verify
+            for feature in self._samplers:  # e.g. verifying drafts
+                step = feature.sample_step(self, out, hidden, inputs, prompt_lps)
+                if step is not None:
+                    return step
+            return self._sample_step(out, hidden, inputs, prev, prompt_lps)
 
-                return launch_verify(self, out, hidden, inputs.sample_rows, inputs.query_starts, prompt_lps)
-            index = inputs.sample_token_index
-            logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
-            rows = [self._row(req) for req in requests]  # read now: the engine core adds tokens before a later sampling
-            job = self.guided.start(requests, prev) if self.guided is not None else None
-            if job is not None and job.running:  # its bitmask is filled on the grammar thread meanwhile
-                self._unsampled = PendingStep(requests, None, None, prompt_lps,
-                                              later=lambda: self._sample_later(logits, rows, job))
-                return self._unsampled
-            sample, copies = self._sample(logits, rows, job)
+    def _sample_step(self, out: SchedulerOutput, hidden: torch.Tensor, inputs: StepInputs, prev: PendingStep | None,
+                     prompt_lps: dict) -> PendingStep:
+        """The logits of the requests that sample, their masks started, their sampling queued (or left
+        for later while a mask is filled on another thread)."""
+        requests = [out.requests[i] for i in inputs.sample_rows]
+        index = inputs.sample_token_index
+        logits = self.model.compute_logits(hidden[: len(requests)] if index is None else hidden[index])
+        rows = [self.sampling_row(req) for req in requests]  # read now: the engine core adds tokens before a later sampling
+        jobs = [(f, job) for f in self.masks if (job := f.start_masks(requests, prev)) is not None]
+        if any(job.running for _, job in jobs):  # a mask is filled on another thread meanwhile
+            self._unsampled = PendingStep(requests, None, None, prompt_lps,
+                                          later=lambda: self._sample_later(logits, rows, jobs))
+            return self._unsampled
+        sample, copies = self._sample(logits, rows, jobs)
         return PendingStep(requests, sample, copies, prompt_lps)
 
+    def mask_rows(self, logits: torch.Tensor, requests: list[Request], counts: list[int]) -> None:
+        """Mask a verify step's logits (``counts[i]`` rows in order for ``requests[i]``) by the features' masks."""
+        for feature in self.masks:
+            feature.mask_rows(logits, requests, counts)
+
     def _sample(self, logits: torch.Tensor, rows: list[SamplingRow],
-                job: "GrammarJob | None") -> tuple[DeviceSample, HostCopies]:
-        """Queue a step's masking (once its bitmask is filled), sampling and the tokens' copy to the host."""
+                jobs: list[tuple[StepFeature, "MaskJob"]]) -> tuple[DeviceSample, HostCopies]:
+        """Queue a step's masking (once its masks are filled), sampling and the tokens' copy to the host."""
         with self.platform.inference_context():
-            if job is not None:
-                self.guided.apply(logits, job)
+            for feature, job in jobs:
+                feature.apply_masks(logits, job)
             sample = self.sampler.sample(logits, rows)
             if not self.sampler.picks_alike(rows):  # else every rank's argmax is rank 0's already
                 self.tp.broadcast(sample.token_ids)  # ranks > 0 continue from rank 0's tokens (no-op alone)
@@ -150,9 +167,9 @@ class ModelRunner:
         return sample, copies
 
     def _sample_later(self, logits: torch.Tensor, rows: list[SamplingRow],
-                      job: "GrammarJob") -> tuple[DeviceSample, HostCopies]:
+                      jobs: list[tuple[StepFeature, "MaskJob"]]) -> tuple[DeviceSample, HostCopies]:
         """:meth:`_sample` for the unsampled step, then the releases that waited for it."""
-        sampled = self._sample(logits, rows, job)
+        sampled = self._sample(logits, rows, jobs)
         self._unsampled = None
         for request_id in self._late_releases:
             self._forget(request_id)
@@ -169,25 +186,9 @@ class ModelRunner:
                 dst.append(inputs.query_starts[i] + offset)
                 src.append(prev.rows[req.request_id])
         if dst:
-            self._copy_ids(inputs, dst, src, prev.sample.token_ids)
+            self.copy_input_ids(inputs, dst, src, prev.sample.token_ids)
 
-    def _fill_device_drafts(self, out: SchedulerOutput, inputs: StepInputs) -> None:
-        """Copy the drafts a proposer is still computing on the device (``req.draft_source``, queued
-        before this step) into their places among this step's input ids."""
-        dst, src, source = [], [], None
-        for i, req in enumerate(out.requests):
-            if req.draft_source is None or not req.num_draft_tokens:
-                continue
-            tokens, positions = req.draft_source
-            assert source is None or tokens is source, "drafts on the device come from one round a step"
-            source, d = tokens, req.num_draft_tokens
-            first = inputs.query_starts[i] + out.num_tokens[i] - d  # the drafts end the request's query
-            dst.extend(range(first, first + d))
-            src.extend(positions[:d])
-        if dst:
-            self._copy_ids(inputs, dst, src, source)
-
-    def _copy_ids(self, inputs: StepInputs, dst: list[int], src: list[int], source: torch.Tensor) -> None:
+    def copy_input_ids(self, inputs: StepInputs, dst: list[int], src: list[int], source: torch.Tensor) -> None:
         """``input_ids[dst] = source[src]`` on the device, the indices staged from pinned memory."""
         host = self.platform.host_buffer(16 * len(dst))
         host.numpy()[:] = np.asarray(dst + src, dtype=np.int64).view(np.uint8)
@@ -195,8 +196,8 @@ class ModelRunner:
         inputs.input_ids.index_copy_(0, index[: len(dst)], source.index_select(0, index[len(dst) :]))
 
     def _inputs(self, out: SchedulerOutput, block_tables: list[list[int]]) -> StepInputs:
-        for graphs in (self.graphs, self.verify_graphs):
-            size = graphs.size_for(out) if graphs is not None else None
+        for graphs in self.step_graphs:
+            size = graphs.size_for(out)
             if size is not None:
                 return graphs.stage(out, block_tables, size)
         return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
@@ -218,10 +219,10 @@ class ModelRunner:
     def _forget(self, request_id: str) -> None:
         self._generators.pop(request_id, None)
         self.sampler.release(request_id)
-        if self.guided is not None:
-            self.guided.release(request_id)
+        for feature in self._releases:
+            feature.release(request_id)
 
-    def _row(self, req: Request) -> SamplingRow:
+    def sampling_row(self, req: Request) -> SamplingRow:
         params = req.sampling_params
         generator = None
         if params.seed is not None:

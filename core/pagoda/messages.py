@@ -12,8 +12,8 @@ from typing import Any, Union
 
 import msgspec
 
-from pagoda.beam.params import BeamSearchParams
-from pagoda.pooling.params import PoolingParams
+from pagoda.sampling_params import BeamSearchParams
+from pagoda.pooling_params import PoolingParams
 from pagoda.sampling_params import SamplingParams
 
 TopLogprobs = list[tuple[int, float]]  # (token id, logprob), most likely first

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pagoda.engine.block_pool import BlockPool, KVBlock
-from pagoda.engine.request import Request
+from pagoda.kv_cache.block_pool import BlockPool, KVBlock
+from pagoda.request import Request
 
 SEED_HASH = hash("pagoda-prefix-cache-v1")  # the "parent" of a request's first block
 

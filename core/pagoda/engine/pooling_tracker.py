@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pagoda.engine_core.messages import EngineCoreOutput
+from pagoda.messages import EngineCoreOutput
 from pagoda.pooling.outputs import PoolingOutput, PoolingRequestOutput, pooled_tensor
 from pagoda.sampling_params import SamplingParams
 

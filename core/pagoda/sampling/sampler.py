@@ -4,7 +4,7 @@ Processing order and semantics (vectorised over the batch; a step no row needs i
 
 1. min_tokens (vLLM): while a row has fewer than ``min_tokens`` outputs, its ``stop_token_ids``
    are masked, and its EOS too unless ``ignore_eos``. Then ``allowed_token_ids``, ``bad_words``
-   and ``logit_bias`` (``pagoda.engine.token_controls``).
+   and ``logit_bias`` (``pagoda.sampling.token_controls``).
 2. repetition_penalty (HF/vLLM): on tokens seen in prompt or output, positive logits are divided
    by the penalty and negative ones multiplied.
 3. frequency/presence penalties (OpenAI/vLLM): on output tokens only,
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from pagoda.engine.batch import fill_entries, to_device
-from pagoda.engine.token_controls import TokenControls, reads_output_tokens, uses_token_controls
+from pagoda.tensors import fill_entries, to_device
+from pagoda.sampling.token_controls import TokenControls, reads_output_tokens, uses_token_controls
 from pagoda.layers.argmax import argmax
 from pagoda.sampling_params import SamplingParams
 

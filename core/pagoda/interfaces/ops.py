@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from pagoda.distributed.parallel import TensorParallel
+    from pagoda.interfaces.parallel import TensorParallel
 
 
 class CustomOps:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
-    from pagoda.layers.ops import CustomOps
+    from pagoda.interfaces.ops import CustomOps
 
 
 class FastAllReduce:
@@ -113,9 +113,10 @@ class TensorParallel:
 SINGLE = TensorParallel()
 
 
-def join_world(platform, rank: int, size: int, one_host: bool = True) -> TensorParallel:
-    """This rank's view of the world group (called by every rank together, after init_process_group);
-    ranks of one host also get the platform's fast all-reduce for small messages, if it has one."""
+def join_world(platform, rank: int, size: int, fast_all_reduce: bool = True) -> TensorParallel:
+    """This rank's view of the world group (called by every rank together, after init_process_group); with
+    ``fast_all_reduce`` (ranks of one host, unless the engine disables it) also the platform's fast all-reduce
+    for small messages, if it has one."""
     group = dist.group.WORLD
-    return TensorParallel(rank, size, group, platform.fast_all_reduce(group, size) if one_host else None)
+    return TensorParallel(rank, size, group, platform.fast_all_reduce(group, size) if fast_all_reduce else None)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.12

@@ -1,8 +1,8 @@
-"""Build an engine's parts from an EngineConfig: platform, model, attention, KV cache, scheduler.
-
-Under tensor parallelism every rank builds a :class:`ModelShard` (its part of the model, its KV
-cache) with :func:`build_model_shard`, in the same order (loading, profiling and cache sizing
-run collectives); rank 0, the driver, also builds the tokenizer and the scheduler.
+"""What every tensor-parallel rank builds to run a model: the platform's attention backend and
+quantization method, this rank's weights, and its KV cache tensors (:func:`build_model_shard`, run
+by every rank in the same order: loading, profiling and cache sizing run collectives). The engine
+core's driver adds the tokenizer and the scheduler (:mod:`pagoda.engine_core.parts`); a draft model
+for speculative decoding is built the same way.
 """
 
 from __future__ import annotations
@@ -14,41 +14,19 @@ from dataclasses import dataclass
 
 import torch
 
-from pagoda.config import EngineConfig
-from pagoda.distributed.parallel import SINGLE, TensorParallel
-from pagoda.engine.kv_cache import KVCacheManager
-from pagoda.engine.profiling import profile_activation_bytes
+from pagoda.config import EngineConfig, step_token_budget
 from pagoda.errors import IncompatibleChoiceError, ModelLoadError
-from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform, Scheduler, SchedulerConfig
-from pagoda.loader import ModelSource, load_hf_config, load_model, load_tokenizer, resolve_model
-from pagoda.models.spec import attention_spec, check_tensor_parallel, num_kv_cache_layers
+from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform
+from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.loader import ModelSource, load_model
+from pagoda.models.spec import attention_spec, num_kv_cache_layers
 from pagoda.plugins import get_plugin_manager
-from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.quantization.select import resolve_quantization
-from pagoda.spec_decode.engine import check_proposer_tensor_parallel
+from pagoda.runner.profiling import profile_activation_bytes
 
 logger = logging.getLogger("pagoda")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-@dataclass
-class EngineParts:
-    config: EngineConfig
-    platform: Platform
-    source: ModelSource
-    hf_config: object
-    tokenizer: object
-    dtype: torch.dtype
-    max_model_len: int
-    attention: AttentionBackend
-    model: CausalLM
-    kv_caches: list[torch.Tensor]
-    kv_cache: KVCacheManager
-    scheduler: Scheduler
-    tp: TensorParallel = SINGLE
-    workers: object = None  # pagoda.executor.workers.WorkerGroup of the other ranks (tensor_parallel_size > 1)
-    pooler_config: PoolerConfig | None = None  # runner "pooling": how hidden states are pooled (docs/pooling.md)
 
 
 @dataclass
@@ -96,54 +74,13 @@ def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
     return config.max_model_len
 
 
-def build_engine_parts(config: EngineConfig) -> EngineParts:
-    """Everything heavy happens here, in order: config -> platform -> (ranks) -> backends -> weights -> cache."""
-    platform = select_platform(config)
-    source = resolve_model(config.model)
-    hf_config = load_hf_config(source)
-    config, pooler = configure_runner(config, _model_class(hf_config), hf_config, source.path)
-    workers = None
-    if config.tensor_parallel_size > 1:
-        from pagoda.executor.workers import start_workers
-
-        check_tensor_parallel(hf_config, config.tensor_parallel_size)  # before any process starts
-        check_proposer_tensor_parallel(config)
-        workers = start_workers(config, platform)
-    try:
-        parts = _build_driver_parts(config, platform, source, hf_config, workers)
-        parts.pooler_config = pooler
-        return parts
-    except BaseException:
-        if workers is not None:
-            workers.shutdown()
-        raise
-
-
-def _build_driver_parts(config, platform, source, hf_config, workers) -> EngineParts:
-    tp = workers.tp if workers is not None else SINGLE
-    tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
-    shard = build_model_shard(config, platform, source, hf_config, tp)
-    kv_cache = KVCacheManager(shard.num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
-    tp_note = f" | tensor parallel {tp.size} ranks" if tp.size > 1 else ""
-    logger.info(
-        "Pagoda engine: platform %s | attention %s | quantization %s | dtype %s | KV cache %d blocks x %d = %d tokens"
-        " | max_model_len %d%s", platform.describe(), shard.attention_name, shard.quant_name,
-        str(shard.dtype).removeprefix("torch."), kv_cache.num_blocks, config.block_size,
-        kv_cache.num_blocks * config.block_size, shard.max_model_len, tp_note,
-    )
-    scheduler_cls = get_plugin_manager().registry("scheduler").get(config.scheduler)
-    scheduler = scheduler_cls(_scheduler_config(config, shard.max_model_len), kv_cache)
-    return EngineParts(config, platform, source, hf_config, tokenizer, shard.dtype, shard.max_model_len,
-                       shard.attention, shard.model, shard.kv_caches, kv_cache, scheduler, tp, workers)
-
-
 def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSource, hf_config,
                       tp: TensorParallel = SINGLE) -> ModelShard:
     """Attention backend, quantization method, this rank's weights and KV cache (every rank runs this)."""
     plugins = get_plugin_manager()
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
-    model_cls = _model_class(hf_config)
+    model_cls = model_class(hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype, tp.size)
     if not getattr(model_cls, "causal_attention", True):  # encoder models attend bidirectionally
         spec = dataclasses.replace(spec, causal=False)
@@ -176,7 +113,7 @@ def _check_kv_cache_dtype(kv_cache_dtype: str, name: str, backend_cls: type[Atte
         )
 
 
-def _model_class(hf_config) -> type[CausalLM]:
+def model_class(hf_config) -> type[CausalLM]:
     architectures = getattr(hf_config, "architectures", None) or []
     if not architectures:
         raise ModelLoadError("config.json names no 'architectures'; add e.g. \"architectures\": [\"LlamaForCausalLM\"]")
@@ -185,21 +122,6 @@ def _model_class(hf_config) -> type[CausalLM]:
         if arch in registry:
             return registry.get(arch)
     return registry.get(architectures[0])  # raises: names the available ones and the register_models hook
-
-
-def step_token_budget(config: EngineConfig, max_model_len: int) -> int:
-    """The most tokens one step schedules (``--max-num-batched-tokens`` or its default)."""
-    budget = config.max_num_batched_tokens or max(8192, config.max_num_seqs)
-    return budget if config.enable_chunked_prefill else max(budget, max_model_len)
-
-
-def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConfig:
-    return SchedulerConfig(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=step_token_budget(config, max_model_len),
-        max_model_len=max_model_len,
-        enable_chunked_prefill=config.enable_chunked_prefill,
-    )
 
 
 def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None, tp: TensorParallel = SINGLE):
@@ -213,13 +135,13 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
     per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
     activation_bytes = 0
     if model is not None and config.kv_cache_memory is None:
-        budget_tokens = _scheduler_config(config, max_model_len).max_num_batched_tokens
+        budget_tokens = step_token_budget(config, max_model_len)
         activation_bytes = profile_activation_bytes(model, attention, platform, budget_tokens, config.max_num_seqs,
                                                     config.block_size, layers, max_model_len)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     if config.runner == "pooling":  # blocks are one step's scratch: the largest step's worth suffices
-        step_tokens = _scheduler_config(config, max_model_len).max_num_batched_tokens
+        step_tokens = step_token_budget(config, max_model_len)
         useful = min(useful, -(-step_tokens // config.block_size) + config.max_num_seqs)
     num_blocks = tp.min_int(min(budget // per_block, useful), platform.device())
     if num_blocks < 1:

@@ -12,15 +12,15 @@ import os
 
 import torch
 
-ENV = "PAGODA_TORCH_PROFILER_DIR"
+from pagoda import envs
 
 
 def profiler_dir() -> str:
     """The traces' folder, from the environment; an error naming the variable if unset."""
-    directory = os.environ.get(ENV, "")
+    directory = envs.TORCH_PROFILER_DIR.get()
     if not directory:
-        raise RuntimeError(f"profiling needs {ENV} set to the folder the traces go to (for a server: in its "
-                           "environment when it starts)")
+        raise RuntimeError(f"profiling needs {envs.TORCH_PROFILER_DIR.name} set to the folder the traces go to "
+                           "(for a server: in its environment when it starts)")
     return directory
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pagoda.pooling.params import PoolingParams
+    from pagoda.pooling_params import PoolingParams
     from pagoda.sampling_params import SamplingParams
 
 

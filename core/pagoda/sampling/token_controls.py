@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from pagoda.engine.batch import fill_entries, to_device
+from pagoda.tensors import fill_entries, to_device
 from pagoda.errors import RequestError
 
 if TYPE_CHECKING:
-    from pagoda.engine.sampler import SamplingRow
+    from pagoda.sampling.sampler import SamplingRow
     from pagoda.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from pagoda.engine.batch import Shapes, StepInputs, layout, step_inputs, views
+from pagoda.config import EngineConfig
+from pagoda.runner.batch import Shapes, StepInputs, layout, step_inputs, views
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
@@ -136,3 +137,14 @@ class DecodeGraphs:
         t["seq_lens"].fill_(1)
         t["query_start_loc"].copy_(torch.arange(size + 1, dtype=torch.int32))
         return t
+
+
+def use_graphs(config: EngineConfig, platform: Platform, attention: AttentionBackend) -> bool:
+    """Device graphs for decode steps, unless --enforce-eager or the backend/platform cannot."""
+    if config.enforce_eager or not platform.supports_graphs() or config.runner == "pooling":
+        return False  # pooling steps are whole prompts, never the decode steps graphs capture
+    if not attention.supports_graphs:
+        logger.info("Attention backend %s cannot be captured in device graphs: decode runs eagerly",
+                    type(attention).__name__)
+        return False
+    return True

@@ -1,0 +1,37 @@
+"""Which step features each rank's model runner runs with (:mod:`pagoda.runner.features`).
+
+The driver's runner (rank 0, the one that samples) gets guided decoding when the engine has a
+tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets speculative
+verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pagoda.config import EngineConfig
+from pagoda.guided.runtime import guided_sampling_for
+from pagoda.pooling.runner import PoolingStep
+from pagoda.runner.features import StepFeature
+from pagoda.spec_decode.step import SpecDecodeStep
+from pagoda.speculative_config import parse_speculative_config
+
+if TYPE_CHECKING:
+    from pagoda.engine_core.parts import EngineParts
+
+
+def driver_features(parts: "EngineParts") -> list[StepFeature]:
+    """The features of the driver's runner."""
+    features: list[StepFeature] = []
+    guided = guided_sampling_for(parts)  # rank 0 samples, so only its runner applies grammars
+    if guided is not None:
+        features.append(guided)
+    if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)
+        features.append(PoolingStep(parts.pooler_config, parts.model))
+    return features + rank_features(parts.config)
+
+
+def rank_features(config: EngineConfig) -> list[StepFeature]:
+    """The features every rank's runner has (a worker rank's runner has only these)."""
+    speculative = parse_speculative_config(config.speculative_config)
+    return [SpecDecodeStep(speculative)] if speculative is not None else []
