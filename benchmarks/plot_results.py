@@ -57,7 +57,7 @@ def awq_chart() -> None:
         rows = sorted((r["m"], r["bf16_us"] / r["tiles_us"]) for r in pdl["shapes"] if r["layer"] == layer)
         left.plot([r[0] for r in rows], [r[1] for r in rows], "o-", label=layer)
     left.set(title="per projection (PDL on)")
-    for data, label, style in ((pdl, "PDL on", "o-"), (off, "PAGODA_PDL=0", "x--")):
+    for data, label, style in ((pdl, "PDL on", "o-"), (off, "PDL off", "x--")):
         rows = sorted((r["m"], r["bf16_us"] / r["tiles_us"]) for r in data["decoder_layer"])
         right.plot([r[0] for r in rows], [r[1] for r in rows], style, label=label)
     right.set(title="decoder layer (4 projections)")

@@ -1,11 +1,10 @@
 """The csrc dense GEMV's configuration, chosen per weight shape by timing each on the device: the warps a
 row group (split-K: 1, 2 or 4) and the weight rows a warp (1 or 2).
 
-No fixed rule was right for every shape and device. On an H100 (2026-11-27,
-benchmarks/results/h100x2_2026-11-27_round20/) Llama-3.1-8B's o projection (4096 x 4096) ran 14.8 ->
-13.8 us with two rows a warp while its qkv (6144 x 4096) ran 19.7 -> 22.0; on an H200 (2026-11-28,
-benchmarks/results/h200x2_2026-11-28_round28/) four warps a row were fastest for every projection of the
-8B, two for the 1B's and one for the 1B's LM head. ``CsrcOps.tune`` times the six for every dense weight
+No fixed rule was right for every shape and device. On an H100 Llama-3.1-8B's o projection (4096 x 4096)
+ran 14.8 -> 13.8 us with two rows a warp while its qkv (6144 x 4096) ran 19.7 -> 22.0; on an H200 four
+warps a row were fastest for every projection of the 8B, two for the 1B's and one for the 1B's LM head
+(measured when the tune was added; its gain today: docs/cuda.md). ``CsrcOps.tune`` times the six for every dense weight
 shape of the loaded model, before the KV cache takes the free memory.
 
 One or two rows a warp give the same sums bit for bit (each row keeps its own order over k); the split

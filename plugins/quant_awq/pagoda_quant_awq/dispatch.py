@@ -20,11 +20,11 @@ from pagoda_quant_awq.reference import awq_linear_reference
 
 TILES_KERNELS = ("tiles", "tiles_dense")
 CUDA_MAX_TOKENS = 8  # the GEMV kernel is compiled for 1..8 tokens
-# (largest token count, kernel), first match wins. H100, 2026-11-23 (benchmarks/results/h100_2026-11-23_awq): the CUDA GEMV wins only at M = 1, Triton up to
+# (largest token count, kernel), first match wins. H100 (benchmarks/results/h100_awq): the CUDA GEMV wins only at M = 1, Triton up to
 # 16-64 tokens, the dequantize + dense matmul beyond (decoder-layer totals)
 TABLE: tuple[tuple[int, str], ...] = ((1, "cuda"), (32, "triton"), (1 << 62, "dense"))
 # The same for layers in the tiles layout (the default on NVIDIA GPUs): the tensor-core kernel up to
-# 64 tokens (H100, 2026-11-23, run3: 1.56-1.77x bf16 per decoder layer at 1-16 tokens, and still ahead
+# 64 tokens (H100: 1.56-1.77x bf16 per decoder layer at 1-16 tokens, and still ahead
 # of dequantize + cuBLAS at 64), dequantize + cuBLAS above.
 TILES_TABLE: tuple[tuple[int, str], ...] = ((64, "tiles"), (1 << 62, "tiles_dense"))
 

@@ -68,7 +68,7 @@ def _silu_mul_quant(x_ptr, q_ptr, s_ptr, D, stride_x, stride_q,
 
 def _launch_shape(width: int) -> dict:
     """The row in one block; 8 warps for 4096 columns, 16 from 16384 (measured on an H100:
-    scripts/device/fp8_fused_tune.py, benchmarks/results/h100_2026-11-23_fp8/run3/)."""
+    benchmarks/results/h100_fp8/, its README names the run)."""
     block = 1 << max(0, (width - 1).bit_length())
     return {"BLOCK": block, "num_warps": min(16, max(8, block // 1024))}
 
