@@ -146,7 +146,6 @@ def test_merge_runs_later_measurement_wins():
 
 
 def test_chart_draws_each_headline_metric(tmp_path):
-    pytest.importorskip("matplotlib")
     rows = report.side_by_side(measurements())
     path = report.chart(rows, tmp_path / "peers.png", "test")
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
