@@ -8,7 +8,7 @@ from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
 from pagoda.interfaces.reasoning_parser import ReasoningParser, ReasoningPiece
-from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, SchedulingPolicy, WaitingQueue
 from pagoda.interfaces.tool_parser import ArgumentsPiece, CallStarted, TextPiece, ToolEvent, ToolParser
 
 __all__ = [
@@ -37,7 +37,9 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SchedulerOutput",
+    "SchedulingPolicy",
     "TextPiece",
     "ToolEvent",
     "ToolParser",
+    "WaitingQueue",
 ]

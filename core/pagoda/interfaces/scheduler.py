@@ -1,10 +1,21 @@
-"""Scheduler: decides, each step, which requests run and how many tokens each computes."""
+"""Scheduler: decides, each step, which requests run and how many tokens each computes.
+
+Two levels of contract:
+
+- :class:`Scheduler`, the whole scheduler (queues, token budget, KV allocation, preemption).
+- :class:`SchedulingPolicy`, only the choices: the order waiting requests are admitted in
+  (a :class:`WaitingQueue`), whether the next one may be admitted now, where an admitted request
+  goes in the running list, and which running request is preempted when KV blocks run out.
+  ``pagoda.scheduler.PolicyScheduler`` supplies the mechanics (chunked prefill, prefix-cache hits,
+  recompute preemption) around a policy; the built-in ``fcfs`` and ``priority`` schedulers are
+  two policies on it, and a plugin scheduler is usually one more.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 from pagoda.interfaces.base import Capability
 
@@ -87,3 +98,80 @@ class Scheduler(Capability, ABC):
 
     def has_unfinished(self) -> bool:
         return self.num_waiting + self.num_running > 0
+
+
+class WaitingQueue(ABC):
+    """The waiting requests of a scheduler, in the order they are admitted (head first).
+
+    The scheduler pushes new requests with :meth:`push` and preempted ones (to be recomputed)
+    with :meth:`push_preempted`, looks at the head with :meth:`peek` and admits it with
+    :meth:`pop`. An aborted request is first marked finished, then :meth:`discard`-ed: the
+    queue may count it out at once and drop its entry when it reaches the head (``peek`` skips
+    requests whose ``status.finished``), so no call has to scan the queue.
+    """
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Waiting requests, discarded ones not counted."""
+
+    @abstractmethod
+    def push(self, request: "Request") -> None:
+        """Queue a new request."""
+
+    @abstractmethod
+    def push_preempted(self, request: "Request") -> None:
+        """Queue a request just preempted from the running list."""
+
+    @abstractmethod
+    def peek(self) -> "Request | None":
+        """The next request to admit (never a finished one), or ``None`` when none waits."""
+
+    @abstractmethod
+    def pop(self) -> "Request":
+        """Remove and return :meth:`peek`'s request (``IndexError`` when none waits)."""
+
+    @abstractmethod
+    def discard(self, request: "Request") -> None:
+        """Count out ``request``, already marked finished (aborted while waiting)."""
+
+
+class SchedulingPolicy(ABC):
+    """The choices of ``pagoda.scheduler.PolicyScheduler``: ordering, admission and preemption.
+
+    One instance per scheduler. The scheduler keeps a ``running`` list: each step it gives
+    tokens to running requests in that list's order, then admits waiting requests from the head
+    of :meth:`new_waiting_queue`'s queue while the token budget, ``max_num_seqs`` and free KV
+    blocks allow and :meth:`may_admit` agrees. Admission is head-of-line: when the head cannot be
+    admitted, no later request is admitted that step. Requests only read here: the scheduler
+    changes their state.
+    """
+
+    description: ClassVar[str] = ""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def new_waiting_queue(self) -> WaitingQueue:
+        """The waiting queue, whose order is the admission order (``pagoda.scheduler.queues`` has a
+        FIFO queue and a queue ordered by a key of each request)."""
+
+    def insert_running(self, running: list["Request"], request: "Request") -> None:
+        """Put a newly admitted (or forked) ``request`` into ``running`` (default: at the end)."""
+        running.append(request)
+
+    def may_admit(self, request: "Request", running: Sequence["Request"]) -> bool:
+        """Whether the queue's head ``request`` may be admitted now, beyond the token budget,
+        ``max_num_seqs`` and free KV blocks that the scheduler checks itself (default: yes).
+        ``False`` keeps it, and every request behind it, waiting until the next step."""
+        return True
+
+    def preemption_victim(self, candidates: Sequence["Request"]) -> "Request":
+        """The running request to preempt when KV blocks run out (default: the last one).
+
+        ``candidates`` are the running requests not yet given tokens this step, in running order;
+        ``candidates[0]`` is the one that needs blocks (choosing it preempts it). The victim's
+        blocks are freed and it goes back to the waiting queue (:meth:`WaitingQueue.push_preempted`)
+        to be recomputed; victims are chosen until the request's blocks fit.
+        """
+        return candidates[-1]

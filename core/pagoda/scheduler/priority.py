@@ -8,60 +8,31 @@ the largest ``(priority, arrival_time)``.
 from __future__ import annotations
 
 import bisect
-import heapq
-import itertools
 
+from pagoda.interfaces.scheduler import SchedulingPolicy
 from pagoda.request import Request
-from pagoda.scheduler.fcfs import FcfsScheduler
+from pagoda.scheduler.policy_scheduler import PolicyScheduler
+from pagoda.scheduler.queues import KeyedWaitingQueue
 
 
 def priority_key(request: Request) -> tuple[int, float]:
     return (request.priority, request.arrival_time)
 
 
-class PriorityWaitingQueue:
-    """A heap of waiting requests by ``(priority, arrival_time)``; lazy removal like the FIFO queue."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, float, int, Request]] = []
-        self._tiebreak = itertools.count()
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def push(self, request: Request) -> None:
-        heapq.heappush(self._heap, (*priority_key(request), next(self._tiebreak), request))
-        self._size += 1
-
-    def push_preempted(self, request: Request) -> None:
-        self.push(request)  # its original key puts it ahead of later arrivals of equal priority
-
-    def peek(self) -> Request | None:
-        while self._heap and self._heap[0][-1].status.finished:
-            heapq.heappop(self._heap)
-        return self._heap[0][-1] if self._heap else None
-
-    def pop(self) -> Request:
-        request = self.peek()
-        if request is None:
-            raise IndexError("pop from an empty waiting queue")
-        heapq.heappop(self._heap)
-        self._size -= 1
-        return request
-
-    def discard(self, request: Request) -> None:
-        """Count out a request that was just marked finished (its entry is dropped lazily)."""
-        self._size -= 1
-
-
-class PriorityScheduler(FcfsScheduler):
-    """Admits by ``(priority, arrival_time)``; preempts the running request that is last by it."""
+class PriorityPolicy(SchedulingPolicy):
+    """Admits by ``(priority, arrival_time)``; keeps the running list in that order (its end is the victim)."""
 
     description = "by request priority (lower first), then arrival; preempts the lowest priority"
 
-    def _new_waiting_queue(self) -> PriorityWaitingQueue:
-        return PriorityWaitingQueue()
+    def new_waiting_queue(self) -> KeyedWaitingQueue:
+        return KeyedWaitingQueue(priority_key)
 
-    def _insert_running(self, request: Request) -> None:
-        bisect.insort(self.running, request, key=priority_key)
+    def insert_running(self, running: list[Request], request: Request) -> None:
+        bisect.insort(running, request, key=priority_key)
+
+
+class PriorityScheduler(PolicyScheduler):
+    """Admits by ``(priority, arrival_time)``; preempts the running request that is last by it."""
+
+    description = "by request priority (lower first), then arrival; preempts the lowest priority"
+    policy_class = PriorityPolicy
