@@ -61,7 +61,8 @@ def _add_new_parser(actions: argparse._SubParsersAction, parent: argparse.Argume
         "--kind",
         choices=sorted(TEMPLATE_KINDS),
         default="attention",
-        help="what the plugin registers (default: attention); scheduler and model templates are not available yet",
+        help="what the plugin registers (default: attention): one of the registry kinds, or 'command' (a "
+        "`pagoda` subcommand)",
     )
     new.add_argument(
         "--output",
@@ -117,7 +118,7 @@ def run_new(args: argparse.Namespace) -> int:
         return 2
     print(
         f"Created {dest}: the distribution {values['distribution']} registering the "
-        f"{values['kind_label']} '{values['name']}' (class {values['class']} in "
+        f"{values['kind_label']} '{values['registered']}' (class {values['class']} in "
         f"{values['package']}/{values['module']}.py).\n"
         f"Next: pip install -e {dest}  then  pagoda plugins  and  python -m pytest {dest}"
     )

@@ -1,7 +1,8 @@
 """Render the plugin template shipped in ``pagoda/cli/template`` (``pagoda plugins new``).
 
 The template is package data: ``common/`` holds the files every plugin has, and one folder per
-kind holds the capability module and its tests. File names ending in ``.tmpl`` lose the suffix;
+kind holds the capability module and its tests (a kind's file replaces the common file of the same
+path, as the command kind's plugin.py does). File names ending in ``.tmpl`` lose the suffix;
 ``{{placeholders}}`` in names and contents are replaced. ``examples/plugin-template`` in the
 repository is this template rendered by :func:`write_example` (a test keeps the two equal).
 """
@@ -9,39 +10,19 @@ repository is this template rendered by :func:`write_example` (a test keeps the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pagoda.plugins.catalog import KINDS
+from pagoda.cli.scaffold_kinds import TEMPLATE_KINDS, TemplateKind, class_names, select_hint
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
+__all__ = ["TEMPLATE_KINDS", "TemplateKind", "check_name", "placeholders", "render", "write_example", "write_package"]
+
 SUFFIX = ".tmpl"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-@dataclass(frozen=True)
-class TemplateKind:
-    """A kind the template can generate: the module it adds and the class it defines."""
-
-    key: str  # the registry key (pagoda.plugins.catalog.KINDS)
-    module: str  # module of the generated package holding the class
-    class_suffix: str  # ``Backend`` -> ``MyAttnBackend``
-
-
-TEMPLATE_KINDS: dict[str, TemplateKind] = {
-    k.key: k
-    for k in (
-        TemplateKind("attention", "backend", "Backend"),
-        TemplateKind("platform", "platform", "Platform"),
-        TemplateKind("quantization", "method", "Method"),
-        TemplateKind("proposer", "proposer", "Proposer"),
-        TemplateKind("tool_parser", "parser", "ToolParser"),
-    )
-}
 
 EXAMPLE = {"name": "example", "plugin": "plugin-example", "kind": "attention"}
 
@@ -63,7 +44,8 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
     """The values substituted into the template for a plugin registering ``name`` of ``kind``.
 
     ``plugin`` is the entry-point name (default ``name``); it gives the distribution
-    ``pagoda-<plugin>`` and the package ``pagoda_<plugin>``.
+    ``pagoda-<plugin>`` and the package ``pagoda_<plugin>``. A model registers its class name
+    (the HF architecture), every other kind registers ``name``.
     """
     plugin = plugin or name
     for value in (name, plugin):
@@ -71,33 +53,32 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
     if kind not in TEMPLATE_KINDS:
         raise ValueError(f"no template for kind '{kind}'; choose one of: {', '.join(TEMPLATE_KINDS)}")
     tk = TEMPLATE_KINDS[kind]
-    return {
+    base, cls = class_names(name, tk.class_suffix)
+    values = {
         "name": name,
         "plugin": plugin,
         "distribution": f"pagoda-{plugin}",
         "package": "pagoda_" + plugin.replace("-", "_"),
-        "class": "".join(part.capitalize() for part in name.split("-")) + tk.class_suffix,
+        "base": base,
+        "class": cls,
+        "registered": cls if kind == "model" else name,
         "module": tk.module,
         "kind": kind,
-        "kind_label": KINDS[kind].label,
-        "hook": KINDS[kind].hook,
-        "flag": KINDS[kind].flag or "",
-        "select": _select_hint(kind, name),
+        "kind_label": tk.label,
+        "hook": tk.hook,
+        "flag": tk.flag,
     }
-
-
-def _select_hint(kind: str, name: str) -> str:
-    """The README's sentence on how users pick the capability."""
-    if kind == "proposer":  # chosen by the JSON of --speculative-config, never by `auto`
-        return f"Select it with `--speculative-config '{{\"method\": \"{name}\", \"num_speculative_tokens\": 4}}'`."
-    return f"Select it with `{KINDS[kind].flag or ''} {name}`, or let `auto` choose by `priority` among the usable ones."
+    values["starts_as"] = tk.starts_as.format(**values)
+    values["tests"] = tk.tests
+    values["select"] = select_hint(kind, values)
+    return values
 
 
 def template_files(kind: str) -> dict[str, str]:
     """Relative path (with placeholders, suffix removed) -> raw template text, for ``kind``."""
     root = resources.files("pagoda.cli") / "template"
     files: dict[str, str] = {}
-    for folder in ("common", kind):
+    for folder in ("common", kind):  # a kind's file replaces the common one of the same path
         for rel, node in _walk(root / folder, ""):
             files[rel.removesuffix(SUFFIX)] = node.read_text(encoding="utf-8")
     return files

@@ -2,6 +2,7 @@
 
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.base import Capability
+from pagoda.interfaces.command import Command
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext, PoolingModel
 from pagoda.interfaces.platform import Platform
@@ -19,6 +20,7 @@ __all__ = [
     "BuildContext",
     "CallStarted",
     "Capability",
+    "Command",
     "CausalLM",
     "ForwardContext",
     "GrammarMatcher",

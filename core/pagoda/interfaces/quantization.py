@@ -61,6 +61,31 @@ class QuantizationMethod(Capability, ABC):
     ``create_weights`` registers parameters on the layer (their names are the checkpoint's, e.g.
     ``weight``, ``weight_scale``, ``qweight``); the loader copies checkpoint tensors into them;
     ``process_weights_after_loading`` may repack them; ``apply`` computes the layer's output.
+    One instance serves every linear layer of the model, so per-layer state lives on the layer.
+
+    The layer contract (``pagoda.layers.linear.LinearBase``):
+
+    - Which layers: the projections of attention and MLP blocks (``qkv_proj``, ``o_proj``,
+      ``gate_up_proj``, ``down_proj`` and their kin). The token embedding, the LM head, norms, MoE
+      experts and routers are never given to the method: they stay dense in the model dtype.
+    - What the layer holds when ``create_weights`` runs: ``layer.in_features``,
+      ``layer.out_features`` and ``layer.output_sizes`` (one entry per fused shard, e.g. q, k, v;
+      ``layer.shard_names`` names them on fused layers), ``layer.parallel`` (``"column"``,
+      ``"row"`` or ``None``) and ``layer.tp`` (``rank``, ``size``). The layer's ``bias`` is its own,
+      created after, and passed to ``apply``.
+    - Tensor parallelism: every size above is this rank's. A column-parallel layer keeps a slice
+      of each shard's output features, a row-parallel one a slice of its input features; the
+      loader narrows each checkpoint tensor to the rank's slice before copying it, along the axes
+      the parameter declares: ``param.output_dim`` (default 0; ``None``: copied whole, shared by
+      the shards), ``param.pack_factor`` (output features per stored element, e.g. 8 int4 in an
+      int32), ``param.input_dim`` / ``param.input_pack_factor`` (row-parallel layers; e.g. per-group
+      scales), ``param.shard_indexed`` (one entry per shard along axis 0, e.g. one scale per q/k/v).
+    - Loading: each checkpoint tensor ``<module>.<name>`` is copied into the layer's parameter
+      ``<name>`` (shapes checked); a name the method did not create is an error that names the
+      parameters it did create.
+    - ``process_weights_after_loading`` runs once, after every tensor is in. To change a
+      parameter's shape, dtype or layout, replace it: ``layer.weight = nn.Parameter(new,
+      requires_grad=False)`` (or delete it and keep a buffer); keep what ``apply`` reads.
     """
 
     def __init__(self, quant_config: dict[str, Any] | None = None) -> None:
@@ -75,10 +100,12 @@ class QuantizationMethod(Capability, ABC):
     def create_weights(
         self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype
     ) -> None:
-        """Register the layer's parameters (before loading; values are overwritten)."""
+        """Register the layer's parameters, sized for this rank (before loading; values are
+        overwritten). ``dtype`` is the model's; quantized parameters choose their own."""
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
-        """Convert loaded parameters to the layout ``apply`` uses."""
+        """Convert loaded parameters to the layout ``apply`` uses (replace a parameter to change
+        its shape or dtype)."""
 
     def bind_ops(self, ops: "CustomOps") -> None:
         """Called with the platform's custom ops before the model is built (a method that computes
@@ -91,4 +118,6 @@ class QuantizationMethod(Capability, ABC):
 
     @abstractmethod
     def apply(self, layer: nn.Module, x: torch.Tensor | QuantizedInput, bias: torch.Tensor | None) -> torch.Tensor:
-        """``x``: ``[num_tokens, in_features]`` -> ``[num_tokens, out_features]``."""
+        """``x``: ``[num_tokens, in_features]`` -> ``[num_tokens, out_features]`` in the model dtype,
+        plus ``bias`` when given (a row-parallel layer passes ``None`` and adds its bias after the
+        all-reduce of the ranks' partial outputs)."""

@@ -16,7 +16,9 @@ class ExampleBackend(TorchAttentionBackend):
     """Attention over the paged KV cache (contract: ``pagoda.interfaces.AttentionBackend``)."""
 
     description = "the 'example' attention backend (template: the torch reference)"
-    priority = 1  # `auto` picks the usable backend with the highest priority (torch is 0)
+    # `auto` picks the usable backend with the highest priority: torch has 0, triton 50, flash 60. Below
+    # them, installing this plugin changes no default run; raise it once check() refuses what forward cannot run.
+    priority = -1
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:

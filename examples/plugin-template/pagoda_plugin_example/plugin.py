@@ -1,8 +1,8 @@
 """Pagoda plugin 'plugin-example': registers the attention backend 'example'.
 
 Pagoda finds this module through the ``pagoda.plugins`` entry point in pyproject.toml and calls
-the hooks it implements (``pagoda.hookspecs`` lists them all). Import heavy modules inside the
-hook, not at the top, so that listing plugins stays cheap.
+the hooks it implements (``pagoda.hookspecs`` lists them all; a misspelt hook name fails the
+plugin). Import heavy modules inside the hook, not at the top, so that listing plugins stays cheap.
 """
 
 from __future__ import annotations
