@@ -46,6 +46,10 @@ class EngineConfig:
     guided_decoding_backend: str = "auto"  # grammar engine of requests that set guided_decoding (docs/structured_output.md)
     runner: str = "auto"  # generate | pooling | auto (pooling for encoder-only models; docs/pooling.md)
     speculative_config: str | dict | None = None  # vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}
+    enable_lora: bool = False  # requests may name LoRA adapters (docs/lora.md)
+    max_loras: int = 1  # adapters in one step (device slots)
+    max_lora_rank: int = 16  # the largest adapter rank served
+    max_cpu_loras: int | None = None  # adapters kept in host memory (default: max_loras)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -74,6 +78,18 @@ class EngineConfig:
                  self.disable_custom_all_reduce, "True or False")
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
+        self._validate_lora()
+
+    def _validate_lora(self) -> None:
+        _require(isinstance(self.max_loras, int) and self.max_loras >= 1, "max_loras", self.max_loras, "an integer >= 1")
+        _require(isinstance(self.max_lora_rank, int) and 1 <= self.max_lora_rank <= 512, "max_lora_rank",
+                 self.max_lora_rank, "an integer in [1, 512]")
+        _require(self.max_cpu_loras is None or (isinstance(self.max_cpu_loras, int) and self.max_cpu_loras >= self.max_loras),
+                 "max_cpu_loras", self.max_cpu_loras, f"None or an integer >= max_loras ({self.max_loras})")
+        if self.enable_lora and self.speculative_config is not None:
+            raise ValueError("enable_lora does not combine with speculative_config yet; drop one of them")
+        if self.enable_lora and self.runner == "pooling":
+            raise ValueError("enable_lora serves generative models; pooling (runner 'pooling') takes no adapters")
 
     @classmethod
     def field_names(cls) -> list[str]:

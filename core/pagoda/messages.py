@@ -12,6 +12,7 @@ from typing import Any, Union
 
 import msgspec
 
+from pagoda.lora_request import LoRARequest
 from pagoda.sampling_params import BeamSearchParams
 from pagoda.pooling_params import PoolingParams
 from pagoda.sampling_params import SamplingParams
@@ -58,6 +59,7 @@ class AddRequest(msgspec.Struct, tag=True):
     priority: int = 0
     beam: BeamSearchParams | None = None
     pooling_params: PoolingParams | None = None  # a pooling request: its prompt is pooled, nothing is generated
+    lora_request: LoRARequest | None = None  # the LoRA adapter it runs with (None: the base model)
 
     @property
     def output_ids(self) -> list[str]:
@@ -66,11 +68,13 @@ class AddRequest(msgspec.Struct, tag=True):
 
 
 def add_messages(request_id: str, prompt_token_ids: list[int], sequences: list[tuple[str, SamplingParams]],
-                 arrival_time: float, priority: int = 0, beam: BeamSearchParams | None = None) -> list[AddRequest]:
+                 arrival_time: float, priority: int = 0, beam: BeamSearchParams | None = None,
+                 lora_request: LoRARequest | None = None) -> list[AddRequest]:
     """What a front end sends for one request: one AddRequest per sequence, or one for a beam search."""
     if beam is not None:
-        return [AddRequest(request_id, list(prompt_token_ids), sequences[0][1], arrival_time, priority, beam=beam)]
-    return [AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival_time, priority)
+        return [AddRequest(request_id, list(prompt_token_ids), sequences[0][1], arrival_time, priority, beam=beam,
+                           lora_request=lora_request)]
+    return [AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival_time, priority, lora_request=lora_request)
             for seq_id, seq_params in sequences]
 
 

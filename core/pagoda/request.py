@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pagoda.lora_request import LoRARequest
     from pagoda.pooling_params import PoolingParams
     from pagoda.sampling_params import SamplingParams
 
@@ -61,6 +62,7 @@ class Request:
     received_time: float | None = None  # when the engine core took it (time.monotonic)
     first_launch_time: float | None = None  # when its first step was launched
     pooling_params: "PoolingParams | None" = None  # a pooling request: one whole-prompt step, pooled, no tokens
+    lora_request: "LoRARequest | None" = None  # the LoRA adapter it runs with (None: the base model)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -19,6 +19,7 @@ from pagoda.engine_core.core import EngineCore, check_runner, validate_prompt
 from pagoda.sampling_params import BeamSearchParams
 from pagoda.messages import AddRequest, StepStats, add_messages
 from pagoda.errors import RequestError
+from pagoda.lora_request import LoRARequest
 from pagoda.outputs import RequestOutput
 from pagoda.pooling.outputs import PoolingRequestOutput
 from pagoda.pooling_params import PoolingParams
@@ -68,10 +69,11 @@ class LLMEngine:
         stream: bool = False,
         arrival_time: float | None = None,
         beam: BeamSearchParams | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> None:
         """Queue a request (``n`` sequences for ``params.n > 1``; with ``beam``, a beam search whose
-        sequences ``params`` describes, see ``BeamSearchParams.output_params``). Raises RequestError
-        for bad input."""
+        sequences ``params`` describes, see ``BeamSearchParams.output_params``), run with
+        ``lora_request``'s adapter if given. Raises RequestError for bad input."""
         check_runner(self.info.runner, None)
         self.validate_prompt(prompt_token_ids)
         params = self.resolve_params(params)
@@ -83,7 +85,8 @@ class LLMEngine:
         arrival = time.monotonic() if arrival_time is None else arrival_time
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=stream)
         try:
-            self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority, beam))
+            self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority, beam,
+                                                  lora_request))
         except RequestError:  # refused by an in-process core: nothing of it stays queued
             self.outputs.fail(request_id)
             raise

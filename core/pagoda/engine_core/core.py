@@ -40,6 +40,8 @@ from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
 from pagoda.interfaces.scheduler import SchedulerOutput
+from pagoda.lora.engine import engine_adapters, refuse_without_lora
+from pagoda.lora_request import LoRARequest
 from pagoda.spec_decode.engine import build_speculator
 
 logger = logging.getLogger("pagoda")
@@ -57,7 +59,7 @@ class EngineCore:
     """Schedules and runs steps; see the module docstring."""
 
     UTILITIES = frozenset({"snapshot_stats", "kv_cache_state", "reset_prefix_cache", "info", "start_profile",
-                           "stop_profile"})
+                           "stop_profile", "add_lora", "remove_lora", "list_loras"})
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
@@ -73,6 +75,7 @@ class EngineCore:
                 parts.workers.shutdown()
             raise
         self.runner = self.executor.runner
+        self.adapters = engine_adapters(self.runner, self.scheduler)  # LoRA (None without --enable-lora)
         self.speculator = build_speculator(self.config.speculative_config, parts, self.runner)
         self.overlap = self.config.overlap_steps  # steps with drafts are read at once (see step())
         self.eos_token_id = _eos_token_id(parts)
@@ -103,14 +106,26 @@ class EngineCore:
         if add.request_id in self.requests or self.beams.owns(add.request_id):
             raise RequestError(f"request id {add.request_id!r} is already in use")
         add.params.check_vocab(self.vocab_size)
+        self._check_adapter(add)
         if add.beam is not None:  # beam search: its beams are requests of their own (pagoda.beam.groups)
             self.beams.add(add, self.eos_token_id)
             return
         req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
-                      priority=add.priority, eos_token_id=self.eos_token_id, pooling_params=add.pooling_params)
+                      priority=add.priority, eos_token_id=self.eos_token_id, pooling_params=add.pooling_params,
+                      lora_request=add.lora_request)
         req.received_time = time.monotonic()
         self.requests[add.request_id] = req
         self.scheduler.add_request(req)
+
+    def _check_adapter(self, add: AddRequest) -> None:
+        """RequestError unless the request's LoRA adapter (if any) can run: loaded now if it was not."""
+        if add.lora_request is None:
+            return
+        if self.adapters is None:
+            refuse_without_lora(add.lora_request)
+        if add.beam is not None:
+            raise RequestError("beam search does not run with a LoRA adapter yet; drop the adapter or the beam search")
+        self.adapters.check(add.lora_request)
 
     def abort(self, request_ids: list[str]) -> None:
         """Stop requests (waiting, running or in flight) and free their KV blocks."""
@@ -292,6 +307,20 @@ class EngineCore:
 
     def reset_prefix_cache(self) -> None:
         self.kv_cache.reset_prefix_cache()
+
+    def add_lora(self, name: str, lora_id: int, path: str) -> bool:
+        """Load a LoRA adapter before its requests (RequestError if it cannot run); False if already loaded."""
+        if self.adapters is None:
+            refuse_without_lora(LoRARequest(name, lora_id, path))
+        return self.adapters.add(name, lora_id, path)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        """Unload a LoRA adapter (requests running with it finish with it); False if it was not loaded."""
+        return self.adapters is not None and self.adapters.remove(lora_id)
+
+    def list_loras(self) -> list[list]:
+        """The loaded LoRA adapters as ``[name, id, path]``."""
+        return [] if self.adapters is None else self.adapters.list()
 
     def start_profile(self) -> None:
         """The torch profiler on every rank, from the next step on (pagoda.runner.torch_profiler)."""

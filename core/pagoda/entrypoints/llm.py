@@ -11,6 +11,7 @@ from pagoda.engine.engine import LLMEngine
 from pagoda.entrypoints.chat_template import render_chat
 from pagoda.entrypoints.offline_run import run_requests
 from pagoda.entrypoints.pooling import PoolingAPI
+from pagoda.lora_request import LoRARequest
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 
@@ -57,23 +58,27 @@ class LLM(PoolingAPI):
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
         priority: Sequence[int] | None = None,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for each prompt (text, token ids, or ``{"prompt": ...}``/``{"prompt_token_ids": ...}``).
 
         ``priority`` (one per prompt, lower runs first) matters with ``scheduler="priority"``.
-        Returns one RequestOutput per prompt, in input order.
+        ``lora_request``: the LoRA adapter of every prompt, or one per prompt (None: the base model);
+        needs ``enable_lora=True`` (docs/lora.md). Returns one RequestOutput per prompt, in input order.
         """
         items = _as_list(prompts)
         params = _params_list(sampling_params, len(items))
         priorities = list(priority) if priority is not None else [0] * len(items)
         if len(priorities) != len(items):
             raise ValueError(f"got {len(priorities)} priorities for {len(items)} prompts; pass one per prompt")
+        loras = _per_prompt(lora_request, len(items), "lora_request")
         encoded = [self._encode(p) for p in items]
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)  # reject bad input before queueing anything
         params = [self.engine.resolve_params(p) for p in params]  # bad words tokenized, token ids checked
-        adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=p, prompt=text, priority=prio)
-                for (ids, text), p, prio in zip(encoded, params, priorities)]
+        adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=p, prompt=text, priority=prio,
+                        lora_request=lora)
+                for (ids, text), p, prio, lora in zip(encoded, params, priorities, loras)]
         return self._run(adds, use_tqdm)
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
@@ -105,6 +110,7 @@ class LLM(PoolingAPI):
         parallel_tool_calls: bool = True,
         tool_parser: str | type | None = None,
         reasoning_parser: str | type | None = None,
+        lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
         """Render each conversation with the tokenizer's chat template, then generate.
 
@@ -112,7 +118,8 @@ class LLM(PoolingAPI):
         "required" or ``{"type": "function", "function": {"name": ...}}``), ``parallel_tool_calls``,
         ``tool_parser`` and ``reasoning_parser`` (registered names) work as on the server. With tools
         or a reasoning parser each sequence is a ``ChatCompletionOutput`` carrying the parsed
-        ``content``, ``reasoning_content`` and ``tool_calls`` (docs/tools.md).
+        ``content``, ``reasoning_content`` and ``tool_calls`` (docs/tools.md). ``lora_request`` as in
+        :meth:`generate`.
         """
         from pagoda.tools.offline import ChatTools, template_messages
 
@@ -125,7 +132,7 @@ class LLM(PoolingAPI):
             for text, ids in (self.render_chat(template_messages(c), chat_template, add_generation_prompt,
                                                chat_tools.plan.template_tools) for c in conversations)
         ]
-        return chat_tools.outputs(self.generate(prompts, params, use_tqdm=use_tqdm), params)
+        return chat_tools.outputs(self.generate(prompts, params, use_tqdm=use_tqdm, lora_request=lora_request), params)
 
     def render_chat(self, conversation: list[Message], chat_template: str | None = None,
                     add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
@@ -157,6 +164,15 @@ def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(t, int) for t in prompts):
         return [list(prompts)]
     return list(prompts)
+
+
+def _per_prompt(value, count: int, name: str) -> list:
+    """``value`` for every prompt (one value, or a sequence of one per prompt)."""
+    if value is None or not isinstance(value, (list, tuple)):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"got {len(value)} {name}s for {count} prompts; pass one, or one per prompt")
+    return list(value)
 
 
 def _params_list(params, count: int) -> list[SamplingParams]:

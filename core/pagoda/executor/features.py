@@ -1,7 +1,8 @@
 """Which step features each rank's model runner runs with (:mod:`pagoda.runner.features`).
 
 The driver's runner (rank 0, the one that samples) gets guided decoding when the engine has a
-tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets speculative
+tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets LoRA adapters
+under ``--enable-lora`` (each rank adds its part of every adapted layer's product) and speculative
 verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass).
 """
 
@@ -9,8 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from pagoda.config import EngineConfig
+from pagoda.errors import ConfigError
 from pagoda.guided.runtime import guided_sampling_for
+from pagoda.interfaces.model import CausalLM
+from pagoda.interfaces.platform import Platform
+from pagoda.lora.step import LoRAStep
 from pagoda.pooling.runner import PoolingStep
 from pagoda.runner.features import StepFeature
 from pagoda.spec_decode.step import SpecDecodeStep
@@ -27,11 +34,19 @@ def driver_features(parts: "EngineParts") -> list[StepFeature]:
     if guided is not None:
         features.append(guided)
     if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)
+        if parts.config.enable_lora:
+            raise ConfigError(f"{type(parts.model).__name__} runs as a pooling model, which takes no LoRA adapters; "
+                              "drop enable_lora")
         features.append(PoolingStep(parts.pooler_config, parts.model))
-    return features + rank_features(parts.config)
+    return features + rank_features(parts.config, parts.model, parts.platform, parts.dtype)
 
 
-def rank_features(config: EngineConfig) -> list[StepFeature]:
+def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dtype: torch.dtype) -> list[StepFeature]:
     """The features every rank's runner has (a worker rank's runner has only these)."""
+    features: list[StepFeature] = []
+    if config.enable_lora:
+        features.append(LoRAStep(model, config, platform, dtype))
     speculative = parse_speculative_config(config.speculative_config)
-    return [SpecDecodeStep(speculative)] if speculative is not None else []
+    if speculative is not None:
+        features.append(SpecDecodeStep(speculative))
+    return features

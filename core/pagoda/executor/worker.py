@@ -134,7 +134,7 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
     source = resolve_model(config.model)
     shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
     runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp,
-                         rank_features(config))
+                         rank_features(config, shard.model, platform, shard.dtype))
     mirror, pending, profiler = messages.StepMirror(), None, RankProfiler(tp.rank)
     while True:
         if not channels.steps.poll(POLL_MS):

@@ -69,6 +69,18 @@ class CausalLM(nn.Module, ABC):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (HF names) into parameters; return the parameter names filled."""
 
+    def lora_targets(self) -> dict[str, tuple[str, str | None]]:
+        """Where LoRA adapters attach (docs/lora.md): each module name an adapter may target, as PEFT
+        saves it from the HF model (``model.layers.0.self_attn.q_proj``), -> ``(path of the Pagoda linear
+        layer it lands in, its shard id)``; the shard id is None when the module is the whole layer (an
+        adapter trained on a fused projection spans all its shards, split by ``full_output_sizes``).
+
+        Targets must be :class:`pagoda.layers.linear.LinearBase` layers (LoRA adds to their output through
+        ``attach_delta``). The default maps every submodule with a ``quant_method`` (a linear layer) to
+        itself, unsharded; a family that fuses HF projections (q/k/v into ``qkv_proj``) maps each HF name to
+        its shard, as the Llama family does from its checkpoint name mapping."""
+        return {name: (name, None) for name, module in self.named_modules() if hasattr(module, "quant_method")}
+
 
 class PoolingModel(nn.Module, ABC):
     """A model whose outputs are pooled hidden states, not tokens (encoder-only models such as BERT).

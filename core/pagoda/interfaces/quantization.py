@@ -4,6 +4,11 @@ A method whose matmul takes quantized activations (W8A8) can also hand the layer
 :class:`InputQuantizer`: the producers of that layer's input (RMSNorm, the gated activation) then
 emit the quantized activations directly (one fused kernel instead of a producer kernel plus a
 quantization kernel), and the layer receives a :class:`QuantizedInput` instead of a tensor.
+
+LoRA adapters (docs/lora.md) attach to any method's layers: the adapter's product is added to
+``apply``'s output, computed from the layer's plain input. A layer with an adapter takes plain
+tensors (its ``input_quantizer`` is dropped), so ``apply`` must accept them, as it must anyway, and
+its output must be the layer's output features in order (all of this rank's shards, bias included).
 """
 
 from __future__ import annotations

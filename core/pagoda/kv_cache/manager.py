@@ -2,7 +2,9 @@
 
 Block ``i`` of a request holds the KV of tokens ``[i * block_size, (i + 1) * block_size)``.
 A full block's hash chains its parent's: ``hash((hash of block i-1 or SEED, tuple(tokens)))``,
-so equal hashes mean equal whole prefixes. Hashes are computed incrementally into
+so equal hashes mean equal whole prefixes. A request with a LoRA adapter starts its chain from its
+adapter's hash instead (:func:`first_parent`): two adapters, or an adapter and the base model, never
+share KV for the same tokens. Hashes are computed incrementally into
 ``request.block_hashes`` (work proportional to new tokens) and a block is registered in the
 prefix cache as soon as it is allocated for the step that fills it, so an identical prompt
 admitted in the same step can share it (attention backends write a step's KV before reading).
@@ -22,6 +24,13 @@ SEED_HASH = hash("pagoda-prefix-cache-v1")  # the "parent" of a request's first 
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     """The chained hash of one full block (Python's int/tuple hash: deterministic across runs)."""
     return hash((SEED_HASH if parent_hash is None else parent_hash, tuple(token_ids)))
+
+
+def first_parent(request: Request) -> int | None:
+    """The "parent" hash of a request's first block: None (the seed) for the base model, else its adapter's
+    (name, id and folder: an id given to another adapter later keys other blocks)."""
+    lora = request.lora_request
+    return None if lora is None else hash((SEED_HASH, "lora", lora.lora_name, lora.lora_int_id, lora.lora_path))
 
 
 @dataclass
@@ -196,7 +205,7 @@ class KVCacheManager:
         num_full = (known if num_tokens is None else min(num_tokens, known)) // bs
         tokens = request.token_ids
         for i in range(len(hashes), num_full):
-            hashes.append(hash_block(hashes[-1] if hashes else None, tokens[i * bs : (i + 1) * bs]))
+            hashes.append(hash_block(hashes[-1] if hashes else first_parent(request), tokens[i * bs : (i + 1) * bs]))
 
     def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Offer to the prefix cache the blocks that are full once ``num_tokens`` are computed

@@ -37,11 +37,18 @@ rank's slice before copying it (a lazy safetensors slice reads only those bytes)
 A row-parallel layer without bias may leave its sum to the consumer of its output
 (:meth:`LinearBase.defer_all_reduce`): the decoder's residual-add RMSNorm then sums and normalises
 in one call (:meth:`pagoda.layers.norm.RMSNorm.take_all_reduce_of`).
+
+Output deltas (LoRA adapters, docs/lora.md). :meth:`LinearBase.attach_delta` gives a layer an
+:class:`OutputDelta`, added to the quantization method's output on every forward: it sees the
+layer's plain input (the layer stops asking its input's producers for a ``QuantizedInput``) and
+this rank's output features (row-parallel: this rank's partial sums, before they are summed, so the
+delta's own partial products are summed with them). A delta works with every quantization method,
+since it only needs ``apply``'s output laid out as the layer's output features.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -63,6 +70,14 @@ def copy_checked(dst: torch.Tensor, src: torch.Tensor) -> None:
             f"checkpoint shape {tuple(src.shape)} does not match the model's {tuple(dst.shape)}"
         )
     dst.copy_(src.reshape(dst.shape))
+
+
+class OutputDelta(Protocol):
+    """What a layer adds to its quantization method's output (a LoRA adapter's ``x A^T B^T``)."""
+
+    def add_to(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``x`` [num_tokens, in_features] (this rank's), ``y`` [num_tokens, out_features] (this rank's, bias
+        included unless row-parallel) -> ``y`` plus the delta (``y`` may be updated in place)."""
 
 
 class LinearBase(nn.Module):
@@ -91,11 +106,13 @@ class LinearBase(nn.Module):
         # per shard: (start, size) of the rank's output features within the checkpoint's shard
         self.shard_slices = shard_slices or [self._column_slice(size) for size in output_sizes]
         self.in_features = self._row_size(in_features)
+        self.full_output_sizes = list(output_sizes)  # per shard, the checkpoint's (all ranks')
         self.output_sizes = [size for _, size in self.shard_slices]
         self.out_features = sum(self.output_sizes)
         self.quant_method = quant_method
         self.input_quantizer: "InputQuantizer | None" = None  # set after loading, for the input's producers
         self.partial_output = False  # row-parallel: return this rank's partial sums (defer_all_reduce)
+        self.delta: OutputDelta | None = None  # added to the output (attach_delta)
         quant_method.create_weights(self, self.in_features, self.out_features, dtype)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_features, dtype=dtype), requires_grad=False)
@@ -119,12 +136,22 @@ class LinearBase(nn.Module):
     def forward(self, x: "torch.Tensor | QuantizedInput") -> torch.Tensor:
         """``x``: [num_tokens, in_features] (or as ``input_quantizer`` made it) -> [num_tokens, out_features]."""
         if self.parallel != "row":
-            return self.quant_method.apply(self, x, self.bias)
+            y = self.quant_method.apply(self, x, self.bias)
+            return y if self.delta is None else self.delta.add_to(x, y)
         y = self.quant_method.apply(self, x, None)  # this rank's partial sums
+        if self.delta is not None:
+            y = self.delta.add_to(x, y)  # its partial products are summed with the layer's
         if self.partial_output:
             return y  # the consumer sums them (defer_all_reduce)
         y = self.tp.all_reduce(y)
         return y if self.bias is None else y + self.bias
+
+    def attach_delta(self, delta: OutputDelta | None) -> None:
+        """Add ``delta`` to this layer's output from now on (None: remove it). The layer then takes plain
+        input tensors: the producers of its input stop quantizing it for the method (``input_quantizer``)."""
+        self.delta = delta
+        if delta is not None:
+            self.input_quantizer = None
 
     def defer_all_reduce(self) -> bool:
         """From now on return this rank's partial sums and leave the all-reduce to the caller, which must

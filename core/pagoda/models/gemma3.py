@@ -121,3 +121,7 @@ class Gemma3ForCausalLM(CausalLM):
         """HF tensor names that fill ``param_name`` (for error messages)."""
         return self.weight_mapper().checkpoint_names(param_name)
 
+    def lora_targets(self) -> dict[str, tuple[str, str | None]]:
+        """Each HF projection (q/k/v_proj, gate/up_proj, o/down_proj) -> its fused layer and shard."""
+        return self.weight_mapper().lora_targets()
+

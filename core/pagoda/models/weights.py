@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pagoda.errors import ModelLoadError
-from pagoda.layers.linear import copy_checked
+from pagoda.layers.linear import LinearBase, copy_checked
 
 Stacked = dict[str, tuple[str, str]]  # checkpoint module name -> (fused module name, shard id)
 Experts = dict[str, str]  # checkpoint projection name inside experts.<e> -> "gate" | "up" | "down"
@@ -110,6 +110,19 @@ class WeightMapper:
             return [param_name]
         prefix = f"{parent}." if parent else ""
         return [f"{prefix}{src}.{param}" for src in sources]
+
+    def lora_targets(self) -> dict[str, tuple[str, str | None]]:
+        """HF module name -> (linear layer path, shard id or None: the whole layer) for every linear layer
+        (``CausalLM.lora_targets``): a fused layer under its own name and under its shards' HF names."""
+        targets: dict[str, tuple[str, str | None]] = {}
+        for path, module in self.modules.items():
+            if not isinstance(module, LinearBase):
+                continue
+            targets[path] = (path, None)
+            for name in self.checkpoint_names(f"{path}.weight"):
+                _, _, shard = self.target(name)
+                targets[self._original(name).removesuffix(".weight")] = (path, shard)
+        return targets
 
     def _expert_names(self, module_path: str, param: str) -> list[str]:
         required = getattr(self.modules.get(module_path), "required_shards", lambda _: set())(param)

@@ -1,0 +1,185 @@
+"""The LoRA shrink and expand of a step's mixed-adapter rows as Triton kernels (Punica's SGMV and BGMV).
+
+One LoRA layer adds ``(x A_s^T) B_s^T`` to each of its output slices ``s`` (q, k, v of a fused qkv
+projection; gate, up; or the one slice of o/down), with ``A``/``B`` of the row's adapter slot
+(:mod:`pagoda.lora.layer` keeps them: ``a [slots, S, R, K]``, ``b [slots, N, R]``, the scale folded into
+``b``). Two launches per shape, over all slices at once:
+
+1. **shrink** ``buf[s, row, :] = x[row] @ a[slot, s]^T`` (float32 ``[S, T, R]``);
+2. **expand** ``y[row, off_s : off_s + n_s] += buf[s, row] @ b[slot, off_s : off_s + n_s]^T``.
+
+Decode rows (one per request) run the BGMV kernels: one program per row (and slice, and output block),
+a gathered matrix-vector product; a row of slot ``-1`` returns at once. Prefill segments (a request's
+run of rows, one slot) run the SGMV kernels: programs over row blocks of a segment, tile products
+(``tl.dot``). Ranks below the slots' ``R`` are zero-padded in the slots, so every adapter computes at
+``R`` with exact results.
+
+Plain Triton source (CUDA and ROCm alike), imported only where a kernel runs; under
+``TRITON_INTERPRET=1`` it runs on CPU tensors (the tests compare it with a float64 reference).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from pagoda.lora.plan import LoRAPlan
+from pagoda.triton_support import interpreting
+
+
+class Tiles(NamedTuple):
+    block_m: int  # rows per SGMV program
+    block_n: int  # output features per expand program
+    block_k: int  # input features per shrink loop step
+
+
+def tiles(max_segment_len: int) -> Tiles:
+    if interpreting():
+        return Tiles(16, 32, 32)  # small tiles: the interpreter runs every lane on the CPU
+    return Tiles(16 if max_segment_len <= 16 else 64, 64, 64)
+
+
+@triton.jit
+def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
+                        stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """buf[s, rows] = x[rows] @ a[slot, s]^T for one row block of one segment."""
+    seg, pid_m, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    start, end, slot = tl.load(seg_ptr + seg * 3), tl.load(seg_ptr + seg * 3 + 1), tl.load(seg_ptr + seg * 3 + 2)
+    first = start + pid_m * BLOCK_M
+    if first >= end:
+        return
+    rows = (first + tl.arange(0, BLOCK_M)).to(tl.int64)  # [BM]
+    row_ok = rows < end
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
+    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        xt = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=row_ok[:, None] & k_ok[None, :],
+                     other=0.0)  # [BM, BK]
+        at = tl.load(a_base + offs_r[None, :] * stride_ar + offs_k[:, None], mask=k_ok[:, None] & r_ok[None, :],
+                     other=0.0)  # [BK, BR]
+        if UPCAST:
+            xt, at = xt.to(tl.float32), at.to(tl.float32)
+        acc += tl.dot(xt, at, input_precision=DOT_PREC)
+    tl.store(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
+             mask=row_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
+                        stride_bs, stride_bm, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """buf[s, row] = x[row] @ a[slot(row), s]^T for one decode row."""
+    row, s = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    slot = tl.load(slot_ptr + row)
+    if slot < 0:
+        return
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
+    acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        xk = tl.load(x_ptr + row * stride_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)  # [BK]
+        at = tl.load(a_base + offs_r[:, None] * stride_ar + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                     other=0.0).to(tl.float32)  # [BR, BK]
+        acc += tl.sum(at * xk[None, :], axis=1)
+    tl.store(buf_ptr + s * stride_bs + row * stride_bm + offs_r, acc, mask=r_ok)
+
+
+@triton.jit
+def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, stride_bs, stride_bm, stride_bl,
+                        stride_bn, stride_ym, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+    """y[rows, slice s block] += buf[s, rows] @ b[slot, slice s block]^T for one row block of one segment."""
+    seg, pid_m, pid = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    s, pid_n = pid // n_blocks, pid % n_blocks
+    n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
+    start, end, slot = tl.load(seg_ptr + seg * 3), tl.load(seg_ptr + seg * 3 + 1), tl.load(seg_ptr + seg * 3 + 2)
+    first = start + pid_m * BLOCK_M
+    if first >= end or pid_n * BLOCK_N >= n_size:
+        return
+    rows = (first + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < end
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < n_size
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    t = tl.load(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
+                mask=row_ok[:, None] & r_ok[None, :], other=0.0)  # [BM, BR] float32
+    w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
+                mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
+    if UPCAST:
+        acc = tl.dot(t, w.to(tl.float32), input_precision=DOT_PREC)  # [BM, BN]
+    else:
+        acc = tl.dot(t.to(w.dtype), w, input_precision=DOT_PREC)
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
+    mask = row_ok[:, None] & n_ok[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, R, n_blocks, stride_bs, stride_bm, stride_bl,
+                        stride_bn, stride_ym, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+    """y[row, slice s block] += buf[s, row] @ b[slot(row), slice s block]^T for one decode row."""
+    row, pid = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    slot = tl.load(slot_ptr + row)
+    if slot < 0:
+        return
+    s, pid_n = pid // n_blocks, pid % n_blocks
+    n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
+    if pid_n * BLOCK_N >= n_size:
+        return
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < n_size
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    t = tl.load(buf_ptr + s * stride_bs + row * stride_bm + offs_r, mask=r_ok, other=0.0)  # [BR] float32
+    w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[:, None] * stride_bn + offs_r[None, :],
+                mask=n_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)  # [BN, BR]
+    acc = tl.sum(w * t[None, :], axis=1)  # [BN]
+    y_ptrs = y_ptr + row * stride_ym + n_off + offs_n
+    y = tl.load(y_ptrs, mask=n_ok, other=0.0)
+    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=n_ok)
+
+
+def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
+                    max_slice: int, plan: LoRAPlan) -> torch.Tensor:
+    """``y`` [T, N] += the LoRA products of ``x`` [T, K] for the plan's rows (in place; returns ``y``).
+
+    ``a`` [slots, S, R, K], ``b`` [slots, N, R] (last dims contiguous), ``slices`` [S, 2] int32 (offset,
+    size) of each slice in ``y``'s columns, ``max_slice`` the largest size."""
+    num_rows, num_slices, rank = x.shape[0], a.shape[1], a.shape[2]
+    buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
+    t = tiles(plan.max_segment_len)
+    block_r = max(16, triton.next_power_of_2(rank))
+    upcast = x.dtype == torch.bfloat16 and interpreting()  # Triton 3.9's interpreter: wrong bf16 dots
+    prec = "ieee" if x.dtype == torch.float32 or upcast else "tf32"  # exact float32 products; else no effect
+    n_blocks = triton.cdiv(max_slice, t.block_n)
+    strides_a = (a.stride(0), a.stride(1), a.stride(2))
+    decodes = plan.num_decode_rows(num_rows)
+    if decodes:
+        _bgmv_shrink_kernel[(decodes, num_slices)](
+            x, a, buf, plan.decode_slots, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
+            BLOCK_R=block_r, BLOCK_K=t.block_k)
+        _bgmv_expand_kernel[(decodes, num_slices * n_blocks)](
+            buf, b, y, plan.decode_slots, slices, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
+            b.stride(1), y.stride(0), BLOCK_N=t.block_n, BLOCK_R=block_r)
+    if plan.num_segments:
+        m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
+        _sgmv_shrink_kernel[(plan.num_segments, m_blocks, num_slices)](
+            x, a, buf, plan.segments, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
+            DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.block_m, BLOCK_R=block_r, BLOCK_K=t.block_k)
+        _sgmv_expand_kernel[(plan.num_segments, m_blocks, num_slices * n_blocks)](
+            buf, b, y, plan.segments, slices, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
+            b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
+            BLOCK_R=block_r)
+    return y
