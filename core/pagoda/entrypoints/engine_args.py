@@ -68,6 +68,7 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                         '\'{"method": "draft", "model": DIR, "num_speculative_tokens": 4}\' (a small model of the '
                         'same tokenizer); "backoff": false keeps k drafts always. Outputs are unchanged '
                         "(exact verification), greedy or sampled (docs/speculative.md)")
+    add_lora_args(g)
 
 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
@@ -116,4 +117,21 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         guided_decoding_backend=args.guided_decoding_backend,
         speculative_config=args.speculative_config,
         runner=args.runner,
+        **lora_settings(args),
     )
+
+
+def add_lora_args(group) -> None:
+    """The LoRA flags (docs/lora.md), mirroring EngineConfig's LoRA fields."""
+    group.add_argument("--enable-lora", action="store_true",
+                       help="serve LoRA adapters over the model: requests name their adapter (docs/lora.md)")
+    group.add_argument("--max-loras", type=int, default=1,
+                       help="distinct adapters one step may run (device slots; more wait for a free slot)")
+    group.add_argument("--max-lora-rank", type=int, default=16, help="the largest adapter rank served")
+    group.add_argument("--max-cpu-loras", type=int, default=None,
+                       help="adapters kept in host memory, ready to swap in (default: --max-loras)")
+
+
+def lora_settings(args: argparse.Namespace) -> dict:
+    return dict(enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
+                max_cpu_loras=args.max_cpu_loras)
