@@ -253,6 +253,31 @@ def test_uninstalling_removes_the_backend(env: Env) -> None:
         env.install(REPO / "tests" / "plugins" / "fake_attention")
 
 
+def test_a_second_distribution_reusing_an_entry_point_name_fails_alone(env: Env) -> None:
+    """pagoda-dup-first, then pagoda-dup-second, both name their entry point 'dup': the newcomer fails
+    naming both distributions, the first keeps its method; in either install order."""
+    fakes = REPO / "tests" / "plugins"
+    try:
+        for first, second in (("first", "second"), ("second", "first")):
+            env.install(fakes / f"dup_{first}")
+            env.install(fakes / f"dup_{second}")  # later: the newcomer
+            listed = json.loads(env.run(env.bin / "pagoda", "plugins", "--json").stdout)
+            dups = {p["distribution"]: p for p in listed if p["name"] == "dup"}  # one name, two distributions
+            kept, failed = dups[f"pagoda-dup-{first}"], dups[f"pagoda-dup-{second}"]
+            assert (kept["distribution"], kept["status"]) == (f"pagoda-dup-{first}", "loaded")
+            assert kept["registers"] == {"quantization": [f"{first}-int8"]}
+            assert (failed["status"], failed["registers"]) == ("failed", {})
+            assert failed["errors"] == [
+                f"entry point name 'dup' of pagoda-dup-{second} is already used by pagoda-dup-{first} (installed "
+                f"earlier), which keeps it; rename the entry point in pagoda-dup-{second}'s pyproject.toml "
+                '([project.entry-points."pagoda.plugins"]) or uninstall one of the two'
+            ]
+            env.pip("uninstall", "-y", "-q", "pagoda-dup-first", "pagoda-dup-second")
+    finally:
+        env.run(env.bin / "python", "-m", "pip", "uninstall", "-y", "-q", "pagoda-dup-first", "pagoda-dup-second",
+                check=False)
+
+
 def test_plugins_new_generates_an_installable_tested_package(env: Env) -> None:
     out = env.root / "generated"
     env.run(env.bin / "pagoda", "plugins", "new", "my-attn", "--output", out)  # the venv's packaged template
@@ -308,5 +333,5 @@ def test_bad_plugin_names_are_refused_with_a_fix() -> None:
         placeholders("My_Attn")
     with pytest.raises(ValueError, match="leave out the 'pagoda-' prefix"):
         placeholders("pagoda-x")
-    with pytest.raises(ValueError, match="no template for kind 'scheduler'"):
-        placeholders("x", kind="scheduler")
+    with pytest.raises(ValueError, match="no template for kind 'schedular'; choose one of: attention, "):
+        placeholders("x", kind="schedular")

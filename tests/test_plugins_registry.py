@@ -242,13 +242,27 @@ def test_cli_parser_routes_plugins_and_new() -> None:
         assert all(action.help for action in p._actions), "every flag needs --help text"
 
 
-def test_a_later_plugin_replaces_a_name_and_the_listing_follows(fake) -> None:
-    class Override:
+def test_a_name_taken_by_an_earlier_plugin_is_refused_unless_allowed(fake) -> None:
+    backend = fake("fake_attention").FakeAttentionBackend
+
+    class Later:
         @hookimpl
         def register_attention_backends(self, register) -> None:
-            register("torch", fake("fake_attention").FakeAttentionBackend)
+            register("fake-attn", type("LaterBackend", (backend,), {}))
 
-    pm = manager(override=Override())
-    assert pm.registry("attention").get("torch").__name__ == "FakeAttentionBackend"
-    assert pm.plugins["override"].registers == {"attention": ["torch"]}
-    assert "attention" not in pm.plugins["builtin"].registers
+    pm = manager(fake_attention=fake("fake_attention"), later=Later())
+    assert pm.registry("attention").get("fake-attn") is backend
+    assert pm.plugins["later"].registers == {}
+    assert pm.plugins["later"].notes == [
+        "attention backend 'fake-attn' not registered: the name belongs to plugin 'fake-attention' "
+        "(pagoda_fake_attention.plugin); to let plugin 'later' (Later) replace it, pass "
+        "--allow-plugin-overrides attention:fake-attn"
+    ]
+    allowed = PluginManager(block="", overrides="fake-attn", entry_points=False,
+                            modules={"fake-attention": fake("fake_attention"), "later": Later()})
+    assert allowed.registry("attention").get("fake-attn").__name__ == "LaterBackend"
+    assert allowed.plugins["later"].registers == {"attention": ["fake-attn"]}
+    assert "attention" not in allowed.plugins["fake-attention"].registers
+    assert allowed.registry("attention").describe("fake-attn") == (
+        "fake-attn (plugin later, replacing the one of plugin 'fake-attention' (pagoda_fake_attention.plugin))"
+    )

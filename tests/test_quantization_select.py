@@ -19,9 +19,10 @@ def test_checkpoint_method_is_read_from_the_config() -> None:
     assert checkpoint_quant_method(SimpleNamespace(quantization_config=SimpleNamespace(quant_method="fp8"))) == "fp8"
 
 
-def test_without_the_flag_the_checkpoint_decides() -> None:
-    assert resolve_quantization(None, AWQ) == "awq"
-    assert resolve_quantization(None, DENSE) == "none"
+@pytest.mark.parametrize("requested", [None, "auto"])
+def test_without_the_flag_or_with_auto_the_checkpoint_decides(requested) -> None:
+    assert resolve_quantization(requested, AWQ) == "awq"
+    assert resolve_quantization(requested, DENSE) == "none"
 
 
 def test_an_explicit_method_is_kept() -> None:

@@ -100,6 +100,7 @@ API_KEY = Text("PAGODA_API_KEY")  # `pagoda serve`'s --api-key when the flag is 
 # Plugins (comma-separated plugin names; the --plugins / --disable-plugins flags win)
 PLUGINS = Text("PAGODA_PLUGINS")  # load only these
 DISABLE_PLUGINS = Text("PAGODA_DISABLE_PLUGINS")  # load all but these
+ALLOW_PLUGIN_OVERRIDES = Text("PAGODA_ALLOW_PLUGIN_OVERRIDES")  # names (NAME or KIND:NAME) a plugin may take over
 
 # Tensor-parallel ranks
 HOST_IP = Text("PAGODA_HOST_IP")  # this host's address as the other hosts reach it
@@ -118,6 +119,6 @@ CUDA_BUILD_VERBOSE = Switch("PAGODA_CUDA_BUILD_VERBOSE", "0")  # 1: show the com
 ROCM_BUILD_VERBOSE = Switch("PAGODA_ROCM_BUILD_VERBOSE", "0")
 
 VARIABLES: tuple[Variable, ...] = (
-    API_KEY, PLUGINS, DISABLE_PLUGINS, HOST_IP, DIST_TIMEOUT_S, TRACE_DIR, TORCH_PROFILER_DIR,
+    API_KEY, PLUGINS, DISABLE_PLUGINS, ALLOW_PLUGIN_OVERRIDES, HOST_IP, DIST_TIMEOUT_S, TRACE_DIR, TORCH_PROFILER_DIR,
     CUDA_KERNELS, ROCM_KERNELS, CUDA_BUILD, ROCM_BUILD, CUDA_BUILD_VERBOSE, ROCM_BUILD_VERBOSE,
 )

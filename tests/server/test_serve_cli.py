@@ -75,7 +75,7 @@ def test_unknown_choice_and_missing_model_exit_nonzero(monkeypatch, capsys, tmp_
     monkeypatch.setattr(CoreProcess, "__init__", lambda *a, **k: pytest.fail("loaded the model"))
     with pytest.raises(SystemExit) as info:
         main(["serve", "--attention-backend", "nope"])
-    assert info.value.code == 2 and "invalid choice: 'nope'" in capsys.readouterr().err
+    assert info.value.code == 2 and "Unknown attention backend 'nope'" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "missing")]) == 2
     assert "is not a local file or folder" in capsys.readouterr().err
 

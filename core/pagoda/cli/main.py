@@ -6,8 +6,12 @@ import argparse
 import logging
 import sys
 
+from typing import NoReturn
+
 from pagoda import __version__
+from pagoda.errors import ConfigError, IncompatibleChoiceError, UnknownChoiceError
 from pagoda.plugins import manager as plugin_manager
+from pagoda.plugins.names import OVERRIDES_FLAG
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -25,9 +29,24 @@ def common_options() -> argparse.ArgumentParser:
         help=f"comma-separated plugins not to load, though installed (env {plugin_manager.ENV_BLOCK})",
     )
     group.add_argument(
+        OVERRIDES_FLAG,
+        metavar="NAMES",
+        help="comma-separated registered names (NAME or KIND:NAME, e.g. scheduler:fcfs) that an installed plugin may "
+        "take over from the built-in, first-party or first plugin they belong to; without it such a registration is "
+        f"refused and shown by `pagoda plugins` (env {plugin_manager.ENV_OVERRIDES})",
+    )
+    group.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="logging verbosity"
     )
     return parent
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line naming the command, the flag and the reason (exit status 2); every
+    subcommand's parser, plugins' included, is of this class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _preparse(argv: list[str]) -> argparse.Namespace:
@@ -39,9 +58,7 @@ def _preparse(argv: list[str]) -> argparse.Namespace:
 def build_parser(manager: plugin_manager.PluginManager) -> argparse.ArgumentParser:
     from pagoda.cli import plugins_cmd
 
-    parser = argparse.ArgumentParser(
-        prog="pagoda", description="Pagoda: LLM inference and serving, built from plugins."
-    )
+    parser = Parser(prog="pagoda", description="Pagoda: LLM inference and serving, built from plugins.")
     parser.add_argument("--version", action="version", version=f"pagoda {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     parent = common_options()
@@ -68,13 +85,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=early.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
     )
-    manager = plugin_manager.configure(allow=early.plugins, block=early.disable_plugins)
+    try:
+        manager = plugin_manager.configure(early.plugins, early.disable_plugins, early.allow_plugin_overrides)
+    except ValueError as exc:  # a malformed --allow-plugin-overrides
+        print(f"pagoda: error: {exc}", file=sys.stderr)
+        return 2
     parser = build_parser(manager)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (UnknownChoiceError, IncompatibleChoiceError, ConfigError) as exc:  # a choice no command checked first
+        print(f"pagoda {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,18 +9,25 @@ from pathlib import Path
 
 from pagoda.plugins.catalog import KINDS
 from pagoda.plugins.manager import ENV_ALLOW, ENV_BLOCK, PluginInfo, get_plugin_manager
+from pagoda.plugins.names import OVERRIDES_FLAG
 
 JSON_HELP = (
     "print a JSON list instead of the table: one object per plugin with the keys name (entry-point "
     "name), distribution, version, module, builtin (bool), status ('loaded' | 'disabled' | "
-    "'failed'), registers ({kind: [names]}, kinds: " + ", ".join(KINDS) + ") and errors ([text])"
+    "'failed'), registers ({kind: [names]}, kinds: " + ", ".join(KINDS) + "), errors ([text]: why a failed "
+    "plugin registers nothing) and notes ([text]: a registration refused because its name belongs to another "
+    "plugin, or allowed to replace it)"
 )
 
 LIST_EPILOG = f"""\
 status: 'loaded' plugins register what the REGISTERS column shows; 'disabled' ones are installed
 but switched off (--plugins / --disable-plugins, or {ENV_ALLOW} / {ENV_BLOCK}) and register
-nothing; 'failed' ones could not be imported or raised in a hook: their errors are printed below
-the table and nothing of theirs is registered. The exit status is 0 in all three cases.
+nothing; 'failed' ones could not be imported, implement a hook that does not exist, raised in a
+hook, registered a class their kind's interface refuses (abstract, not a subclass, a class
+attribute of the wrong type) or reuse another distribution's entry-point name: their errors are
+printed below the table and nothing of theirs is registered. A registration of a name that
+belongs to another plugin (a built-in or first-party name) is refused alone and listed under
+Notes; {OVERRIDES_FLAG} NAME allows it. The exit status is 0 in every case.
 
 Write a plugin: `pagoda plugins new NAME` (see docs/plugins.md)."""
 
@@ -99,6 +106,10 @@ def format_table(plugins: list[PluginInfo]) -> str:
     if failed:
         lines += ["", "Errors (these plugins register nothing):"]
         lines += [f"  {p.name} ({p.distribution or p.module}): {error}" for p in failed for error in p.errors]
+    noted = [p for p in plugins if p.notes]
+    if noted:
+        lines += ["", "Notes:"]
+        lines += [f"  {p.name} ({p.distribution or p.module}): {note}" for p in noted for note in p.notes]
     disabled = [p.name for p in plugins if p.status == "disabled"]
     if disabled:
         lines += ["", f"Disabled by --plugins/--disable-plugins or {ENV_ALLOW}/{ENV_BLOCK}: {', '.join(disabled)}"]

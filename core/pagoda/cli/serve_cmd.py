@@ -7,7 +7,7 @@ import logging
 import sys
 
 from pagoda import envs
-from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, add_engine_args, engine_config
+from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, RegistryName, add_engine_args, engine_config
 from pagoda.errors import PagodaError
 from pagoda.plugins import get_plugin_manager
 
@@ -48,7 +48,7 @@ def _add_parser_args(g) -> None:
     manager = get_plugin_manager()
     tools = ", ".join(manager.registry("tool_parser").names()) or "none installed"
     reasoning = ", ".join(manager.registry("reasoning_parser").names()) or "none installed"
-    g.add_argument("--tool-call-parser", default=None, metavar="NAME",
+    g.add_argument("--tool-call-parser", default=None, metavar="NAME", type=RegistryName(manager, "tool_parser"),
                    help="how the model writes tool calls, for requests with tools and tool_choice 'auto' (the default "
                         "with tools): the parser finds the calls in the output and answers them as OpenAI tool_calls. "
                         f"Registered: {tools} (hermes: Hermes/Qwen2.5/Qwen3 <tool_call> blocks; llama3_json: "
@@ -56,7 +56,7 @@ def _add_parser_args(g) -> None:
                         "'required' and a named function work without it (enforced by guided decoding)")
     g.add_argument("--enable-auto-tool-choice", action="store_true",
                    help="accepted for vLLM compatibility: tool_choice 'auto' is on whenever --tool-call-parser is given")
-    g.add_argument("--reasoning-parser", default=None, metavar="NAME",
+    g.add_argument("--reasoning-parser", default=None, metavar="NAME", type=RegistryName(manager, "reasoning_parser"),
                    help="split a reasoning model's <think>...</think> block from its answer: reasoning goes to "
                         f"message.reasoning_content (streamed as delta.reasoning_content). Registered: {reasoning} "
                         "(deepseek_r1: reasoning until </think>; qwen3: only inside a <think> block that opens "
@@ -81,7 +81,7 @@ def check_args(args: argparse.Namespace):
     manager = get_plugin_manager()
     _, platform_cls = manager.registry("platform").select(config.platform)
     manager.registry("quantization").select(config.quantization or "none", platform=platform_cls())
-    manager.registry("scheduler").get(config.scheduler)
+    manager.registry("scheduler").select(config.scheduler)
     if args.tool_call_parser is not None:
         manager.registry("tool_parser").get(args.tool_call_parser)
     if args.reasoning_parser is not None:
@@ -127,10 +127,13 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
                          args.reasoning_parser)
+    parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
+                                                                ("reasoning parser", args.reasoning_parser)) if name)
+
     def announce() -> None:
-        logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d)", ", ".join(names),
+        logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d%s)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,
-                    core.pid)
+                    core.pid, parsers)
 
     try:
         if args.api_server_count == 1:

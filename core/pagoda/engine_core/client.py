@@ -98,7 +98,7 @@ class CoreProcess:
         manager = get_plugin_manager()  # the child loads the same plugins as this process
         self.process = context.Process(target=run_engine_core, name="pagoda-engine-core",
                                        args=(config, self.address, sender, core_factory, log_level,
-                                             (manager.allow, manager.block)))
+                                             manager.settings))
         self.process.start()
         sender.close()
         self.info = self._wait_until_ready(receiver)

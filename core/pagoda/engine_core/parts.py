@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pagoda.config import EngineConfig, step_token_budget
+from pagoda.errors import PagodaError
 from pagoda.interfaces import AttentionBackend, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.kv_cache.manager import KVCacheManager
@@ -22,6 +23,7 @@ from pagoda.plugins import get_plugin_manager
 from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.runner.shard import build_model_shard, model_class, select_platform
 from pagoda.spec_decode.engine import check_proposer_tensor_parallel
+from pagoda.speculative_config import parse_speculative_config
 
 logger = logging.getLogger("pagoda")
 
@@ -73,17 +75,45 @@ def _build_driver_parts(config, platform, source, hf_config, workers) -> EngineP
     tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
     shard = build_model_shard(config, platform, source, hf_config, tp)
     kv_cache = KVCacheManager(shard.num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
-    tp_note = f" | tensor parallel {tp.size} ranks" if tp.size > 1 else ""
-    logger.info(
-        "Pagoda engine: platform %s | attention %s | quantization %s | dtype %s | KV cache %d blocks x %d = %d tokens"
-        " | max_model_len %d%s", platform.describe(), shard.attention_name, shard.quant_name,
-        str(shard.dtype).removeprefix("torch."), kv_cache.num_blocks, config.block_size,
-        kv_cache.num_blocks * config.block_size, shard.max_model_len, tp_note,
-    )
-    scheduler_cls = get_plugin_manager().registry("scheduler").get(config.scheduler)
-    scheduler = scheduler_cls(_scheduler_config(config, shard.max_model_len), kv_cache)
+    schedulers = get_plugin_manager().registry("scheduler")
+    scheduler_name, _ = schedulers.select(config.scheduler)
+    scheduler = schedulers.create(scheduler_name, _scheduler_config(config, shard.max_model_len), kv_cache)
+    logger.info("Pagoda engine: %s", startup_line(config, platform, shard, scheduler_name, kv_cache.num_blocks, tp))
     return EngineParts(config, platform, source, hf_config, tokenizer, shard.dtype, shard.max_model_len,
                        shard.attention, shard.model, shard.kv_caches, kv_cache, scheduler, tp, workers)
+
+
+def startup_line(config: EngineConfig, platform: Platform, shard, scheduler: str, num_blocks: int,
+                 tp: TensorParallel = SINGLE) -> str:
+    """Every choice the engine made: platform, attention, quantization, scheduler, proposer (when
+    speculating), guided decoding backend, then sizes. A choice provided by a plugin names its
+    distribution, and one that replaces another's name (--allow-plugin-overrides) says so."""
+    plugins = get_plugin_manager()
+    platform_name = next((e.name for e in plugins.registry("platform").entries() if e.obj is type(platform)), None)
+    platform_source = plugins.registry("platform").describe(platform_name).removeprefix(platform_name or "")
+    parts = [f"platform {platform.describe()}{platform_source}",
+             f"attention {plugins.registry('attention').describe(shard.attention_name)}",
+             f"quantization {plugins.registry('quantization').describe(shard.quant_name)}",
+             f"scheduler {plugins.registry('scheduler').describe(scheduler)}"]
+    spec = parse_speculative_config(config.speculative_config)
+    if spec is not None:
+        parts.append(f"proposer {plugins.registry('proposer').describe(spec.method)} (k={spec.num_speculative_tokens})")
+    parts.append(f"guided decoding {_guided_backend(config.guided_decoding_backend)}")
+    parts.append(f"dtype {str(shard.dtype).removeprefix('torch.')}")
+    parts.append(f"KV cache {num_blocks} blocks x {config.block_size} = {num_blocks * config.block_size} tokens")
+    parts.append(f"max_model_len {shard.max_model_len}")
+    if tp.size > 1:
+        parts.append(f"tensor parallel {tp.size} ranks")
+    return " | ".join(parts)
+
+
+def _guided_backend(name: str) -> str:
+    """The grammar engine guided requests get by default (chosen now, as the first such request will)."""
+    registry = get_plugin_manager().registry("guided_decoding")
+    try:
+        return registry.describe(registry.select(name)[0])
+    except PagodaError as exc:  # guided requests will be refused with this reason; the rest runs
+        return f"none usable ({exc})"
 
 
 def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConfig:

@@ -36,7 +36,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
                     log_level: str = "INFO", plugins: tuple = (None, None)) -> None:
     """Process entry point: build the core, report ``("ready", info)`` or ``("error", text)`` on
     the ``status`` pipe, then serve clients on ``address`` until shut down. ``plugins`` is the
-    parent's (allow, block) lists."""
+    parent's plugin settings (``PluginManager.settings``)."""
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -6,24 +6,51 @@ import argparse
 
 from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
 from pagoda.plugins.manager import PluginManager
+from pagoda.plugins.registry import AUTO
 
 DEFAULT_MODEL_HELP = "a local HF model folder or .gguf file (default: the embedded smollm2-135m-instruct)"
 
 
+class RegistryName:
+    """An argparse ``type``: a name registered for the kind ``key`` (or ``auto`` where the kind has
+    it); any other value fails the flag with the registry's own message: the names that exist, the
+    closest one, and which plugin distribution to install for a first-party name."""
+
+    def __init__(self, manager: PluginManager, key: str) -> None:
+        self.registry = manager.registry(key)
+        self.extra = (AUTO,) if self.registry.kind.auto else ()
+        self.__name__ = self.registry.kind.label  # argparse names the type in some of its messages
+
+    def __call__(self, value: str) -> str:
+        if value in self.extra or value in self.registry:
+            return value
+        raise argparse.ArgumentTypeError(self.registry.unknown_message(value))
+
+    @property
+    def metavar(self) -> str:
+        return "{" + ",".join([*self.extra, *self.registry.names()]) + "}"
+
+
+def registry_flag(group, flag: str, manager: PluginManager, key: str, **kwargs) -> None:
+    """Add ``flag`` choosing a name of the registry ``key`` (its names in --help, its errors)."""
+    choice = RegistryName(manager, key)
+    group.add_argument(flag, type=choice, metavar=choice.metavar, **kwargs)
+
+
 def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> None:
     """Add every EngineConfig flag; one-of-N choices come from the plugin registries."""
-    names = {key: manager.registry(key).names() for key in ("attention", "quantization", "scheduler", "platform")}
     g = parser.add_argument_group("engine")
     g.add_argument("--tokenizer", help="tokenizer folder (default: the model's)")
-    g.add_argument("--attention-backend", default="auto", choices=["auto", *names["attention"]],
-                   help="attention kernels over the paged KV cache; 'auto' picks the fastest usable one "
-                        "(install pagoda-attention-triton / -flash for GPU kernels)")
-    g.add_argument("--quantization", default=None, choices=names["quantization"],
-                   help="how linear layers store weights (default: the checkpoint's, else 'none')")
+    registry_flag(g, "--attention-backend", manager, "attention", default=AUTO,
+                  help="attention kernels over the paged KV cache; 'auto' takes the usable one of highest priority "
+                       "(install pagoda-attention-triton / -flash for GPU kernels)")
+    registry_flag(g, "--quantization", manager, "quantization", default=AUTO,
+                  help="how linear layers store weights; 'auto': the method the checkpoint's config.json declares "
+                       "(quantization_config), else 'none': an installed method never quantizes a model by itself")
     g.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                    help="KV cache element type: auto (the model dtype) or fp8 (if the attention backend supports it)")
-    g.add_argument("--platform", default="auto", choices=["auto", *names["platform"]],
-                   help="device family; 'auto' picks the best available (e.g. cuda over cpu)")
+    registry_flag(g, "--platform", manager, "platform", default=AUTO,
+                  help="device family; 'auto' takes the usable one of highest priority (e.g. cuda over cpu)")
     g.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="weight and activation dtype; 'auto' = the platform's choice for this checkpoint")
     g.add_argument("--load-format", default="auto", choices=LOAD_FORMATS,
@@ -44,8 +71,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
                    help="schedule and launch step N+1 while step N runs on the device, reading N's tokens "
                         "afterwards (default on; --no-overlap-steps runs steps strictly in turn)")
-    g.add_argument("--scheduler", default="fcfs", choices=names["scheduler"] or ["fcfs"],
-                   help="request scheduling policy: fcfs, or priority (lower value first)")
+    registry_flag(g, "--scheduler", manager, "scheduler", default="fcfs",
+                  help="request scheduling policy: fcfs, priority (lower value first), or a plugin's; 'auto' takes "
+                       "the one of highest priority")
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
     g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
                    help="split every layer over this many devices (one process per device; docs/distributed.md)")
@@ -56,9 +84,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                    help="sum the tensor-parallel ranks' partial results over NCCL (RCCL) alone; by default ranks "
                         "of one host sum small messages (decode steps) with the platform's own all-reduce over "
                         "peer-to-peer memory where it has one, and fall back to NCCL where it does not")
-    g.add_argument("--guided-decoding-backend", default="auto",
-                   help="grammar engine for structured output (guided_decoding, response_format): a registered "
-                        "guided decoding backend (built in: xgrammar), or auto (docs/structured_output.md)")
+    registry_flag(g, "--guided-decoding-backend", manager, "guided_decoding", default=AUTO,
+                  help="grammar engine for structured output (guided_decoding, response_format); 'auto' takes the "
+                       "usable one of highest priority (docs/structured_output.md)")
     g.add_argument("--runner", default="auto", choices=RUNNERS,
                    help="generate text, or pool hidden states (embeddings, scores: /v1/embeddings, /score, "
                         "/rerank); auto: pooling for encoder-only models such as BertModel (docs/pooling.md)")

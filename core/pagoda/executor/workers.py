@@ -122,7 +122,7 @@ def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     context = multiprocessing.get_context("spawn")
     for rank in range(1, n):
         spec = WorkerSpec(config, rank, n, rank, init_method, group.step_address, group.error_address,
-                          (manager.allow, manager.block), os.getpid(), torch.get_num_threads(),
+                          manager.settings, os.getpid(), torch.get_num_threads(),
                           logging.getLogger().getEffectiveLevel())
         from pagoda.executor.worker import run_spawned_worker
 

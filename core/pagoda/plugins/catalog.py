@@ -16,6 +16,9 @@ class Kind:
     # what the kind's contract requires of every entry, checked before obj.check: (obj, **check_args) -> reason
     requirement: Callable[..., str | None] | None = None
     auto: bool = True  # whether 'auto' may pick an entry (False: a name must be given, e.g. a tool-call parser)
+    # what 'auto' selects when it is not 'the usable entry of highest priority' (quantization: 'none';
+    # the checkpoint's own method is resolved before the registry is asked)
+    auto_name: str | None = None
 
 
 def _attention_contract(backend_cls: Any, platform: Any = None, spec: Any = None) -> str | None:
@@ -30,10 +33,11 @@ KINDS: dict[str, Kind] = {
         Kind("platform", "register_platforms", "platform", "--platform", ()),
         Kind("attention", "register_attention_backends", "attention backend", "--attention-backend", ("platform", "spec"),
              _attention_contract),
-        Kind("quantization", "register_quantization_methods", "quantization method", "--quantization", ("platform",)),
+        Kind("quantization", "register_quantization_methods", "quantization method", "--quantization", ("platform",),
+             auto_name="none"),
         Kind("model", "register_models", "model architecture", None, ()),
         Kind("scheduler", "register_schedulers", "scheduler", "--scheduler", ()),
-        Kind("proposer", "register_proposers", "speculative proposer", "--speculative-config", ()),
+        Kind("proposer", "register_proposers", "speculative proposer", "--speculative-config", (), auto=False),
         Kind("guided_decoding", "register_guided_decoding_backends", "guided decoding backend",
              "--guided-decoding-backend", ()),
         Kind("tool_parser", "register_tool_parsers", "tool-call parser", "--tool-call-parser", (), auto=False),

@@ -1,11 +1,12 @@
 """Which quantization method a model uses: ``--quantization``, else the checkpoint's own.
 
 A quantized HF checkpoint names its method in config.json (``quantization_config.quant_method``,
-e.g. ``"awq"``). Without ``--quantization`` that method is used (renamed through
+e.g. ``"awq"``). Without ``--quantization`` (or with ``auto``) that method is used (renamed through
 ``METHOD_OF_QUANT_METHOD`` where a Pagoda method reads another format's name), else ``none``. An explicit method
 may differ from the checkpoint's (online quantization, dummy weights); each method checks the
 ``quantization_config`` it is given. Only ``none`` on a quantized checkpoint is refused here: dense
-layers cannot hold quantized tensors.
+layers cannot hold quantized tensors. No installed method is ever chosen for a checkpoint that
+declares none: ``auto`` never quantizes a model nobody asked to quantize.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from pagoda.errors import IncompatibleChoiceError
 
 UNQUANTIZED = "none"
+AUTO = "auto"
 
 # quant_method in config.json -> the registered method that reads it (others keep their name)
 METHOD_OF_QUANT_METHOD: dict[str, str] = {
@@ -33,9 +35,9 @@ def checkpoint_quant_method(hf_config: Any) -> str | None:
 
 
 def resolve_quantization(requested: str | None, hf_config: Any) -> str:
-    """The method name to select: ``requested`` if given, else the checkpoint's, else ``none``."""
+    """The method name to select: ``requested`` if given (not ``auto``), else the checkpoint's, else ``none``."""
     found = checkpoint_quant_method(hf_config)
-    if requested is None:
+    if requested in (None, AUTO):
         return METHOD_OF_QUANT_METHOD.get(found, found) if found else UNQUANTIZED
     if requested == UNQUANTIZED and found is not None:
         raise IncompatibleChoiceError(

@@ -44,8 +44,10 @@ class ModelShard:
 
 
 def select_platform(config: EngineConfig) -> Platform:
-    _, cls = get_plugin_manager().registry("platform").select(config.platform)
-    return cls()
+    """The platform ``config`` names (``auto``: the usable one of highest priority), constructed."""
+    registry = get_plugin_manager().registry("platform")
+    name, _ = registry.select(config.platform)
+    return registry.create(name)
 
 
 def resolve_dtype(config: EngineConfig, hf_config, platform: Platform) -> torch.dtype:
@@ -84,14 +86,16 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     spec = attention_spec(hf_config, config.block_size, dtype, tp.size)
     if not getattr(model_cls, "causal_attention", True):  # encoder models attend bidirectionally
         spec = dataclasses.replace(spec, causal=False)
-    attention_name, backend_cls = plugins.registry("attention").select(config.attention_backend, platform=platform, spec=spec)
+    attentions = plugins.registry("attention")
+    attention_name, backend_cls = attentions.select(config.attention_backend, platform=platform, spec=spec)
     _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
-    attention = backend_cls(spec, platform)
-    quant_name, quant_cls = plugins.registry("quantization").select(
-        resolve_quantization(config.quantization, hf_config), platform=platform)
-    quant = quant_cls(getattr(hf_config, "quantization_config", None))
+    attention = attentions.create(attention_name, spec, platform)
+    methods = plugins.registry("quantization")
+    quant_name, _ = methods.select(resolve_quantization(config.quantization, hf_config), platform=platform)
+    quant = methods.create(quant_name, getattr(hf_config, "quantization_config", None))
     ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
-    quant.bind_ops(ctx.ops)
+    with methods.blame(quant_name, "bind_ops()"):
+        quant.bind_ops(ctx.ops)
     model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
     tuned = ctx.ops.tune(model, tp)
     if tuned and tp.rank == 0:

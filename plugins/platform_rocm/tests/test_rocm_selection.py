@@ -11,7 +11,7 @@ import pytest
 from pagoda.errors import IncompatibleChoiceError
 from pagoda.hookspecs import hookimpl
 from pagoda.interfaces.attention import AttentionBackend
-from pagoda.interfaces.quantization import QuantizationMethod
+from pagoda.quantization.unquantized import UnquantizedMethod
 from pagoda.plugins.manager import PluginManager
 
 pytest.importorskip("pagoda_platform_rocm", reason="pagoda-platform-rocm is not installed")
@@ -37,7 +37,9 @@ class FakeFlash(AttentionBackend):
         raise NotImplementedError
 
 
-class FakeAwq(QuantizationMethod):
+class FakeAwq(UnquantizedMethod):
+    """Stands for a method on NVIDIA-only csrc kernels (dense weights: only ``check`` matters here)."""
+
     @classmethod
     def check(cls, platform):
         return platform.csrc_kernel_reason("awq_gemm")
