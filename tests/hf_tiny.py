@@ -72,14 +72,19 @@ def hf_model(config):
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    return randomise(model)
+
+
+@torch.no_grad()
+def randomise(model):
+    """Every parameter of ``model`` random (norm weights around 1, biases and weights around 0); in eval mode."""
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_(1.0 + 0.2 * torch.randn_like(p))
+        elif name.endswith("bias"):
+            p.copy_(0.2 * torch.randn_like(p))
+        else:
+            p.copy_(0.15 * torch.randn_like(p))
     return model.eval()
 
 

@@ -13,6 +13,7 @@ from typing import Any, Union
 import msgspec
 
 from pagoda.lora_request import LoRARequest
+from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.sampling_params import BeamSearchParams
 from pagoda.pooling_params import PoolingParams
 from pagoda.sampling_params import SamplingParams
@@ -60,6 +61,7 @@ class AddRequest(msgspec.Struct, tag=True):
     beam: BeamSearchParams | None = None
     pooling_params: PoolingParams | None = None  # a pooling request: its prompt is pooled, nothing is generated
     lora_request: LoRARequest | None = None  # the LoRA adapter it runs with (None: the base model)
+    mm_items: list[MultimodalItem] = []  # its images, processed, and their placeholder runs in the prompt
 
     @property
     def output_ids(self) -> list[str]:
@@ -69,12 +71,15 @@ class AddRequest(msgspec.Struct, tag=True):
 
 def add_messages(request_id: str, prompt_token_ids: list[int], sequences: list[tuple[str, SamplingParams]],
                  arrival_time: float, priority: int = 0, beam: BeamSearchParams | None = None,
-                 lora_request: LoRARequest | None = None) -> list[AddRequest]:
+                 lora_request: LoRARequest | None = None,
+                 mm_items: list[MultimodalItem] | None = None) -> list[AddRequest]:
     """What a front end sends for one request: one AddRequest per sequence, or one for a beam search."""
+    images = list(mm_items or [])
     if beam is not None:
         return [AddRequest(request_id, list(prompt_token_ids), sequences[0][1], arrival_time, priority, beam=beam,
-                           lora_request=lora_request)]
-    return [AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival_time, priority, lora_request=lora_request)
+                           lora_request=lora_request, mm_items=images)]
+    return [AddRequest(seq_id, list(prompt_token_ids), seq_params, arrival_time, priority, lora_request=lora_request,
+                       mm_items=images)
             for seq_id, seq_params in sequences]
 
 

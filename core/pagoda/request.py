@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pagoda.lora_request import LoRARequest
+    from pagoda.multimodal_inputs import MultimodalItem
     from pagoda.pooling_params import PoolingParams
     from pagoda.sampling_params import SamplingParams
 
@@ -63,10 +64,16 @@ class Request:
     first_launch_time: float | None = None  # when its first step was launched
     pooling_params: "PoolingParams | None" = None  # a pooling request: one whole-prompt step, pooled, no tokens
     lora_request: "LoRARequest | None" = None  # the LoRA adapter it runs with (None: the base model)
+    mm_items: "list[MultimodalItem]" = field(default_factory=list)  # images and their placeholder runs in the prompt
 
     def __post_init__(self) -> None:
         if not self.token_ids:
             self.token_ids = list(self.prompt_token_ids)
+
+    def content_keys(self, start: int, end: int) -> tuple[str, ...]:
+        """The content hashes of the images whose placeholder runs overlap tokens ``[start, end)`` (what the
+        prefix cache keys a block by, beside its token ids)."""
+        return tuple(item.content_hash for item in self.mm_items if item.offset < end and start < item.end)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -18,6 +18,8 @@ from pagoda.engine_core.client import EngineCoreClient, InprocClient, SyncMPClie
 from pagoda.engine_core.core import EngineCore, check_runner, validate_prompt
 from pagoda.sampling_params import BeamSearchParams
 from pagoda.messages import AddRequest, StepStats, add_messages
+from pagoda.multimodal.processing import ImageProcessor, ProcessedPrompt
+from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.errors import RequestError
 from pagoda.lora_request import LoRARequest
 from pagoda.outputs import RequestOutput
@@ -28,9 +30,11 @@ from pagoda.sampling_params import SamplingParams
 
 
 class LLMEngine:
-    def __init__(self, client: EngineCoreClient, tokenizer) -> None:
+    def __init__(self, client: EngineCoreClient, tokenizer, config: EngineConfig | None = None) -> None:
         self.client = client
         self.tokenizer = tokenizer
+        self.config = config
+        self._images: ImageProcessor | None = None  # a vision-language model's, made on the first image
         self.info = client.info
         self.max_model_len = client.info.max_model_len
         self.outputs = OutputProcessor(tokenizer)
@@ -43,12 +47,12 @@ class LLMEngine:
         """An engine whose core runs in this process, or (``multiprocess``) in its own."""
         if not multiprocess:
             core = EngineCore.from_config(config)
-            return cls(InprocClient(core), core.parts.tokenizer)
+            return cls(InprocClient(core), core.parts.tokenizer, config)
         from pagoda.loader import load_tokenizer, resolve_model
 
         client = SyncMPClient.start(config)
         tokenizer = None if config.skip_tokenizer_init else load_tokenizer(resolve_model(config.model), config.tokenizer)
-        return cls(client, tokenizer)
+        return cls(client, tokenizer, config)
 
     @property
     def core(self) -> EngineCore:
@@ -70,10 +74,12 @@ class LLMEngine:
         arrival_time: float | None = None,
         beam: BeamSearchParams | None = None,
         lora_request: LoRARequest | None = None,
+        mm_items: list[MultimodalItem] | None = None,
     ) -> None:
         """Queue a request (``n`` sequences for ``params.n > 1``; with ``beam``, a beam search whose
         sequences ``params`` describes, see ``BeamSearchParams.output_params``), run with
-        ``lora_request``'s adapter if given. Raises RequestError for bad input."""
+        ``lora_request``'s adapter if given, with the images ``mm_items`` (from :meth:`process_images`).
+        Raises RequestError for bad input."""
         check_runner(self.info.runner, None)
         self.validate_prompt(prompt_token_ids)
         params = self.resolve_params(params)
@@ -86,10 +92,17 @@ class LLMEngine:
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=stream)
         try:
             self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority, beam,
-                                                  lora_request))
+                                                  lora_request, mm_items))
         except RequestError:  # refused by an in-process core: nothing of it stays queued
             self.outputs.fail(request_id)
             raise
+
+    def process_images(self, prompt: str, images: list, add_special_tokens: bool = True) -> ProcessedPrompt:
+        """A text prompt with images -> its token ids (placeholders expanded) and items (RequestError for a
+        text-only model, or placeholders that do not match the images)."""
+        if self._images is None:
+            self._images = ImageProcessor.for_engine(self.config, self.tokenizer)
+        return self._images.process(prompt, images, add_special_tokens)
 
     def add_pooling_request(self, request_id: str, prompt_token_ids: list[int], params: PoolingParams,
                             prompt: str | None = None, priority: int = 0) -> None:

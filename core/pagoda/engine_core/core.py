@@ -42,6 +42,7 @@ from pagoda.executor import make_executor
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.lora.engine import engine_adapters, refuse_without_lora
 from pagoda.lora_request import LoRARequest
+from pagoda.multimodal.checks import check_images
 from pagoda.spec_decode.engine import build_speculator
 
 logger = logging.getLogger("pagoda")
@@ -107,12 +108,14 @@ class EngineCore:
             raise RequestError(f"request id {add.request_id!r} is already in use")
         add.params.check_vocab(self.vocab_size)
         self._check_adapter(add)
+        if add.mm_items:
+            check_images(add, self.parts.model)
         if add.beam is not None:  # beam search: its beams are requests of their own (pagoda.beam.groups)
             self.beams.add(add, self.eos_token_id)
             return
         req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
                       priority=add.priority, eos_token_id=self.eos_token_id, pooling_params=add.pooling_params,
-                      lora_request=add.lora_request)
+                      lora_request=add.lora_request, mm_items=list(add.mm_items))
         req.received_time = time.monotonic()
         self.requests[add.request_id] = req
         self.scheduler.add_request(req)
@@ -308,11 +311,13 @@ class EngineCore:
     def reset_prefix_cache(self) -> None:
         self.kv_cache.reset_prefix_cache()
 
-    def add_lora(self, name: str, lora_id: int, path: str) -> bool:
-        """Load a LoRA adapter before its requests (RequestError if it cannot run); False if already loaded."""
+    def add_lora(self, name: str, path: str, lora_id: int | None = None) -> list:
+        """Load a LoRA adapter before its requests (RequestError if it cannot run; ``lora_id`` None: the next
+        free id); returns it as ``[name, id, path]``."""
         if self.adapters is None:
-            refuse_without_lora(LoRARequest(name, lora_id, path))
-        return self.adapters.add(name, lora_id, path)
+            refuse_without_lora(LoRARequest(name, lora_id or 1, path))
+        lora = self.adapters.add(name, path, lora_id)
+        return [lora.lora_name, lora.lora_int_id, lora.lora_path]
 
     def remove_lora(self, lora_id: int) -> bool:
         """Unload a LoRA adapter (requests running with it finish with it); False if it was not loaded."""

@@ -11,12 +11,14 @@ from pagoda.engine.engine import LLMEngine
 from pagoda.entrypoints.chat_template import render_chat
 from pagoda.entrypoints.offline_run import run_requests
 from pagoda.entrypoints.pooling import PoolingAPI
+from pagoda.multimodal.chat import split_images
 from pagoda.lora_request import LoRARequest
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 
 Prompt = Union[str, list[int], dict[str, Any]]
 Message = dict[str, str]
+MM_ITEMS = "multi_modal_items"  # a prompt dict's processed images (LLMEngine.process_images), as chat() makes them
 
 
 class LLM(PoolingAPI):
@@ -60,7 +62,9 @@ class LLM(PoolingAPI):
         priority: Sequence[int] | None = None,
         lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for each prompt (text, token ids, or ``{"prompt": ...}``/``{"prompt_token_ids": ...}``).
+        """Generate for each prompt (text, token ids, or ``{"prompt": ...}``/``{"prompt_token_ids": ...}``;
+        a vision-language model also takes ``{"prompt": ..., "multi_modal_data": {"image": image or list}}``
+        with PIL images or ``data:`` URLs, each where its placeholder stands in the prompt: docs/multimodal.md).
 
         ``priority`` (one per prompt, lower runs first) matters with ``scheduler="priority"``.
         ``lora_request``: the LoRA adapter of every prompt, or one per prompt (None: the base model);
@@ -72,13 +76,13 @@ class LLM(PoolingAPI):
         if len(priorities) != len(items):
             raise ValueError(f"got {len(priorities)} priorities for {len(items)} prompts; pass one per prompt")
         loras = _per_prompt(lora_request, len(items), "lora_request")
-        encoded = [self._encode(p) for p in items]
-        for ids, _ in encoded:
+        encoded = [self._encode_with_images(p) for p in items]
+        for ids, _, _ in encoded:
             self.engine.validate_prompt(ids)  # reject bad input before queueing anything
         params = [self.engine.resolve_params(p) for p in params]  # bad words tokenized, token ids checked
         adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=p, prompt=text, priority=prio,
-                        lora_request=lora)
-                for (ids, text), p, prio, lora in zip(encoded, params, priorities, loras)]
+                        lora_request=lora, mm_items=images)
+                for (ids, text, images), p, prio, lora in zip(encoded, params, priorities, loras)]
         return self._run(adds, use_tqdm)
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
@@ -127,17 +131,37 @@ class LLM(PoolingAPI):
         chat_tools = ChatTools.build(self.engine.tokenizer, tools, tool_choice, parallel_tool_calls, tool_parser,
                                      reasoning_parser)
         params = [chat_tools.sampling_params(p) for p in _params_list(sampling_params, len(conversations))]
-        prompts = [
-            {"prompt_token_ids": ids, "prompt": text}
-            for text, ids in (self.render_chat(template_messages(c), chat_template, add_generation_prompt,
-                                               chat_tools.plan.template_tools) for c in conversations)
-        ]
+        prompts = [self._chat_prompt(template_messages(c), chat_template, add_generation_prompt,
+                                     chat_tools.plan.template_tools) for c in conversations]
         return chat_tools.outputs(self.generate(prompts, params, use_tqdm=use_tqdm, lora_request=lora_request), params)
 
     def render_chat(self, conversation: list[Message], chat_template: str | None = None,
                     add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
         """The prompt text for ``conversation`` (and ``tools``) and its token ids (ValueError without a template)."""
         return render_chat(self.engine.tokenizer, conversation, chat_template, add_generation_prompt, tools)
+
+    def _chat_prompt(self, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool,
+                     tools: list[dict] | None) -> dict[str, Any]:
+        """One conversation rendered (its image content parts processed) as a prompt for :meth:`generate`."""
+        conversation, images = split_images(conversation)
+        text, ids = self.render_chat(conversation, chat_template, add_generation_prompt, tools)
+        if not images:
+            return {"prompt_token_ids": ids, "prompt": text}
+        processed = self.engine.process_images(text, images, add_special_tokens=False)  # the template wrote them
+        return {"prompt_token_ids": processed.prompt_token_ids, "prompt": text, MM_ITEMS: processed.items}
+
+    def _encode_with_images(self, prompt: Prompt) -> tuple[list[int], str | None, list | None]:
+        """``_encode``, and for a prompt with images its processed items (placeholders expanded in the ids)."""
+        if isinstance(prompt, dict) and MM_ITEMS in prompt:
+            return list(prompt["prompt_token_ids"]), prompt.get("prompt"), prompt[MM_ITEMS]
+        if isinstance(prompt, dict) and prompt.get("multi_modal_data"):
+            if "prompt" not in prompt:
+                raise ValueError('a prompt with multi_modal_data needs its text as "prompt" (where the image '
+                                 "placeholders stand)")
+            images = _images_of(prompt["multi_modal_data"])
+            processed = self.engine.process_images(prompt["prompt"], images)
+            return processed.prompt_token_ids, prompt["prompt"], processed.items
+        return (*self._encode(prompt), None)
 
     def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
         if isinstance(prompt, str) and self.engine.tokenizer is None:
@@ -156,6 +180,15 @@ class LLM(PoolingAPI):
         """Queue each request (``add(request_id)``) and generate until all are finished."""
         return run_requests(self.engine, adds, use_tqdm, "Generating",
                             tokens=lambda out: sum(len(o.token_ids) for o in out.outputs))
+
+
+def _images_of(data: dict) -> list:
+    """The images of a prompt's ``multi_modal_data`` (``{"image": image or list}``)."""
+    unknown = sorted(set(data) - {"image"})
+    if unknown:
+        raise ValueError(f"multi_modal_data takes 'image' only; got {', '.join(unknown)}")
+    images = data.get("image")
+    return list(images) if isinstance(images, (list, tuple)) else [images]
 
 
 def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

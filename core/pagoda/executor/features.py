@@ -17,7 +17,9 @@ from pagoda.errors import ConfigError
 from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
+from pagoda.interfaces.multimodal import MultimodalModel
 from pagoda.lora.step import LoRAStep
+from pagoda.multimodal.step import MultimodalStep, encoder_cache_rows
 from pagoda.pooling.runner import PoolingStep
 from pagoda.runner.features import StepFeature
 from pagoda.spec_decode.step import SpecDecodeStep
@@ -46,6 +48,8 @@ def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dty
     features: list[StepFeature] = []
     if config.enable_lora:
         features.append(LoRAStep(model, config, platform, dtype))
+    if isinstance(model, MultimodalModel):  # every rank encodes the images its steps reach
+        features.append(MultimodalStep(model, encoder_cache_rows(config)))
     speculative = parse_speculative_config(config.speculative_config)
     if speculative is not None:
         features.append(SpecDecodeStep(speculative))

@@ -16,6 +16,7 @@ from typing import Union
 import msgspec
 
 from pagoda.lora_request import LoRARequest
+from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.request import Request
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.sampling_params import SamplingParams
@@ -27,6 +28,7 @@ class NewRequest(msgspec.Struct, array_like=True):
     params: SamplingParams
     eos_token_id: int | None
     lora_request: LoRARequest | None = None  # its adapter: every rank adds its part of the adapter's product
+    mm_items: list[MultimodalItem] = []  # its images (every rank encodes those its steps reach)
 
 
 class ScheduledRow(msgspec.Struct, array_like=True):
@@ -94,7 +96,7 @@ class StepEncoder:
             request_id, sent = req.request_id, self.sent.get(req.request_id)
             if sent is None:
                 new.append(NewRequest(request_id, req.prompt_token_ids, req.sampling_params, req.eos_token_id,
-                                      req.lora_request))
+                                      req.lora_request, req.mm_items))
             keep = 0 if sent is None else unchanged_blocks(table, *sent)
             s = req.num_computed_tokens
             rows.append(ScheduledRow(request_id, s, req.token_ids[s : s + n], req.num_tokens,
@@ -135,7 +137,8 @@ class StepMirror:
             self.tables.pop(request_id, None)
         for add in message.new:
             self.requests[add.request_id] = Request(add.request_id, list(add.prompt_token_ids), add.params,
-                                                    eos_token_id=add.eos_token_id, lora_request=add.lora_request)
+                                                    eos_token_id=add.eos_token_id, lora_request=add.lora_request,
+                                                    mm_items=list(add.mm_items))
         requests, tables = [], []
         for row in message.rows:
             req = self.requests[row.request_id]

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
+    from pagoda.interfaces.multimodal import MultimodalEmbeddings
     from pagoda.interfaces.quantization import QuantizationMethod
     from pagoda.interfaces.ops import CustomOps
 
@@ -39,6 +40,7 @@ class ForwardContext:
     metadata: "AttentionMetadata"
     kv_caches: list[torch.Tensor] = field(default_factory=list)
     token_type_ids: torch.Tensor | None = None  # [num_tokens] int64 segment ids of text pairs (BERT); None: all 0
+    multimodal: "MultimodalEmbeddings | None" = None  # the step's image rows to merge (multimodal models)
 
 
 class CausalLM(nn.Module, ABC):

@@ -21,9 +21,12 @@ from pagoda.request import Request
 SEED_HASH = hash("pagoda-prefix-cache-v1")  # the "parent" of a request's first block
 
 
-def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
-    """The chained hash of one full block (Python's int/tuple hash: deterministic across runs)."""
-    return hash((SEED_HASH if parent_hash is None else parent_hash, tuple(token_ids)))
+def hash_block(parent_hash: int | None, token_ids: Sequence[int], content: tuple[str, ...] = ()) -> int:
+    """The chained hash of one full block (Python's int/tuple hash: deterministic across runs); ``content``:
+    the hashes of the images whose placeholders the block holds (two images behind the same placeholder
+    tokens give different blocks)."""
+    parent = SEED_HASH if parent_hash is None else parent_hash
+    return hash((parent, tuple(token_ids), content)) if content else hash((parent, tuple(token_ids)))
 
 
 def first_parent(request: Request) -> int | None:
@@ -205,7 +208,9 @@ class KVCacheManager:
         num_full = (known if num_tokens is None else min(num_tokens, known)) // bs
         tokens = request.token_ids
         for i in range(len(hashes), num_full):
-            hashes.append(hash_block(hashes[-1] if hashes else first_parent(request), tokens[i * bs : (i + 1) * bs]))
+            content = request.content_keys(i * bs, (i + 1) * bs) if request.mm_items else ()
+            hashes.append(hash_block(hashes[-1] if hashes else first_parent(request), tokens[i * bs : (i + 1) * bs],
+                                     content))
 
     def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Offer to the prefix cache the blocks that are full once ``num_tokens`` are computed

@@ -43,7 +43,19 @@ def load_hf_config(source: ModelSource) -> Any:
         arch = ARCHITECTURE_OF_MODEL_TYPE.get(getattr(config, "model_type", ""))
         if arch:
             config.architectures = [arch]
+    expose_text_config(config)
     return config
+
+
+def expose_text_config(config: Any) -> None:
+    """A vision-language config keeps its decoder's fields under ``text_config``; copy those the top level
+    lacks up to it, so the engine sizes the KV cache, context and vocabulary from the decoder."""
+    text = getattr(config, "text_config", None)
+    if text is None or getattr(config, "vision_config", None) is None:
+        return
+    for key, value in text.to_dict().items():
+        if getattr(config, key, None) is None:
+            setattr(config, key, value)
 
 
 def _fast_gguf_config(source: ModelSource) -> Any:

@@ -16,6 +16,10 @@ MODEL_CLASSES: dict[str, str] = {
     "Qwen3MoeForCausalLM": "pagoda.models.qwen3_moe:Qwen3MoeForCausalLM",
     "Gemma3ForCausalLM": "pagoda.models.gemma3:Gemma3ForCausalLM",
     "Phi3ForCausalLM": "pagoda.models.phi3:Phi3ForCausalLM",
+    # vision-language models (docs/multimodal.md)
+    "LlavaForConditionalGeneration": "pagoda.models.llava:LlavaForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration": "pagoda.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
+    "Gemma3ForConditionalGeneration": "pagoda.models.gemma3_vl:Gemma3ForConditionalGeneration",
     "BertModel": "pagoda.models.bert:BertModel",  # pooling models (runner="pooling", docs/pooling.md)
     "BertForSequenceClassification": "pagoda.models.bert:BertForSequenceClassification",
 }

@@ -77,8 +77,14 @@ class Gemma3Model(nn.Module):
         )
         self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.dtype)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
-        x = self.embed_tokens(input_ids) * self.embed_scale  # [T, hidden]
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The scaled token embeddings the first layer takes: ``[T]`` -> ``[T, hidden]``."""
+        return self.embed_tokens(input_ids) * self.embed_scale
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """``inputs_embeds`` (``[T, hidden]``, e.g. with image rows merged) replaces ``embed(input_ids)``."""
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds  # [T, hidden]
         for layer in self.layers:
             x = layer(positions, x, fwd)
         return self.norm(x)

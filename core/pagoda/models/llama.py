@@ -139,11 +139,12 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """Embedding, the decoder layers and the final norm (HF's ``model.`` prefix)."""
 
-    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp) -> None:
+    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp,
+                 rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp, ctx.ops)
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
-        self.rotary_emb = rotary = RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
+        self.rotary_emb = rotary = rotary or RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)) for i in range(n)
         )
@@ -152,8 +153,14 @@ class DecoderModel(nn.Module):
         for layer, next_norm in zip(self.layers, next_norms):  # each MLP's sum moves into the norm after it
             next_norm.take_all_reduce_of(layer.mlp, ctx.tp)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
-        x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The token embeddings the first layer takes: ``[T]`` -> ``[T, hidden]``."""
+        return self.embed_tokens(input_ids)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """``inputs_embeds`` (``[T, hidden]``, e.g. with image rows merged) replaces ``embed(input_ids)``."""
+        x, residual = (self.embed(input_ids) if inputs_embeds is None else inputs_embeds), None  # [T, hidden]
         positions = self.rotary_emb.rope_positions(positions, fwd.metadata)  # LongRoPE: maybe its long rows
         for layer in self.layers:
             x, residual = layer(positions, x, residual, fwd)
@@ -179,7 +186,8 @@ class LlamaForCausalLM(CausalLM):
         super().__init__(hf_config, ctx)
         self.config = hf_config
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
-        self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp)
+        self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp,
+                                  self.build_rotary(hf_config, ctx))
         tied = self.model.embed_tokens if self.tied else None
         self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp,
                               ops=ctx.ops)
@@ -188,6 +196,11 @@ class LlamaForCausalLM(CausalLM):
     def decoder_options(cls, hf_config: Any) -> DecoderOptions:
         bias = bool(getattr(hf_config, "attention_bias", False))
         return DecoderOptions(qkv_bias=bias, o_bias=bias, mlp_bias=bool(getattr(hf_config, "mlp_bias", False)))
+
+    @classmethod
+    def build_rotary(cls, hf_config: Any, ctx: BuildContext) -> RotaryEmbedding | None:
+        """The rotary embedding all layers share; None: the one the config describes (M-RoPE families override)."""
+        return None
 
     @staticmethod
     def build_mlp(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions) -> nn.Module:

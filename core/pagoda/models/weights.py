@@ -48,10 +48,14 @@ class WeightMapper:
     def load(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Load every tensor; returns the names of the parameters that are now complete."""
         for name, tensor in weights:
-            if name in self.ignore or any(s in name for s in self.skip):
-                continue
-            self.load_one(self.rename(name), tensor)
+            self.load_named(name, tensor)
         return self.filled()
+
+    def load_named(self, name: str, tensor: torch.Tensor) -> None:
+        """Load one checkpoint tensor by its checkpoint name (dropped if ignored or skipped)."""
+        if name in self.ignore or any(s in name for s in self.skip):
+            return
+        self.load_one(self.rename(name), tensor)
 
     def rename(self, name: str) -> str:
         for old, new in self.renames.items():

@@ -51,6 +51,7 @@ class StepInputs:
     query_starts: list[int]  # [num_seqs + 1] where each request's tokens start (host copy)
     graph_size: int | None = None  # the captured decode batch size these inputs are padded to
     graphs: object = None  # the graph set that replays them when not the decode graphs (verify graphs)
+    multimodal: object = None  # a step feature's MultimodalEmbeddings for the forward pass (ForwardContext.multimodal)
 
 
 def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_size: int) -> HostInputs:

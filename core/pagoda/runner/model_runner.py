@@ -206,7 +206,8 @@ class ModelRunner:
         if inputs.graph_size is not None:
             return (inputs.graphs or self.graphs).replay(inputs.graph_size)
         metadata = self.attention.prepare(inputs.metadata)
-        return self.model(inputs.input_ids, inputs.positions, ForwardContext(metadata, self.kv_caches))
+        fwd = ForwardContext(metadata, self.kv_caches, multimodal=inputs.multimodal)
+        return self.model(inputs.input_ids, inputs.positions, fwd)
 
     def release(self, request_id: str) -> None:
         """Forget per-request state (its seeded generator, cached sampling tensors, grammar matcher)
