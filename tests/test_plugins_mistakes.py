@@ -169,7 +169,7 @@ def test_an_abstract_backend_fails_its_plugin_and_auto_keeps_torch(caplog: pytes
     assert (info.status, info.registers) == ("failed", {})
     assert info.errors == ["attention backend 'no-forward' (NoForward) is abstract: it does not implement forward"]
     warnings = [r.getMessage() for r in caplog.records]
-    assert warnings == ["Pagoda plugin 'no-forward' (None) skipped: " + info.errors[0]]
+    assert warnings == ["Pagoda plugin 'no-forward' (AbstractBackend) skipped: " + info.errors[0]]
     attention = pm.registry("attention")
     assert "no-forward" not in attention and "sibling" not in attention  # none of its registrations
     spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=8, scale=0.35, block_size=4, dtype=torch.float32)
@@ -337,6 +337,24 @@ def test_a_misspelt_hook_fails_its_plugin_with_a_did_you_mean(caplog) -> None:
                            "'register_attention_backends'?); Pagoda's hooks are listed in pagoda.hookspecs"]
     assert "typo" not in pm.registry("attention")
     assert "did you mean 'register_attention_backends'?" in caplog.records[0].getMessage()
+
+
+def test_a_command_hook_that_raises_drops_the_plugins_registrations() -> None:
+    class BadCommand:
+        @hookimpl
+        def register_attention_backends(self, register) -> None:
+            register("cmd-attn", Sibling)
+
+        @hookimpl
+        def register_commands(self, subparsers) -> None:
+            raise RuntimeError("no parser for you")
+
+    pm = manager(bad_command=BadCommand())
+    assert "cmd-attn" in pm.registry("attention")
+    cli_main.build_parser(pm)  # `pagoda` calls the command hooks while building its parser
+    info = pm.plugins["bad-command"]
+    assert (info.status, info.errors, info.registers) == ("failed", ["register_commands raised: no parser for you"], {})
+    assert "cmd-attn" not in pm.registry("attention")
 
 
 # -- CLI choices -------------------------------------------------------------------------------

@@ -139,9 +139,11 @@ class PluginManager:
         info.status = "failed"
         info.errors.append(error)
         info.registers.clear()
+        for registry in self.registries.values():  # e.g. register_commands raised after the registrations
+            registry.remove_plugin(name)
         if self.pm.has_plugin(name):
             self.pm.unregister(name=name)
-        logger.warning("Pagoda plugin '%s' (%s) skipped: %s", name, info.distribution, error)
+        logger.warning("Pagoda plugin '%s' (%s) skipped: %s", info.name, info.distribution or info.module, error)
 
     def _call_register_hooks(self) -> None:
         """Call each plugin's hooks on its own, so one failure skips only that plugin."""

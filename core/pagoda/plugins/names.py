@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from pagoda import envs
 from pagoda.plugins.catalog import FIRST_PARTY, KINDS, distribution_of, plugin_name_of
 from pagoda.plugins.info import PluginInfo, parse_names
 
 OVERRIDES_FLAG = "--allow-plugin-overrides"
+SWITCHES = f"{OVERRIDES_FLAG} / {envs.ALLOW_PLUGIN_OVERRIDES.name}"
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,11 @@ class Overrides:
             kind, _, name = item.rpartition(":")
             if kind and kind not in KINDS:
                 raise ValueError(
-                    f"{OVERRIDES_FLAG}: unknown kind '{kind}' in '{item}'; give NAME or KIND:NAME with KIND one of "
+                    f"{SWITCHES}: unknown kind '{kind}' in '{item}'; give NAME or KIND:NAME with KIND one of "
                     f"{', '.join(KINDS)}"
                 )
             if not name:
-                raise ValueError(f"{OVERRIDES_FLAG}: '{item}' names no registration; give NAME or KIND:NAME")
+                raise ValueError(f"{SWITCHES}: '{item}' names no registration; give NAME or KIND:NAME")
         return cls(frozenset(names))
 
     def allows(self, key: str, name: str) -> bool:
