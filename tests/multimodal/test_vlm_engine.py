@@ -143,3 +143,18 @@ def test_images_for_a_text_only_model_are_refused(tmp_path):
     (image,) = random_images([(40, 60)])
     with pytest.raises(RequestError, match="takes text only"):
         llm.generate({"prompt": "t1 t2", "multi_modal_data": {"image": image}}, use_tqdm=False)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "gemma3"])
+def test_tensor_parallel_2_equals_1(family, tmp_path):
+    """Two ranks over gloo: the worker rank gets the images with the request and encodes them itself."""
+    save_tiny_vlm(family, tmp_path)
+    prompts, params = image_prompts(family), SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    outputs = []
+    for tp in (1, 2):
+        llm = make_llm(str(tmp_path), tensor_parallel_size=tp)
+        try:
+            outputs.append([out.outputs[0].token_ids for out in llm.generate(prompts, params, use_tqdm=False)])
+        finally:
+            llm.shutdown()
+    assert outputs[0] == outputs[1]

@@ -99,3 +99,30 @@ def test_processing_matches_transformers_processor(family, tmp_path):
     got = ours.process(text, images)
     assert got.prompt_token_ids == expected["input_ids"][0].tolist()
     assert torch.equal(torch.stack([i.inputs()["pixel_values"] for i in got.items]), expected["pixel_values"])
+
+
+PAN_AND_SCAN = dict(do_pan_and_scan=True, pan_and_scan_min_crop_size=28, pan_and_scan_max_num_crops=4,
+                    pan_and_scan_min_ratio_to_activate=1.2)
+
+
+def test_gemma3_pan_and_scan_crops_match_transformers(tmp_path):
+    """With pan-and-scan on in the image processor's config, a wide image becomes the image and its crops, each
+    an item of its own placeholder run, as transformers' processor writes them; the logits still match."""
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    hf = save_tiny_vlm("gemma3", tmp_path)
+    Gemma3ImageProcessorPil(size={"height": 28, "width": 28}, **PAN_AND_SCAN).save_pretrained(tmp_path)
+    model, ctx = load_pagoda(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    ours = ImageProcessor.load(type(model), model.config, tokenizer, str(tmp_path))
+    text, images = "t1 <start_of_image> t2 <start_of_image> t3", random_images([(30, 120), (40, 40)])
+    got = ours.process(text, images)
+    expected = hf_processor("gemma3", tokenizer, ours.image_processor)(text=text, images=images, return_tensors="pt",
+                                                                       **PAN_AND_SCAN)
+    assert len(got.items) == 6  # the wide image and 4 crops, then the square one
+    assert got.prompt_token_ids == expected["input_ids"][0].tolist()
+    assert torch.equal(torch.stack([i.inputs()["pixel_values"] for i in got.items]), expected["pixel_values"])
+    (ours_logits,) = run_packed(model, ctx, [got])
+    with torch.no_grad():
+        theirs = hf(**hf_inputs("gemma3", model.config, got.prompt_token_ids, [i.inputs() for i in got.items])).logits[0]
+    assert (ours_logits - theirs).abs().max().item() < TOL

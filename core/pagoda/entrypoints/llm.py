@@ -164,6 +164,9 @@ class LLM(PoolingAPI):
         return (*self._encode(prompt), None)
 
     def _encode(self, prompt: Prompt) -> tuple[list[int], str | None]:
+        if isinstance(prompt, dict) and (prompt.get("multi_modal_data") or MM_ITEMS in prompt):
+            raise ValueError("prompts with images run through generate() and chat() only (not beam search or "
+                             "pooling yet); send this prompt without multi_modal_data")
         if isinstance(prompt, str) and self.engine.tokenizer is None:
             raise ValueError("text prompts need a tokenizer; pass token ids, or drop skip_tokenizer_init")
         if isinstance(prompt, str):

@@ -143,18 +143,19 @@ class MultimodalStep(StepFeature):
                        with_images: bool) -> torch.Tensor | None:
         """M-RoPE: ``[3, num_tokens]`` positions for a step with image tokens; otherwise the shifted positions
         of requests with images are written into ``positions`` (one axis) and None is returned."""
-        full = positions.expand(3, -1).clone() if with_images else None
+        index, rows = [], []
         for seq, (req, n) in enumerate(zip(out.requests, out.num_tokens)):
             state = self.rope_state(req)
-            if state is None:
-                continue
-            a = query_starts[seq]
-            rows = state.rows(req.num_computed_tokens, n)
-            if full is not None:
-                full[:, a : a + n] = rows
-            else:
-                positions[a : a + n] = rows[0]
-        return full
+            if state is not None:
+                index.append(torch.arange(query_starts[seq], query_starts[seq] + n))
+                rows.append(state.rows(req.num_computed_tokens, n))  # [3, n]
+        if not index:
+            return positions.expand(3, -1) if with_images else None
+        index_t, rows_t = torch.cat(index).to(positions.device), torch.cat(rows, dim=1)
+        if not with_images:
+            positions.index_copy_(0, index_t, rows_t[0])  # text tokens: the three axes agree
+            return None
+        return positions.expand(3, -1).clone().index_copy_(1, index_t, rows_t)
 
     def rope_state(self, req: "Request") -> RopeState | None:
         """The request's M-RoPE positions (computed once), or None for a request without images."""

@@ -1,11 +1,12 @@
 """The contract between the model runner and the step features that extend its steps.
 
-A step feature (guided decoding, pooling, speculative verification; next LoRA adapters, multimodal
-inputs, KV connectors) adds to what :meth:`ModelRunner.launch` does, at fixed points of a step:
+A step feature (guided decoding, pooling, speculative verification, LoRA adapters, images of
+vision-language models; next KV connectors) adds to what :meth:`ModelRunner.launch` does, at fixed points of a step:
 
 1. ``capture_graphs``: once, after the runner's decode graphs: device graphs of the steps the feature
    adds (its ``step_graphs`` are then tried for each step's inputs, before the plain packing);
-2. ``prepare_inputs``: the step's device inputs are packed; the feature may change them;
+2. ``prepare_inputs``: the step's device inputs are packed; the feature may change them (and set
+   ``inputs.multimodal``, which the model's forward pass receives as ``ForwardContext.multimodal``);
 3. ``run_step``: the feature may run the whole step instead of the runner (pooling);
 4. ``after_forward``: the step's hidden states are computed; the feature may read them;
 5. ``sample_step``: the feature may sample the step instead of the runner (verifying drafts);

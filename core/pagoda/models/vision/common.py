@@ -14,6 +14,7 @@ from pagoda.errors import ModelLoadError
 from pagoda.interfaces.model import BuildContext
 from pagoda.interfaces.parallel import SINGLE
 from pagoda.layers.linear import copy_checked
+from pagoda.layers.sharding import materialize
 from pagoda.quantization.unquantized import UnquantizedMethod
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -56,7 +57,7 @@ class PatchEmbedding(nn.Module):
         return F.linear(flat_patches.to(self.weight.dtype), self.weight, self.bias)
 
     def load_weight(self, param_name: str, tensor: torch.Tensor, shard_id: str | None = None) -> None:
-        param = getattr(self, param_name)
+        param, tensor = getattr(self, param_name), materialize(tensor)
         copy_checked(param.data, tensor.reshape(param.shape) if tensor.numel() == param.numel() else tensor)
 
 
