@@ -22,7 +22,10 @@ from pagoda.plugins import PluginCodeError
 from pagoda.plugins import manager as plugin_manager
 from pagoda.plugins.manager import ENV_ALLOW, ENV_BLOCK, ENV_OVERRIDES, PluginManager
 from pagoda.quantization.unquantized import UnquantizedMethod
+from pagoda.guided.xgrammar_backend import XgrammarBackend
+from pagoda.sampling_params import GuidedDecodingParams
 from pagoda.scheduler import FcfsScheduler
+from pagoda.spec_decode.ngram import NgramProposer
 
 sys.path.insert(0, str(Path(__file__).parent / "engine"))
 from tiny_models import make_tiny_model  # noqa: E402
@@ -239,6 +242,39 @@ def test_errors_of_plugin_code_name_the_plugin_kind_and_name(tiny: str, use, cap
     with caplog.at_level(logging.WARNING):  # auto: a check that raises counts as unusable, logged
         assert pm.registry("attention").select("auto", platform=CpuPlatform())[0] == "torch"
     assert any("raising-check" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)
+
+
+class BoomGrammar(XgrammarBackend):
+    def __init__(self, tokenizer, vocab_size, stop_token_ids) -> None:
+        raise RuntimeError("no grammar compiler")
+
+
+class BoomProposer(NgramProposer):
+    def __init__(self, config) -> None:
+        raise RuntimeError("no draft model")
+
+
+class BuggyFeatures:
+    @hookimpl
+    def register_guided_decoding_backends(self, register) -> None:
+        register("boom-grammar", BoomGrammar)
+
+    @hookimpl
+    def register_proposers(self, register) -> None:
+        register("boom-drafts", BoomProposer)
+
+
+def test_a_grammar_backend_or_proposer_that_raises_names_its_plugin(tiny: str, use) -> None:
+    use(manager(buggy_features=BuggyFeatures()))
+    with pytest.raises(PluginCodeError, match=r"^Speculative proposer 'boom-drafts' of plugin 'buggy-features' .*no draft model"):
+        LLM(tiny, max_num_seqs=2, speculative_config={"method": "boom-drafts", "num_speculative_tokens": 2})
+    llm = LLM(tiny, max_num_seqs=2)
+    guided = SamplingParams(max_tokens=4, guided_decoding=GuidedDecodingParams(choice=["t1"], backend="boom-grammar"))
+    with pytest.raises(PluginCodeError, match=r"^Guided decoding backend 'boom-grammar' of plugin 'buggy-features' "
+                                              r".*no grammar compiler"):
+        llm.generate([[1, 2, 3]], guided, use_tqdm=False)
+    assert llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids  # the engine keeps serving
+    llm.shutdown()
 
 
 # -- names that belong to others ---------------------------------------------------------------

@@ -25,7 +25,7 @@ def install_broken_plugin(site: Path) -> dict[str, str]:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pagoda-drill-broken\nVersion: 0.1.0\n")
     (dist / "entry_points.txt").write_text("[pagoda.plugins]\ndrill-broken = pagoda_drill_broken\n")
     path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    # stevedore caches entry-point scans under XDG_CACHE_HOME: a private cache, nothing left behind
+    # a private cache folder: nothing left behind
     return {"PYTHONPATH": path, "XDG_CACHE_HOME": str(site / "cache")}
 
 

@@ -29,7 +29,7 @@ printed below the table and nothing of theirs is registered. A registration of a
 belongs to another plugin (a built-in or first-party name) is refused alone and listed under
 Notes; {OVERRIDES_FLAG} NAME allows it. The exit status is 0 in every case.
 
-Write a plugin: `pagoda plugins new NAME` (see docs/plugins.md)."""
+Write a plugin: `pagoda plugins new NAME` (see docs/writing_plugins.md)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction, parent: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ import torch
 from pagoda.errors import RequestError
 from pagoda.guided.bitmask import apply_bitmask, bitmask_words
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
+from pagoda.plugins.manager import get_plugin_manager
 from pagoda.runner.features import StepFeature
 
 if TYPE_CHECKING:
@@ -283,17 +284,21 @@ class GuidedSampling(StepFeature):
 
     def _backend(self, params: "GuidedDecodingParams") -> GuidedDecodingBackend:
         name = self._backend_name(params)
-        if name not in self.backends:
-            self.backends[name] = backend_class(name)(self.tokenizer, self.vocab_size, self.stop_token_ids)
+        if name not in self.backends:  # its construction's errors name the plugin that registered it
+            registered, _ = _select(name)
+            self.backends[name] = get_plugin_manager().registry("guided_decoding").create(
+                registered, self.tokenizer, self.vocab_size, self.stop_token_ids)
         return self.backends[name]
 
 
 def backend_class(name: str | None) -> type[GuidedDecodingBackend]:
     """The registered backend class for ``name`` (``auto``/None: the best usable one)."""
-    from pagoda.plugins.manager import get_plugin_manager
+    return _select(name)[1]
 
+
+def _select(name: str | None) -> tuple[str, type[GuidedDecodingBackend]]:
     try:
-        return get_plugin_manager().registry("guided_decoding").select(name)[1]
+        return get_plugin_manager().registry("guided_decoding").select(name)
     except (LookupError, ValueError) as exc:
         raise RequestError(str(exc)) from exc
 

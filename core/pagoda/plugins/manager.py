@@ -243,7 +243,7 @@ class PluginManager:
         if folder is None:
             return (
                 f"Install a plugin that provides it: one whose `{KINDS[kind].hook}` hook registers '{name}' "
-                "(`pagoda plugins` lists what is installed; docs/plugins.md explains how to write one)."
+                "(`pagoda plugins` lists what is installed; docs/writing_plugins.md explains how to write one)."
             )
         dist = distribution_of(folder)
         info = self.plugins.get(plugin_name_of(dist)) or next(

@@ -250,8 +250,8 @@ def build_speculator(value: Any, parts: Any, runner: Any = None) -> Speculator |
     from pagoda.plugins.manager import get_plugin_manager
     from pagoda.spec_decode.step import SpecDecodeStep
 
-    proposer_cls = get_plugin_manager().registry("proposer").get(config.method)
-    proposer = proposer_cls(config)  # under TP: checked before the workers started (check_proposer_tensor_parallel)
+    # under TP: checked before the workers started (check_proposer_tensor_parallel); errors name the plugin
+    proposer = get_plugin_manager().registry("proposer").create(config.method, config)
     proposer.attach(ProposerContext(platform=parts.platform, engine_config=parts.config, hf_config=parts.hf_config,
                                     dtype=parts.dtype, max_model_len=parts.max_model_len,
                                     num_kv_blocks=parts.kv_cache.num_blocks, model=parts.model))
