@@ -65,6 +65,7 @@ class Request:
     pooling_params: "PoolingParams | None" = None  # a pooling request: one whole-prompt step, pooled, no tokens
     lora_request: "LoRARequest | None" = None  # the LoRA adapter it runs with (None: the base model)
     mm_items: "list[MultimodalItem]" = field(default_factory=list)  # images and their placeholder runs in the prompt
+    whole_image_runs: bool = False  # a prefill chunk must not end inside an image's run (see chunk_size)
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -74,6 +75,20 @@ class Request:
         """The content hashes of the images whose placeholder runs overlap tokens ``[start, end)`` (what the
         prefix cache keys a block by, beside its token ids)."""
         return tuple(item.content_hash for item in self.mm_items if item.offset < end and start < item.end)
+
+    def chunk_size(self, start: int, count: int, step_tokens: int) -> int:
+        """How many of ``count`` tokens from ``start`` a prefill chunk takes. With ``whole_image_runs`` (models
+        whose image tokens attend to their whole image) a chunk does not end inside an image's placeholder
+        run: it ends before the run, or (the run starting the chunk) takes nothing this step, to take the run
+        whole in a later one; a run longer than a step's ``step_tokens`` is cut all the same."""
+        end = start + count
+        for item in self.mm_items if self.whole_image_runs else ():
+            if item.offset < end < item.end and start < item.end:
+                first = max(start, item.offset)
+                if first > start:
+                    return first - start
+                return 0 if item.end - start <= step_tokens else count
+        return count
 
     @property
     def num_prompt_tokens(self) -> int:

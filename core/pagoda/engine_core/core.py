@@ -108,14 +108,13 @@ class EngineCore:
             raise RequestError(f"request id {add.request_id!r} is already in use")
         add.params.check_vocab(self.vocab_size)
         self._check_adapter(add)
-        if add.mm_items:
-            check_images(add, self.parts.model)
+        whole_image_runs = check_images(add, self.parts.model) if add.mm_items else False
         if add.beam is not None:  # beam search: its beams are requests of their own (pagoda.beam.groups)
             self.beams.add(add, self.eos_token_id)
             return
         req = Request(add.request_id, list(add.prompt_token_ids), add.params, arrival_time=add.arrival_time,
                       priority=add.priority, eos_token_id=self.eos_token_id, pooling_params=add.pooling_params,
-                      lora_request=add.lora_request, mm_items=list(add.mm_items))
+                      lora_request=add.lora_request, mm_items=list(add.mm_items), whole_image_runs=whole_image_runs)
         req.received_time = time.monotonic()
         self.requests[add.request_id] = req
         self.scheduler.add_request(req)

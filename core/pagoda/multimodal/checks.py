@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from pagoda.messages import AddRequest
 
 
-def check_images(add: "AddRequest", model: object) -> None:
-    """Refuse images for a text-only model, with beam search or pooling, or placed off their placeholders."""
+def check_images(add: "AddRequest", model: object) -> bool:
+    """Refuse images for a text-only model, with beam search or pooling, or placed off their placeholders.
+    Returns whether the request's prefill chunks must keep each image's placeholder run whole (the model's
+    image tokens attend to their whole image: ``Request.whole_image_runs``)."""
     if not isinstance(model, MultimodalModel):
         raise RequestError(f"this model ({type(model).__name__}) takes text only; send the request without images, "
                            "or serve a vision-language model (docs/multimodal.md)")
@@ -25,3 +27,4 @@ def check_images(add: "AddRequest", model: object) -> None:
             raise RequestError(f"an image's placeholder run [{item.offset}, {item.end}) is not {item.length} "
                                f"image tokens ({model.image_token_id}) of the prompt; process prompts with images "
                                "through LLM.generate/chat or the server, which place them")
+    return model.bidirectional_image_attention

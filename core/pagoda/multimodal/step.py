@@ -132,12 +132,11 @@ class MultimodalStep(StepFeature):
         elif key in self.pins.get(request_id, ()):
             self.pins[request_id].discard(key)
             self.cache.unpin(key, request_id)
-        if self.model.bidirectional_image_attention and (r.lo > r.item.offset or r.hi < r.item.end) \
-                and not self._warned_split:
+        if self.model.bidirectional_image_attention and r.hi < r.item.end and not self._warned_split:
             self._warned_split = True
-            logger.warning("Chunked prefill split an image's %d placeholder tokens over two steps: they attend to "
-                           "the part in each step only (transformers attends over the whole image). Raise "
-                           "max_num_batched_tokens above the longest prompt to keep images whole.", r.item.length)
+            logger.warning("An image's %d placeholder tokens are more than a step computes (max_num_batched_tokens): "
+                           "split over steps, they attend to the part in each step only (transformers attends over "
+                           "the whole image). Raise max_num_batched_tokens above it.", r.item.length)
 
     def step_positions(self, out: "SchedulerOutput", query_starts: list[int], positions: torch.Tensor,
                        with_images: bool) -> torch.Tensor | None:

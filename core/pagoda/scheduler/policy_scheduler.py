@@ -166,6 +166,7 @@ class PolicyScheduler(Scheduler):
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
             remaining = request.num_tokens - num_hit_tokens
             n = min(remaining, budget, self.config.max_model_len - num_hit_tokens)
+            n = request.chunk_size(num_hit_tokens, n, self.config.max_num_batched_tokens)  # images kept whole
             if n <= 0 or (n < remaining and not self.config.enable_chunked_prefill):
                 return
             if not self.kv_cache.allocate_slots(request, n, hits):
@@ -185,7 +186,8 @@ class PolicyScheduler(Scheduler):
 
     def _num_tokens_to_schedule(self, request: Request, budget: int) -> int:
         done = request.num_computed_tokens
-        return min(request.num_tokens - done, budget, self.config.max_model_len - done)
+        n = min(request.num_tokens - done, budget, self.config.max_model_len - done)
+        return request.chunk_size(done, n, self.config.max_num_batched_tokens)  # images kept whole
 
 
 def _is_decode(request: Request, n: int) -> bool:
