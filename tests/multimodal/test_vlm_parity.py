@@ -126,3 +126,18 @@ def test_gemma3_pan_and_scan_crops_match_transformers(tmp_path):
     with torch.no_grad():
         theirs = hf(**hf_inputs("gemma3", model.config, got.prompt_token_ids, [i.inputs() for i in got.items])).logits[0]
     assert (ours_logits - theirs).abs().max().item() < TOL
+
+
+def test_a_processor_chat_template_beside_the_tokenizer_is_used(tmp_path):
+    """LLaVA-1.5's checkpoints keep their chat template in chat_template.json, for the processor."""
+    import json
+
+    from pagoda.loader import ModelSource, load_tokenizer
+    from tiny_vlm import word_tokenizer
+
+    tokenizer = word_tokenizer(128, ["<image>"], {}, "<image>")
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(tmp_path)
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} {% endfor %}"
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": template}))
+    assert load_tokenizer(ModelSource(tmp_path, None, "tiny")).chat_template == template

@@ -1,4 +1,5 @@
-"""Chat templates for tokenizers that arrive without one (e.g. GGUF files converted without it).
+"""Chat templates for tokenizers that arrive without one (e.g. GGUF files converted without it, or
+vision-language checkpoints that keep theirs for the processor, beside the tokenizer).
 
 A template is chosen by the special tokens the vocabulary holds, so it applies only to the family
 whose turn format it writes. Gemma (1-3) turns: ``<start_of_turn>user\\n...<end_of_turn>\\n``,
@@ -8,6 +9,8 @@ the assistant's role spelled ``model``, a system message folded into the first u
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 GEMMA_TURNS = """{{- bos_token -}}
@@ -39,10 +42,25 @@ def fallback_chat_template(tokenizer: Any) -> str | None:
     return None
 
 
-def ensure_chat_template(tokenizer: Any) -> Any:
-    """Give ``tokenizer`` a fallback chat template if it has none (and one fits); returns it."""
+def processor_chat_template(folder: str | None) -> str | None:
+    """The chat template a model folder keeps beside the tokenizer for its processor (vision-language
+    checkpoints such as LLaVA-1.5's: ``chat_template.jinja``, or ``chat_template.json``'s ``chat_template``)."""
+    if folder is None:
+        return None
+    jinja, data = Path(folder) / "chat_template.jinja", Path(folder) / "chat_template.json"
+    if jinja.is_file():
+        return jinja.read_text()
+    if data.is_file():
+        template = json.loads(data.read_text()).get("chat_template")
+        return template if isinstance(template, str) else None
+    return None
+
+
+def ensure_chat_template(tokenizer: Any, folder: str | None = None) -> Any:
+    """Give ``tokenizer`` a chat template if it has none: its model folder's processor template, else the
+    fallback of its family (if one fits); returns it."""
     if not getattr(tokenizer, "chat_template", None):
-        template = fallback_chat_template(tokenizer)
+        template = processor_chat_template(folder) or fallback_chat_template(tokenizer)
         if template is not None:
             tokenizer.chat_template = template
     return tokenizer

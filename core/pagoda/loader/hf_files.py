@@ -96,7 +96,8 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
         ) from exc
     from pagoda.loader.chat_templates import ensure_chat_template
 
-    return ensure_chat_template(tokenizer)  # e.g. Gemma GGUF files that carry no chat template
+    folder = None if kwargs else path  # e.g. LLaVA's template in chat_template.json; Gemma GGUF files carry none
+    return ensure_chat_template(tokenizer, folder)
 
 
 def _tokenizer_path(tokenizer: str) -> tuple[str, dict[str, Any], str]:
