@@ -26,8 +26,12 @@ CONFIGS = {
 }
 
 
+CHAT_TEMPLATE = "{% for m in messages %}t1 {{ m['content'] }} t2 {% endfor %}{% if add_generation_prompt %}t3{% endif %}"
+
+
 def make_base(path: Path, family: str) -> Path:
-    """A randomised tiny ``family`` model saved to ``path``."""
+    """A randomised tiny ``family`` model saved to ``path``, with a word-level tokenizer ('t0'..'t319', decoded
+    as space-separated words) and a chat template of those words."""
     torch.manual_seed(1234)
     model = transformers.AutoModelForCausalLM.from_config(CONFIGS[family](), dtype=torch.float32)
     with torch.no_grad():
@@ -35,7 +39,18 @@ def make_base(path: Path, family: str) -> Path:
             if p.dim() > 1:
                 p.normal_(0, 0.08)
     model.save_pretrained(path)
+    _save_word_tokenizer(path)
     return path
+
+
+def _save_word_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=CHAT_TEMPLATE)
+    fast.save_pretrained(path)
 
 
 def make_adapter(base: Path, path: Path, seed: int, r: int = 8, alpha: float = 16, targets=ALL_TARGETS,

@@ -91,10 +91,10 @@ class RunningServer:
 
 
 def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME,
-                 **app_options) -> RunningServer:
-    """Start a core process and serve it from a background thread on a free loopback port;
-    ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``)."""
-    core = CoreProcess(config, core_factory=build_test_core, log_level="WARNING")
+                 core_factory=build_test_core, **app_options) -> RunningServer:
+    """Start a core process (made by ``core_factory``) and serve it from a background thread on a free
+    loopback port; ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``, ``lora=``)."""
+    core = CoreProcess(config, core_factory=core_factory, log_level="WARNING")
     async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive),
                                load_tokenizer(resolve_model(config.model)), ServerMetrics(name))
     app = build_app(async_engine, [name], api_key, **app_options)

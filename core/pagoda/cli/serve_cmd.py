@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 
@@ -40,6 +41,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="stop a request still running SECONDS after it arrived (queueing included) and free its "
                         "KV blocks; its client gets 504 (on a stream: an error event, then [DONE]). Off by default")
     _add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
+    _add_lora_args(p.add_argument_group("LoRA adapters (docs/lora.md; with --enable-lora)"))
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
 
@@ -63,6 +65,25 @@ def _add_parser_args(g) -> None:
                         "the output)")
 
 
+def _add_lora_args(g) -> None:
+    g.add_argument("--lora-modules", nargs="+", metavar="NAME=PATH",
+                   help="LoRA adapters to load at start, each NAME=PATH (or JSON {\"name\": ..., \"path\": ...}); a "
+                        "request selects one by its model field, /v1/models lists them (needs --enable-lora)")
+    g.add_argument("--allow-runtime-lora-updating", action="store_true",
+                   help="answer POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind --api-key), loading "
+                        "adapters from folders the server can read (needs --enable-lora)")
+
+
+def check_lora_args(args: argparse.Namespace, enable_lora: bool) -> list[tuple[str, str]]:
+    """The --lora-modules as (name, path) pairs, after checking they go with --enable-lora."""
+    from pagoda.server.lora_modules import parse_lora_modules
+
+    if (args.lora_modules or args.allow_runtime_lora_updating) and not enable_lora:
+        flag = "--lora-modules" if args.lora_modules else "--allow-runtime-lora-updating"
+        raise ValueError(f"{flag} needs --enable-lora")
+    return parse_lora_modules(args.lora_modules, served_names(args))
+
+
 def check_args(args: argparse.Namespace):
     """Validate flags and one-of-N choices before anything heavy loads; returns the EngineConfig."""
     from pagoda.loader import resolve_model
@@ -78,6 +99,7 @@ def check_args(args: argparse.Namespace):
     if args.request_timeout is not None and not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be > 0 seconds (leave it out for no limit), got {args.request_timeout}")
     config = engine_config(args, args.model)
+    args.lora_pairs = check_lora_args(args, config.enable_lora)
     manager = get_plugin_manager()
     _, platform_cls = manager.registry("platform").select(config.platform)
     manager.registry("quantization").select(config.quantization or "none", platform=platform_cls())
@@ -113,11 +135,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, config, sock) -> int:
     from pagoda.engine_core.client import CoreProcess, EngineStartError
+    from pagoda.engine_core.core import EngineCore
+    from pagoda.server.lora_modules import core_with_lora_modules
     from pagoda.server.api_server import ApiServerSpec, serve_api
     from pagoda.server.launcher import run_api_processes, url_of
 
+    factory = EngineCore.from_config
+    if args.lora_pairs:  # the core loads them before it serves: a bad adapter fails the start
+        factory = functools.partial(core_with_lora_modules, args.lora_pairs)
     try:
-        core = CoreProcess(config, log_level=args.log_level)  # logs "Pagoda engine: platform ... | KV cache ..."
+        core = CoreProcess(config, factory, log_level=args.log_level)  # logs "Pagoda engine: platform ..."
     except EngineStartError as exc:
         print(f"pagoda serve: {exc}", file=sys.stderr)
         return 1
@@ -126,7 +153,7 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
-                         args.reasoning_parser)
+                         args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating)
     parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
                                                                 ("reasoning parser", args.reasoning_parser)) if name)
 

@@ -42,13 +42,15 @@ class EngineAdapters:
         self.step.slots.host_copy(lora)
         self.known[lora.lora_int_id] = lora
 
-    def add(self, name: str, lora_id: int, path: str) -> bool:
-        """Load an adapter ahead of its requests; False if it was loaded already."""
-        lora = LoRARequest(name, lora_id, path)
-        if self.known.get(lora_id) == lora:
-            return False
+    def add(self, name: str, path: str, lora_id: int | None = None) -> LoRARequest:
+        """Load an adapter ahead of its requests (``lora_id`` None: the next free id); loading a name again
+        with the same folder returns the adapter loaded, with another folder is an error."""
+        loaded = next((k for k in self.known.values() if k.lora_name == name), None)
+        if loaded is not None and loaded.lora_path == path and lora_id in (None, loaded.lora_int_id):
+            return loaded
+        lora = LoRARequest(name, lora_id if lora_id is not None else max(self.known, default=0) + 1, path)
         self.check(lora)
-        return True
+        return lora
 
     def remove(self, lora_id: int) -> bool:
         """Forget an adapter (requests running with it finish with it); False if it was not loaded."""

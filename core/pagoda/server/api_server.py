@@ -36,6 +36,8 @@ class ApiServerSpec:
     request_timeout: float | None = None  # seconds; None: no limit
     tool_call_parser: str | None = None  # --tool-call-parser
     reasoning_parser: str | None = None  # --reasoning-parser
+    enable_lora: bool = False  # --enable-lora: requests may name LoRA adapters in ``model``
+    allow_runtime_lora_updating: bool = False  # --allow-runtime-lora-updating
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -44,7 +46,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     from pagoda.engine_core.client import AsyncMPClient, pid_alive
     from pagoda.engine_core.gc_freeze import freeze_startup_objects
     from pagoda.loader import load_tokenizer, resolve_model
-    from pagoda.server.app import build_app
+    from pagoda.server.app import LoRAServing, build_app
     from pagoda.server.async_engine import AsyncEngine
     from pagoda.server.launcher import make_server
     from pagoda.server.metrics import ServerMetrics
@@ -54,8 +56,9 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
                          request_timeout=spec.request_timeout)
+    lora = LoRAServing(spec.enable_lora, spec.allow_runtime_lora_updating, shared=spec.api_server_count > 1)
     app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request, spec.tool_call_parser,
-                    spec.reasoning_parser)
+                    spec.reasoning_parser, lora)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()
     server.run(sockets=[sock])

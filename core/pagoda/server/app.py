@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+from dataclasses import dataclass
 
 from fastapi import Depends, FastAPI
 
 from pagoda import __version__, envs
-from pagoda.server import routes_chat, routes_completions, routes_misc, routes_pooling, routes_profile
+from pagoda.server import routes_chat, routes_completions, routes_lora, routes_misc, routes_pooling, routes_profile
+from pagoda.server.adapters import ServedAdapters
 from pagoda.server.async_engine import AsyncEngine
 from pagoda.server.errors import error_body, install_error_handlers
 from pagoda.server.openapi import install_openapi
@@ -18,6 +20,15 @@ from pagoda.tools.plan import parser_class
 
 OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
 MAX_BODY_BYTES = 16 << 20  # a 128k-token prompt as JSON token ids is ~1 MiB
+
+
+@dataclass(frozen=True)
+class LoRAServing:
+    """How a server serves LoRA adapters (docs/lora.md)."""
+
+    enabled: bool = False  # the engine runs with --enable-lora
+    runtime_updates: bool = False  # --allow-runtime-lora-updating: /v1/load_lora_adapter and unload answer
+    shared: bool = False  # several API server processes: each re-reads the adapters every second
 
 
 class GateMiddleware:
@@ -77,11 +88,15 @@ async def _reply(send, status: int, message: str, code: str) -> None:
 
 
 def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None,
-              max_n: int = 16, tool_parser: str | None = None, reasoning_parser: str | None = None) -> FastAPI:
+              max_n: int = 16, tool_parser: str | None = None, reasoning_parser: str | None = None,
+              lora: LoRAServing | None = None) -> FastAPI:
     """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core.
-    ``tool_parser`` / ``reasoning_parser``: registered parser names (docs/tools.md)."""
+    ``tool_parser`` / ``reasoning_parser``: registered parser names (docs/tools.md); ``lora``: how LoRA
+    adapters are served (docs/lora.md)."""
     state = ServerState(engine, served_model_names, api_key, max_n, tool_parser=parser_class("tool_parser", tool_parser),
                         reasoning_parser=parser_class("reasoning_parser", reasoning_parser))
+    lora = lora or LoRAServing()
+    state.adapters = ServedAdapters(engine, served_model_names, lora.enabled, lora.runtime_updates, lora.shared)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -100,6 +115,7 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
         app.include_router(module.router, dependencies=[Depends(routes_pooling.generation_only)])
     app.include_router(routes_pooling.router, dependencies=[Depends(routes_pooling.pooling_only)])
     app.include_router(routes_misc.router)
+    app.include_router(routes_lora.router)
     if envs.TORCH_PROFILER_DIR.get():
         app.include_router(routes_profile.router)
     app.add_middleware(GateMiddleware, state=state)

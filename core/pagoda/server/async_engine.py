@@ -27,6 +27,7 @@ from pagoda.sampling_params import BeamSearchParams
 from pagoda.messages import EngineCoreOutputs, add_messages
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
+from pagoda.lora_request import LoRARequest
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 from pagoda.engine.pooling_tracker import PoolingTracker
@@ -111,10 +112,11 @@ class AsyncEngine(AsyncPooling):
         validate_prompt(token_ids, self.max_model_len, self.info.vocab_size)
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       prompt: str | None = None, priority: int = 0,
-                       beam: BeamSearchParams | None = None) -> AsyncIterator[RequestOutput]:
+                       prompt: str | None = None, priority: int = 0, beam: BeamSearchParams | None = None,
+                       lora_request: LoRARequest | None = None) -> AsyncIterator[RequestOutput]:
         """Yield delta outputs of one request until it finishes; aborts it if the consumer stops early.
-        With ``beam``, a beam search whose sequences ``params`` describes (they arrive when it ends)."""
+        With ``beam``, a beam search whose sequences ``params`` describes (they arrive when it ends);
+        with ``lora_request``, run with that LoRA adapter."""
         reason = self.unavailable_reason()
         if reason is not None:
             raise EngineDeadError(reason)
@@ -128,7 +130,7 @@ class AsyncEngine(AsyncPooling):
         timer = self._arm_timeout(queue)
         try:
             await self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority,
-                                                        beam))
+                                                        beam, lora_request))
             while not finished:
                 item = await queue.get()
                 while isinstance(item, RequestOutput) and not item.finished and not queue.empty():

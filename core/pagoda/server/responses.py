@@ -166,6 +166,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str
     max_model_len: int
+    root: str | None = None  # a LoRA adapter's folder (the base model: its served name)
+    parent: str | None = None  # a LoRA adapter's base model
 
 
 class ModelList(BaseModel):

@@ -47,7 +47,7 @@ def _top_logprobs(body: ChatCompletionRequest) -> int | None:
 async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     """OpenAI's chat completions endpoint (``stream``, ``n``, ``logprobs``/``top_logprobs``, vLLM's extras)."""
     state: ServerState = request.app.state.pagoda
-    model = state.check_model(body.model)
+    model, lora = await state.resolve_model(body.model)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     requested = sampling_params(body, max_tokens, _top_logprobs(body))  # first: the 400s of unsupported fields
     check_history(body.messages)
@@ -60,7 +60,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     state.check_available()
     request_id = state.engine.next_request_id("chatcmpl")
     stream = state.engine.generate(request_id, ids, params, text, body.priority,
-                                   beam=beam_search_params(body, params))
+                                   beam=beam_search_params(body, params), lora_request=lora)
     base = {"id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model}
     # each choice's reasoning / tool-call parser (None: the output is plain content)
     make_parser = choice_parser_factory(plan, state.reasoning_parser, state.tokenizer, params.guided_decoding)

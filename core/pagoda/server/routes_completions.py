@@ -42,7 +42,7 @@ async def create_completion(body: CompletionRequest, request: Request):
     """OpenAI's completions endpoint (``stream``, ``n``, ``best_of``, ``logprobs``, ``echo``, vLLM's extra
     sampling fields and ``use_beam_search``)."""
     state: ServerState = request.app.state.pagoda
-    model = state.check_model(body.model)
+    model, lora = await state.resolve_model(body.model)
     echo = Echo.of(body.echo, body.logprobs, body.max_tokens)
     params = sampling_params(body, echo.max_tokens_to_run or body.max_tokens, body.logprobs)
     params.prompt_logprobs = echo.logprobs  # validated: the same range as logprobs
@@ -54,7 +54,8 @@ async def create_completion(body: CompletionRequest, request: Request):
     state.check_limits(params, [len(ids) for ids, _ in prompts])
     state.check_available()
     request_id = state.engine.next_request_id("cmpl")
-    streams = [state.engine.generate(f"{request_id}-{i}", ids, params, text, body.priority, beam=beam)
+    streams = [state.engine.generate(f"{request_id}-{i}", ids, params, text, body.priority, beam=beam,
+                                     lora_request=lora)
                for i, (ids, text) in enumerate(prompts)]
     base = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model}
     if body.stream:

@@ -24,8 +24,12 @@ def _state(request: Request) -> ServerState:
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS)
 async def list_models(request: Request) -> dict:
     state = _state(request)
-    data = [{"id": name, "object": "model", "created": state.created, "owned_by": "pagoda",
-             "max_model_len": state.max_model_len} for name in state.served_model_names]
+    card = {"object": "model", "created": state.created, "owned_by": "pagoda", "max_model_len": state.max_model_len}
+    data = [{**card, "id": name, "root": name, "parent": None} for name in state.served_model_names]
+    if state.adapters is not None:  # LoRA adapters, each with its base model as parent
+        await state.adapters.refresh()
+        data += [{**card, "id": name, "root": lora.lora_path, "parent": state.model_name}
+                 for name, lora in state.adapters.by_name.items()]
     return {"object": "list", "data": data}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pagoda.sampling.token_controls import resolve_token_controls
 from pagoda.errors import RequestError
@@ -13,6 +14,10 @@ from pagoda.server.errors import APIError, EngineUnavailable, bad_request
 from pagoda.server.guided_fields import guided_params
 from pagoda.server.protocol import SamplingFields
 from pagoda.server.unsupported import check_unsupported
+
+if TYPE_CHECKING:
+    from pagoda.lora_request import LoRARequest
+    from pagoda.server.adapters import ServedAdapters
 
 
 @dataclass
@@ -26,6 +31,7 @@ class ServerState:
     tool_parser: type | None = None  # --tool-call-parser: a ToolParser subclass (docs/tools.md)
     reasoning_parser: type | None = None  # --reasoning-parser: a ReasoningParser subclass
     created: int = field(default_factory=lambda: int(time.time()))
+    adapters: "ServedAdapters | None" = None  # LoRA adapters requests may name in ``model`` (docs/lora.md)
 
     @property
     def model_name(self) -> str:
@@ -40,11 +46,23 @@ class ServerState:
         return self.engine.max_model_len
 
     def check_model(self, requested: str | None) -> str:
-        """The model name to answer with; 404 when the request names another model."""
+        """The model name to answer with; 404 when the request names another model (or adapter)."""
         if requested is None or requested in self.served_model_names:
             return requested or self.model_name
+        if self.adapters is not None and requested in self.adapters.by_name:
+            return requested
+        adapters = sorted(self.adapters.by_name) if self.adapters is not None else []
+        also = f", and LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
         raise APIError(404, f"The model '{requested}' does not exist; this server serves "
-                            f"{', '.join(repr(n) for n in self.served_model_names)}", param="model", code="model_not_found")
+                            f"{', '.join(repr(n) for n in self.served_model_names)}{also}", param="model",
+                       code="model_not_found")
+
+    async def resolve_model(self, requested: str | None) -> "tuple[str, LoRARequest | None]":
+        """The model name to answer with and the LoRA adapter it names (None: the base model); 404 if unknown."""
+        if requested is None or requested in self.served_model_names or self.adapters is None:
+            return self.check_model(requested), None
+        lora = await self.adapters.resolve(requested)
+        return self.check_model(requested), lora
 
     def check_available(self) -> None:
         reason = self.engine.unavailable_reason()
