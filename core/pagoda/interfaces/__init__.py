@@ -5,6 +5,7 @@ from pagoda.interfaces.base import Capability
 from pagoda.interfaces.command import Command
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext, PoolingModel
+from pagoda.interfaces.multimodal import ImageSpan, MultimodalEmbeddings, MultimodalModel
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.proposer import Proposal, ProposalInput, Proposer, ProposerContext
 from pagoda.interfaces.quantization import InputQuantizer, QuantizationMethod, QuantizedInput
@@ -25,7 +26,10 @@ __all__ = [
     "ForwardContext",
     "GrammarMatcher",
     "GuidedDecodingBackend",
+    "ImageSpan",
     "InputQuantizer",
+    "MultimodalEmbeddings",
+    "MultimodalModel",
     "Platform",
     "PoolingModel",
     "Proposal",
