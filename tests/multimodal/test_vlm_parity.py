@@ -43,15 +43,16 @@ def prompts(family: str) -> list[tuple[str, list]]:
 
 
 @torch.no_grad()
-def run_packed(model, ctx, processed) -> list[torch.Tensor]:
-    """Pagoda's logits of each processed prompt, all prefilled in one packed step."""
+def run_packed(model, ctx, processed, cache_rows: int = 10_000) -> list[torch.Tensor]:
+    """Pagoda's logits of each processed prompt, all prefilled in one packed step (an encoder cache of
+    ``cache_rows`` rows)."""
     lens = [len(p.prompt_token_ids) for p in processed]
     meta, num_blocks = prefill_metadata(lens)
     caches = [torch.zeros(ctx.attention.kv_cache_shape(num_blocks)) for _ in range(num_kv_cache_layers(model.config))]
     requests = [Request(str(i), p.prompt_token_ids, SamplingParams(), mm_items=p.items) for i, p in enumerate(processed)]
     starts = [0, *torch.tensor(lens).cumsum(0).tolist()]
     positions = torch.cat([torch.arange(n) for n in lens])
-    mm = MultimodalStep(model, 10_000).step_embeddings(SchedulerOutput(requests, lens), starts, positions)
+    mm = MultimodalStep(model, cache_rows).step_embeddings(SchedulerOutput(requests, lens), starts, positions)
     ids = torch.tensor([t for p in processed for t in p.prompt_token_ids])
     logits = model.compute_logits(model(ids, positions, ForwardContext(meta, caches, multimodal=mm)))
     return [logits[a:b] for a, b in zip(starts, starts[1:])]
@@ -67,6 +68,14 @@ def test_packed_prompts_with_0_1_2_images_match_transformers(vlm):
             theirs = hf(**hf_inputs(family, model.config, p.prompt_token_ids, [i.inputs() for i in p.items])).logits[0]
         assert theirs.std() > 0.3, "logits too flat for the comparison to mean anything"
         assert (ours - theirs).abs().max().item() < TOL
+
+
+def test_an_encoder_cache_smaller_than_a_step_keeps_the_step_s_images(vlm):
+    """A step whose images outgrow the encoder cache still merges them all (the cache drops them after)."""
+    family, _, _, model, ctx, processor = vlm
+    processed = [processor.process(text, images) for text, images in prompts(family)]
+    for ours, roomy in zip(run_packed(model, ctx, processed, cache_rows=1), run_packed(model, ctx, processed)):
+        assert torch.equal(ours, roomy)
 
 
 def test_images_change_the_logits(vlm):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pagoda")
 
 MIN_ENCODER_CACHE_ROWS = 8192
+STEP_HOLDER = "\0step"  # pins the items of the step being built (no request id is empty-prefixed)
 
 
 def encoder_cache_rows(config: "EngineConfig") -> int:
@@ -90,6 +91,9 @@ class MultimodalStep(StepFeature):
         rope = self.step_positions(out, query_starts, positions, with_images=bool(reached)) if self.mrope else None
         if not reached:
             return None
+        keys = {r.item.content_hash for r in reached}
+        for key in keys:  # held for this step: encoding the others must not evict them
+            self.cache.pin(key, STEP_HOLDER)
         self.encode_missing([r.item for r in reached])
         index, rows, spans = [], [], []
         for r in reached:
@@ -99,7 +103,10 @@ class MultimodalStep(StepFeature):
             rows.append(self.cache.get(r.item.content_hash)[r.lo - r.item.offset : r.hi - r.item.offset])
             spans.append(ImageSpan(r.seq, start, start + r.hi - r.lo, r.item.offset, r.item.end))
             self.track(req.request_id, r)
-        return MultimodalEmbeddings(torch.cat(index).to(positions.device), torch.cat(rows), rope, spans)
+        embeds = torch.cat(rows)
+        for key in keys:
+            self.cache.unpin(key, STEP_HOLDER)
+        return MultimodalEmbeddings(torch.cat(index).to(positions.device), embeds, rope, spans)
 
     def reached(self, out: "SchedulerOutput"):
         """Each item whose placeholder run overlaps the tokens a request computes this step."""
