@@ -33,6 +33,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     quantization: str | None = None
     kv_cache_dtype: str = "auto"  # "auto" (the model dtype) or an FP8 type the attention backend must support
+    calculate_kv_scales: bool = False  # an FP8 KV cache's scales from the first step's keys/values (docs/kv_cache_fp8.md)
     load_format: str = "auto"
     kv_cache_memory: int | None = None  # bytes for the KV cache; overrides gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
@@ -59,6 +60,9 @@ class EngineConfig:
         _require(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _require(self.kv_cache_dtype in KV_CACHE_DTYPES, "kv_cache_dtype", self.kv_cache_dtype,
                  f"one of {', '.join(KV_CACHE_DTYPES)}")
+        if self.calculate_kv_scales and self.kv_cache_dtype == "auto":
+            raise ValueError("calculate_kv_scales calibrates the scales of an FP8 KV cache; set kv_cache_dtype='fp8' "
+                             "(--kv-cache-dtype fp8) too, or drop it")
         _require(self.load_format in LOAD_FORMATS, "load_format", self.load_format, f"one of {', '.join(LOAD_FORMATS)}")
         _require(_is_pow2(self.block_size) and 1 <= self.block_size <= 256, "block_size", self.block_size, "a power of two in [1, 256]")
         _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")

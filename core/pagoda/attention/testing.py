@@ -129,3 +129,26 @@ def replay_after_shortening(backend, batch: PagedBatch, cut: list[int]) -> tuple
     shortened = replace(batch, full_keys=[k[:n] for k, n in zip(batch.full_keys, lens)],
                         full_values=[v[:n] for v, n in zip(batch.full_values, lens)])
     return out, backend.forward(*args), shortened
+
+
+def quantize_batch(spec: AttentionSpec, batch: PagedBatch, k_scale: float = 0.05, v_scale: float = 0.03) -> tuple[
+        PagedBatch, torch.Tensor, torch.Tensor]:
+    """``batch`` with its cache stored in ``spec.cache_dtype`` (an FP8 cache: the cached prefixes divided by
+    the scales), and its reference contexts the values an FP8 cache gives back (stored * scale) for every
+    position, this step's too (the backend stores those before attending). Returns (batch, k_scale, v_scale),
+    the scales as float32 0-dim tensors on the batch's device."""
+    from dataclasses import replace
+
+    from pagoda.attention.kv_quant import dequantize_kv, quantize_kv
+
+    device = batch.kv_cache.device
+    k_s, v_s = (torch.tensor(s, dtype=torch.float32, device=device) for s in (k_scale, v_scale))
+    dt = spec.cache_dtype
+    cache = torch.stack([quantize_kv(batch.kv_cache[0], k_s, dt), quantize_kv(batch.kv_cache[1], v_s, dt)])
+
+    def round_trip(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:  # what the cache gives back, float64
+        return dequantize_kv(quantize_kv(x.to(spec.dtype), scale.cpu(), dt), scale.cpu(), torch.float64)
+
+    return replace(batch, kv_cache=cache,
+                   full_keys=[round_trip(k, k_s) for k in batch.full_keys],
+                   full_values=[round_trip(v, v_s) for v in batch.full_values]), k_s, v_s

@@ -6,6 +6,9 @@ Encoder layers (``spec.causal`` False: whole prompts, no cached prefix) attend o
 own keys in one padded SDPA call; they skip the KV-cache write (no later step reads an encoder's
 keys) and share one padding layout per step, made by ``prepare`` without a device sync.
 With ``spec.logits_soft_cap`` the scores are computed explicitly (SDPA cannot cap them).
+An FP8 cache (``--kv-cache-dtype fp8``) stores keys and values divided by the layer's scales and
+multiplies them back into the model dtype before attending (:mod:`pagoda.attention.kv_quant`): the
+reference the FP8 kernels of the other backends are tested against.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.attention.kv_quant import dequantize_kv
+from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec, KVScales
 from pagoda.interfaces.platform import Platform
 
 
@@ -25,6 +29,7 @@ class TorchAttentionBackend(AttentionBackend):
     supports_non_causal = True  # encoder models (AttentionSpec.causal=False)
     supports_mixed_windows = True  # forward reads spec.sliding_window only
     supports_logits_soft_cap = True
+    kv_cache_dtypes = ("auto", *KV_CACHE_FORMATS)  # FP8 caches: stored scaled, attended in the model dtype
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
@@ -39,7 +44,7 @@ class TorchAttentionBackend(AttentionBackend):
         if not self.spec.causal:  # encoders: every prompt is whole in this step, so attend over q/k/v directly
             padding = metadata.extra if isinstance(metadata.extra, Padding) else Padding.of(metadata)
             return self._attend_whole(query, key, value, padding)
-        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
+        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, *self._scales())
         out = torch.empty_like(query)
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens.tolist()
@@ -61,6 +66,9 @@ class TorchAttentionBackend(AttentionBackend):
         blocks = block_tables[:, :num_blocks].long()  # [batch, num_blocks]
         k = kv_cache[0][blocks].flatten(1, 2)[:, :max_len]  # [batch, max_len, kv_heads, d]
         v = kv_cache[1][blocks].flatten(1, 2)[:, :max_len]
+        if s.kv_quantized:  # back to the model dtype: stored * scale
+            k_scale, v_scale = self._scales()
+            k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
         mask = self._mask(torch.tensor(seq_lens, device=q.device), q_len, max_len)
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # [batch, kv_heads, max_len, d]
         if s.logits_soft_cap:
@@ -70,6 +78,14 @@ class TorchAttentionBackend(AttentionBackend):
                 q.transpose(1, 2).to(k.dtype), k, v, attn_mask=mask[:, None], scale=s.scale, enable_gqa=True
             )
         return out.transpose(1, 2).to(q.dtype)
+
+    def _scales(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(k_scale, v_scale) of a quantized cache (1.0 on a backend no layer gave scales), else (None, None)."""
+        if not self.spec.kv_quantized:
+            return None, None
+        if self.kv_scales is None:
+            self.kv_scales = KVScales(self.platform.device())
+        return self.kv_scales.k_scale, self.kv_scales.v_scale
 
     def _attend_whole(self, query, key, value, padding: "Padding") -> torch.Tensor:
         """Bidirectional attention of whole sequences in one padded SDPA call (no cache read)."""

@@ -48,7 +48,11 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                   help="how linear layers store weights; 'auto': the method the checkpoint's config.json declares "
                        "(quantization_config), else 'none': an installed method never quantizes a model by itself")
     g.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="KV cache element type: auto (the model dtype) or fp8 (if the attention backend supports it)")
+                   help="KV cache element type: auto (the model dtype) or fp8 (e4m3; fp8_e5m2 where the attention "
+                        "backend stores it): twice the tokens in the same memory, scaled per layer (docs/kv_cache_fp8.md)")
+    g.add_argument("--calculate-kv-scales", action="store_true",
+                   help="set an FP8 KV cache's per-layer scales from the first step's keys and values (default: the "
+                        "checkpoint's k_scale/v_scale, else 1.0)")
     registry_flag(g, "--platform", manager, "platform", default=AUTO,
                   help="device family; 'auto' takes the usable one of highest priority (e.g. cuda over cpu)")
     g.add_argument("--dtype", default="auto", choices=DTYPES,
@@ -132,6 +136,7 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         attention_backend=args.attention_backend,
         quantization=args.quantization,
         kv_cache_dtype=args.kv_cache_dtype,
+        calculate_kv_scales=args.calculate_kv_scales,
         load_format=args.load_format,
         kv_cache_memory=args.kv_cache_memory,
         gpu_memory_utilization=args.gpu_memory_utilization,

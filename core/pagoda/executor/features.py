@@ -2,8 +2,9 @@
 
 The driver's runner (rank 0, the one that samples) gets guided decoding when the engine has a
 tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets LoRA adapters
-under ``--enable-lora`` (each rank adds its part of every adapted layer's product) and speculative
-verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass).
+under ``--enable-lora`` (each rank adds its part of every adapted layer's product), speculative
+verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass) and
+the FP8 KV cache's calibration under ``--calculate-kv-scales``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from pagoda.config import EngineConfig
 from pagoda.errors import ConfigError
+from pagoda.executor.kv_scales import KVScaleCalibration
 from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
@@ -53,4 +55,6 @@ def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dty
     speculative = parse_speculative_config(config.speculative_config)
     if speculative is not None:
         features.append(SpecDecodeStep(speculative))
+    if config.calculate_kv_scales:  # an FP8 KV cache's scales from the first real step
+        features.append(KVScaleCalibration(model))
     return features

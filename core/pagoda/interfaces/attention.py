@@ -12,6 +12,13 @@ import torch
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.platform import Platform
 
+# --kv-cache-dtype values that store the cache quantized -> the element type (``auto``: the model dtype)
+KV_CACHE_FORMATS: dict[str, torch.dtype] = {
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
+}
+
 
 @dataclass(frozen=True)
 class AttentionSpec:
@@ -22,11 +29,44 @@ class AttentionSpec:
     head_size: int
     scale: float
     block_size: int
-    dtype: torch.dtype  # of q/k/v and the KV cache
+    dtype: torch.dtype  # of q/k/v (and of the KV cache unless kv_cache_dtype quantizes it)
     sliding_window: int | None = None
     causal: bool = True  # False: bidirectional attention within each sequence (encoder-only models)
     logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2/3 option)
     mixed_windows: bool = False  # some layers attend within sliding_window, the others to the whole context
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype: "auto" (the cache in `dtype`) or a KV_CACHE_FORMATS name
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """The KV cache's element type: ``dtype``, or the FP8 type of a quantized cache."""
+        return KV_CACHE_FORMATS.get(self.kv_cache_dtype, self.dtype)
+
+    @property
+    def kv_quantized(self) -> bool:
+        """Keys and values are stored scaled to FP8 (``AttentionBackend.kv_scales`` holds the scales)."""
+        return self.kv_cache_dtype in KV_CACHE_FORMATS
+
+
+def quantize_kv(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """How a quantized cache stores ``x``: ``x / scale`` saturated to the largest finite value of the FP8
+    format ``dtype`` (e4m3: 448, e5m2: 57344), rounded to nearest even. Kernels must store the same."""
+    limit = float(torch.finfo(dtype).max)
+    return (x.float() / scale).clamp_(-limit, limit).to(dtype)
+
+
+class KVScales:
+    """One layer's per-tensor scales of a quantized KV cache: a key is stored as ``key / k_scale``
+    (saturated to the format's range) and read back as ``stored * k_scale``; likewise values.
+
+    float32 0-dim tensors on the layer's device, 1.0 until the checkpoint's ``k_scale``/``v_scale``
+    or a calibration (``--calculate-kv-scales``) sets them. They change only in place, so kernels
+    captured in a device graph read the current values.
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.k_scale = torch.ones((), dtype=torch.float32, device=device)
+        self.v_scale = torch.ones((), dtype=torch.float32, device=device)
+        self.calibrating = False  # the layer observes the next step's keys and values to set the scales
 
 
 @dataclass
@@ -67,6 +107,7 @@ class AttentionBackend(Capability, ABC):
     supports_mixed_windows: ClassVar[bool] = False  # forward reads the window from self.spec only (see with_window)
     supports_logits_soft_cap: ClassVar[bool] = False  # applies AttentionSpec.logits_soft_cap
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)  # --kv-cache-dtype values it stores (auto: model dtype)
+    kv_scales: KVScales | None = None  # a quantized cache's scales, on each layer's view (with_kv_scales)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         self.spec = spec
@@ -96,6 +137,14 @@ class AttentionBackend(Capability, ABC):
         view.spec = replace(self.spec, sliding_window=sliding_window)
         return view
 
+    def with_kv_scales(self, scales: KVScales) -> "AttentionBackend":
+        """This backend for one layer of a quantized KV cache (``spec.kv_quantized``): a shallow copy, like
+        ``with_window``'s, whose ``kv_scales`` are that layer's. ``forward`` then writes keys and values
+        divided by the scales in ``spec.cache_dtype`` and attends over them multiplied back."""
+        view = copy.copy(self)
+        view.kv_scales = scales
+        return view
+
     @abstractmethod
     def forward(
         self,
@@ -116,6 +165,10 @@ def contract_reason(backend_cls: type[AttentionBackend], spec: AttentionSpec | N
     if spec is not None and spec.mixed_windows and not getattr(backend_cls, "supports_mixed_windows", False):
         return ("it applies one sliding window to every layer, and this model interleaves sliding-window and "
                 "full-attention layers (e.g. Gemma 3); use --attention-backend torch or triton")
+    if spec is not None and spec.kv_cache_dtype not in getattr(backend_cls, "kv_cache_dtypes", ("auto",)):
+        stored = ", ".join(getattr(backend_cls, "kv_cache_dtypes", ("auto",)))
+        return (f"it does not store a {spec.kv_cache_dtype} KV cache (it stores: {stored}); choose a backend that "
+                "does (--attention-backend) or leave --kv-cache-dtype at auto")
     if spec is not None and spec.logits_soft_cap and not getattr(backend_cls, "supports_logits_soft_cap", False):
         return (f"it does not soft-cap attention scores, and this model's config sets attn_logit_softcapping="
                 f"{spec.logits_soft_cap}; use --attention-backend torch")

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from pagoda.interfaces.attention import quantize_kv
+
 if TYPE_CHECKING:
     from pagoda.interfaces.parallel import TensorParallel
 
@@ -96,12 +98,16 @@ class CustomOps:
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
         slot_mapping: torch.Tensor,  # [num_tokens]; negative slots are skipped (padding)
+        k_scale: torch.Tensor | None = None,  # float32 0-dim: an FP8 cache stores key / k_scale
+        v_scale: torch.Tensor | None = None,
     ) -> None:
-        """Write this step's keys and values into their paged slots."""
+        """Write this step's keys and values into their paged slots; into an FP8 cache (scales given)
+        divided by the scales, saturated to the format's range and rounded to nearest even."""
         valid = slot_mapping >= 0
         slots = slot_mapping[valid]
-        kv_cache[0].view(-1, *key.shape[1:])[slots] = key[valid].to(kv_cache.dtype)
-        kv_cache[1].view(-1, *value.shape[1:])[slots] = value[valid].to(kv_cache.dtype)
+        for half, x, scale in ((0, key, k_scale), (1, value, v_scale)):
+            stored = x[valid].to(kv_cache.dtype) if scale is None else quantize_kv(x[valid], scale, kv_cache.dtype)
+            kv_cache[half].view(-1, *key.shape[1:])[slots] = stored
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:

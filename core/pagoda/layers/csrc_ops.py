@@ -120,10 +120,12 @@ class CsrcOps(CustomOps):
         value: torch.Tensor,  # [num_tokens, num_kv_heads, head_size]
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, num_kv_heads, head_size]
         slot_mapping: torch.Tensor,  # [num_tokens]; negative slots are skipped
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> None:
         if not (_same_kernel_dtype(key, value, kv_cache) and kv_cache.is_contiguous()
                 and key.stride(-1) == 1 and value.stride(-1) == 1):
-            return super().reshape_and_cache(key, value, kv_cache, slot_mapping)
+            return super().reshape_and_cache(key, value, kv_cache, slot_mapping, k_scale, v_scale)
         self.kernels.reshape_and_cache(key, value, kv_cache, slot_mapping.long().contiguous())
 
     def fused_moe(

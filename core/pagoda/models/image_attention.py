@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pagoda.attention.kv_quant import dequantize_kv
+
 if TYPE_CHECKING:
     from pagoda.interfaces.attention import AttentionMetadata
     from pagoda.interfaces.model import ForwardContext
@@ -50,6 +52,9 @@ class ImageRunAttention(nn.Module):
         blocks = layout.block_tables[span.seq, : -(-num_keys // spec.block_size)].long()
         k = cache[0][blocks].flatten(0, 1)[:num_keys].transpose(0, 1)  # [kv_heads, L, d]
         v = cache[1][blocks].flatten(0, 1)[:num_keys].transpose(0, 1)
+        if spec.kv_quantized:  # an FP8 cache: stored * scale, in the model dtype
+            scales = self.inner.kv_scales
+            k, v = dequantize_kv(k, scales.k_scale, q.dtype), dequantize_kv(v, scales.v_scale, q.dtype)
         mask = torch.ones(q.shape[0], num_keys, dtype=torch.bool, device=q.device)
         if spec.sliding_window:
             mask &= torch.arange(num_keys, device=q.device)[None, :] > q_pos[:, None] - spec.sliding_window

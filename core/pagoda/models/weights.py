@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from pagoda.errors import ModelLoadError
+from pagoda.layers.attention import Attention, kv_scale_target
 from pagoda.layers.linear import LinearBase, copy_checked
 
 Stacked = dict[str, tuple[str, str]]  # checkpoint module name -> (fused module name, shard id)
@@ -55,7 +56,28 @@ class WeightMapper:
         """Load one checkpoint tensor by its checkpoint name (dropped if ignored or skipped)."""
         if name in self.ignore or any(s in name for s in self.skip):
             return
-        self.load_one(self.rename(name), tensor)
+        name = self.rename(name)
+        if not self._load_kv_scale(name, tensor):
+            self.load_one(name, tensor)
+
+    def _load_kv_scale(self, name: str, tensor: torch.Tensor) -> bool:
+        """A KV cache scale (``self_attn.k_scale`` and kin) goes to the attention layer under its block."""
+        found = kv_scale_target(name)
+        if found is None or self._has_param(name):
+            return False
+        owner, which = found
+        layer = next((m for path, m in self.modules.items() if path.startswith(owner + ".") and isinstance(m, Attention)),
+                     None)
+        if layer is None:
+            return False  # load_one names the unexpected tensor
+        for scale in which:
+            layer.load_kv_scale(scale, tensor)
+        return True
+
+    def _has_param(self, name: str) -> bool:
+        module_path, param, _ = self.target(name)
+        module = self.modules.get(module_path)
+        return module is not None and param in dict(module.named_parameters(recurse=False))
 
     def rename(self, name: str) -> str:
         for old, new in self.renames.items():

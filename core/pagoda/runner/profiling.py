@@ -37,7 +37,7 @@ def profile_activation_bytes(
         device = platform.device()
         metadata = dummy_prefill_metadata(num_tokens, num_seqs, block_size, device)
         blocks = int(metadata.block_tables.max()) + 1
-        caches = [torch.empty(attention.kv_cache_shape(blocks), dtype=attention.spec.dtype, device=device)
+        caches = [torch.empty(attention.kv_cache_shape(blocks), dtype=attention.spec.cache_dtype, device=device)
                   for _ in range(num_layers)]
         cache_bytes = sum(c.numel() * c.element_size() for c in caches)
         with platform.inference_context():

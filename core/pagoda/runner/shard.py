@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from pagoda.config import EngineConfig, step_token_budget
-from pagoda.errors import IncompatibleChoiceError, ModelLoadError
+from pagoda.errors import ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform
 from pagoda.interfaces.parallel import SINGLE, TensorParallel
 from pagoda.loader import ModelSource, load_model
@@ -84,11 +84,11 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     max_model_len = resolve_max_model_len(config, hf_config)
     model_cls = model_class(hf_config)
     spec = attention_spec(hf_config, config.block_size, dtype, tp.size)
+    spec = dataclasses.replace(spec, kv_cache_dtype=config.kv_cache_dtype)  # selection refuses backends that lack it
     if not getattr(model_cls, "causal_attention", True):  # encoder models attend bidirectionally
         spec = dataclasses.replace(spec, causal=False)
     attentions = plugins.registry("attention")
     attention_name, backend_cls = attentions.select(config.attention_backend, platform=platform, spec=spec)
-    _check_kv_cache_dtype(config.kv_cache_dtype, attention_name, backend_cls)
     attention = attentions.create(attention_name, spec, platform)
     methods = plugins.registry("quantization")
     quant_name, _ = methods.select(resolve_quantization(config.quantization, hf_config), platform=platform)
@@ -107,14 +107,6 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
             logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
         max_model_len = capacity
     return ModelShard(dtype, max_model_len, attention, attention_name, quant_name, model, kv_caches, num_blocks)
-
-
-def _check_kv_cache_dtype(kv_cache_dtype: str, name: str, backend_cls: type[AttentionBackend]) -> None:
-    if kv_cache_dtype not in backend_cls.kv_cache_dtypes:
-        raise IncompatibleChoiceError(
-            f"the attention backend {name} does not support an {kv_cache_dtype} KV cache (it stores: "
-            f"{', '.join(backend_cls.kv_cache_dtypes)}); leave --kv-cache-dtype at auto"
-        )
 
 
 def model_class(hf_config) -> type[CausalLM]:
@@ -136,7 +128,8 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
     Tensor-parallel ranks agree on the smallest block count (the scheduler hands out block ids).
     """
     layers = num_kv_cache_layers(hf_config)
-    per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=attention.spec.dtype).element_size()
+    cache_dtype = attention.spec.cache_dtype  # an FP8 cache holds twice the tokens of a 16-bit one
+    per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=cache_dtype).element_size()
     activation_bytes = 0
     if model is not None and config.kv_cache_memory is None:
         budget_tokens = step_token_budget(config, max_model_len)
@@ -154,5 +147,5 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
             "raise kv_cache_memory / --gpu-memory-utilization"
         )
     device = platform.device()
-    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks), dtype=attention.spec.dtype, device=device) for _ in range(layers)]
+    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks), dtype=cache_dtype, device=device) for _ in range(layers)]
     return kv_caches, num_blocks
