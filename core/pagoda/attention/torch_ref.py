@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.attention.kv_quant import dequantize_kv
-from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec, KVScales
+from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
 
 
@@ -80,12 +80,9 @@ class TorchAttentionBackend(AttentionBackend):
         return out.transpose(1, 2).to(q.dtype)
 
     def _scales(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(k_scale, v_scale) of a quantized cache (1.0 on a backend no layer gave scales), else (None, None)."""
-        if not self.spec.kv_quantized:
-            return None, None
-        if self.kv_scales is None:
-            self.kv_scales = KVScales(self.platform.device())
-        return self.kv_scales.k_scale, self.kv_scales.v_scale
+        """(k_scale, v_scale) of a quantized cache, else (None, None)."""
+        scales = self.cache_scales()
+        return (None, None) if scales is None else (scales.k_scale, scales.v_scale)
 
     def _attend_whole(self, query, key, value, padding: "Padding") -> torch.Tensor:
         """Bidirectional attention of whole sequences in one padded SDPA call (no cache read)."""

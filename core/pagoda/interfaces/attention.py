@@ -145,6 +145,15 @@ class AttentionBackend(Capability, ABC):
         view.kv_scales = scales
         return view
 
+    def cache_scales(self) -> KVScales | None:
+        """What ``forward`` scales a quantized cache by: this layer's ``kv_scales`` (1.0 on an instance no layer
+        gave scales, e.g. in a kernel test); None for an unquantized cache."""
+        if not self.spec.kv_quantized:
+            return None
+        if self.kv_scales is None:
+            self.kv_scales = KVScales(self.platform.device())
+        return self.kv_scales
+
     @abstractmethod
     def forward(
         self,

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from pagoda.attention.split_kv import decode_scratch
-from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -34,6 +34,7 @@ class TritonAttentionBackend(AttentionBackend):
     priority = 50
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", *KV_CACHE_FORMATS)  # FP8: stored scaled, read into q's dtype
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
@@ -49,7 +50,7 @@ class TritonAttentionBackend(AttentionBackend):
             import triton  # noqa: F401
         except ImportError:
             return "the triton package is not installed"
-        return None if spec is None else _spec_reason(spec)
+        return None if spec is None else _spec_reason(spec) or _kv_cache_reason(platform, spec)
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
         from pagoda_attention_triton.decode import SHORT_QUERY
@@ -73,21 +74,22 @@ class TritonAttentionBackend(AttentionBackend):
 
         plan = metadata.extra if _is_plan(metadata.extra) else self.prepare(metadata).extra
         s, m = self.spec, metadata
-        write_kv(key, value, kv_cache, m.slot_mapping, pdl=self.pdl)
+        scales = self.cache_scales()
+        write_kv(key, value, kv_cache, m.slot_mapping, pdl=self.pdl, kv_scales=scales)
         out = torch.empty_like(query)  # [num_tokens, num_heads, head_size]
         decode_attention(
             query, out, kv_cache, m.block_tables, m.seq_lens, m.num_decodes, s.scale, s.sliding_window,
-            plan.num_splits, plan.decode_scratch, pdl=self.pdl, query_start_loc=m.query_start_loc,
+            plan.num_splits, plan.decode_scratch, pdl=self.pdl, query_start_loc=m.query_start_loc, kv_scales=scales,
         )
         if plan.short_splits:
             short_query_attention(
                 query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, m.max_query_len,
-                s.scale, s.sliding_window, plan.short_splits, plan.short_scratch, pdl=self.pdl,
+                s.scale, s.sliding_window, plan.short_splits, plan.short_scratch, pdl=self.pdl, kv_scales=scales,
             )
         else:
             prefill_attention(
                 query, out, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes, s.scale,
-                s.sliding_window, m.max_query_len,
+                s.sliding_window, m.max_query_len, kv_scales=scales,
             )
         return out
 
@@ -101,6 +103,18 @@ def _spec_reason(spec: AttentionSpec) -> str | None:
         return f"{spec.num_heads} query heads are not a multiple of {spec.num_kv_heads} kv heads"
     if spec.block_size & (spec.block_size - 1):
         return f"triton attention needs a power-of-two block size, not {spec.block_size}"
+    return None
+
+
+def _kv_cache_reason(platform: Platform, spec: AttentionSpec) -> str | None:
+    """Why this platform cannot convert the FP8 format of ``spec``'s cache in Triton (None: it can)."""
+    if not spec.kv_quantized or _interpreting():
+        return None
+    if spec.cache_dtype == torch.float8_e4m3fn and platform.fp8_dtype() != torch.float8_e4m3fn:
+        return (f"triton converts an FP8 e4m3 KV cache with the FP8 instructions of compute capability >= 8.9, which "
+                f"{platform.describe()} lacks; use --kv-cache-dtype fp8_e5m2 or --attention-backend flash")
+    if spec.cache_dtype == torch.float8_e5m2 and platform.device_type != "cuda":
+        return f"triton's FP8 e5m2 KV cache runs on NVIDIA GPUs, not {platform.describe()}; use --kv-cache-dtype fp8"
     return None
 
 

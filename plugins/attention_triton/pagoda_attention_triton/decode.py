@@ -18,7 +18,8 @@ import triton
 import triton.language as tl
 
 from pagoda.attention.split_kv import decode_scratch
-from pagoda_attention_triton.tile import attend_tile, dependent_start, dot_precision, pdl_launch, window_start
+from pagoda_attention_triton.tile import (attend_tile, dependent_start, dot_precision, kv_scale_args, load_kv_scales,
+                                         pdl_launch, window_start)
 
 def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
     """Keys per step and pipeline depth: 128 keys x 4 stages for rows of up to 256 bytes (head 128
@@ -32,7 +33,7 @@ def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
 # 1 and for multiples of 16 the first time a batch shows them: seconds of stall in a server).
 @triton.jit(do_not_specialize=["stride_bt", "seq_base", "token_base"])
 def _decode_kernel(
-    q_ptr, o_ptr, part_o_ptr, part_lse_ptr, cache_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
+    q_ptr, o_ptr, part_o_ptr, part_lse_ptr, cache_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, k_scale_ptr, v_scale_ptr,
     seq_base, token_base,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kv, stride_blk, stride_tok, stride_head, stride_bt,
@@ -40,6 +41,7 @@ def _decode_kernel(
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, ROWS: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
     USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     dependent_start(PDL)
     seq = (seq_base + tl.program_id(0)).to(tl.int64)
@@ -56,8 +58,10 @@ def _decode_kernel(
     offs_d = tl.arange(0, HEAD_P)
     io_mask = row_ok[:, None] & (offs_d < HEAD)[None, :]
     q = tl.load(q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
-    q = q.to(cache_ptr.dtype.element_ty)
+    if not KV_FP8:  # an FP8 cache's keys and values are converted to the query's dtype instead
+        q = q.to(cache_ptr.dtype.element_ty)
     qpos = seq_len - q_len + t
+    k_scale, v_scale = load_kv_scales(k_scale_ptr, v_scale_ptr, KV_FP8)
 
     lo = window_start(seq_len - q_len, window, BLOCK_N, USE_WINDOW)
     chunk = tl.cdiv(tl.cdiv(seq_len - lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
@@ -70,10 +74,10 @@ def _decode_kernel(
     # one masked loop: an unmasked main loop plus a masked tail measured 10-25% slower here
     acc, m_i, l_i = attend_tile(
         acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_ptr + seq * stride_bt,
-        key_lo, key_hi, stride_blk, stride_tok, scale_log2e, window,
-        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True,
+        key_lo, key_hi, stride_blk, stride_tok, scale_log2e * k_scale, window,
+        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True, KV_FP8,
     )
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     if NUM_SPLITS == 1:
         o_ptrs = o_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
@@ -122,6 +126,7 @@ def decode_attention(
     config: dict[str, int] | None = None,
     pdl: bool = False,
     query_start_loc: torch.Tensor | None = None,  # [num_seqs + 1] int32; None: one token a sequence
+    kv_scales=None,  # an FP8 cache's KVScales
 ) -> None:
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
@@ -134,7 +139,7 @@ def decode_attention(
     if query_start_loc is None:
         query_start_loc = torch.arange(num_decodes + 1, dtype=torch.int32, device=query.device)
     _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, (0, num_decodes), (0, num_decodes), 1,
-            scale, window, num_splits, scratch, config, pdl)
+            scale, window, num_splits, scratch, config, pdl, kv_scales)
 
 
 def short_query_attention(
@@ -151,6 +156,7 @@ def short_query_attention(
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     pdl: bool = False,
+    kv_scales=None,  # an FP8 cache's KVScales
 ) -> None:
     """Attention for sequences ``num_decodes:`` (tokens ``num_decodes:``), each of at most
     ``max_query_len`` query tokens, on the decode kernel: one program per (sequence, kv head, split)."""
@@ -159,12 +165,12 @@ def short_query_attention(
         return
     _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, (num_decodes, num_seqs),
             (num_decodes, num_tokens - num_decodes), triton.next_power_of_2(max_query_len),
-            scale, window, num_splits, scratch, None, pdl)
+            scale, window, num_splits, scratch, None, pdl, kv_scales)
 
 
 def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs: tuple[int, int],
             tokens: tuple[int, int], query_p: int, scale: float, window: int | None, num_splits: int,
-            scratch, config: dict[str, int] | None, pdl: bool) -> None:
+            scratch, config: dict[str, int] | None, pdl: bool, kv_scales=None) -> None:
     """The decode kernel over sequences ``seqs[0]:seqs[1]`` (tokens ``tokens[0]:tokens[0] + tokens[1]``,
     at most ``query_p`` a sequence), then the reduction where split."""
     _, num_heads, head = query.shape
@@ -174,15 +180,18 @@ def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs:
     if num_splits > 1 and scratch is None:
         scratch = decode_scratch(tokens[1], num_heads, head, num_splits, query.device)
     part_o, part_lse = scratch if num_splits > 1 else (out, out)
-    dot_prec, upcast = dot_precision(kv_cache.dtype)
+    k_scale, v_scale, fp8, compute_dtype = kv_scale_args(kv_cache, query, kv_scales)
+    dot_prec, upcast = dot_precision(compute_dtype)
     _decode_kernel[(seqs[1] - seqs[0], num_kv_heads, num_splits)](
-        query, out, part_o, part_lse, kv_cache, block_tables, seq_lens, query_start_loc, seqs[0], tokens[0],
+        query, out, part_o, part_lse, kv_cache, block_tables, seq_lens, query_start_loc, k_scale, v_scale,
+        seqs[0], tokens[0],
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
         scale * 1.4426950408889634, window or 0, num_heads,
         GROUP=group, GROUP_P=group_p, ROWS=max(16, query_p * group_p), NUM_SPLITS=num_splits,
         PAGE=kv_cache.shape[2], HEAD=head, HEAD_P=head_p, USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, PDL=pdl, **(config or decode_config(head_p, kv_cache.element_size())),
+        DOT_PREC=dot_prec, UPCAST=upcast, PDL=pdl, KV_FP8=fp8,
+        **(config or decode_config(head_p, kv_cache.element_size())),
         **pdl_launch(pdl),
     )
     if num_splits > 1:

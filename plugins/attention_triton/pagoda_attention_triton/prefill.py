@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda_attention_triton.tile import attend_tile, dot_precision, window_start
+from pagoda_attention_triton.tile import attend_tile, dot_precision, kv_scale_args, load_kv_scales, window_start
 
 
 @triton.jit
@@ -35,14 +35,14 @@ def _find_query_block(qsl_ptr, pid, seq_lo, seq_hi, BLOCK_Q: tl.constexpr):
 # 1 and for multiples of 16 the first time a batch shows them: seconds of stall in a server).
 @triton.jit(do_not_specialize=["seq_lo", "seq_hi", "stride_bt"])
 def _prefill_kernel(
-    q_ptr, o_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr,
+    q_ptr, o_ptr, cache_ptr, bt_ptr, qsl_ptr, seq_lens_ptr, k_scale_ptr, v_scale_ptr,
     seq_lo, seq_hi,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_kv, stride_blk, stride_tok, stride_head, stride_bt,
     scale_log2e, window,
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, KV_FP8: tl.constexpr,
 ):
     ROWS: tl.constexpr = BLOCK_Q * GROUP_P
     kvh = tl.program_id(1)
@@ -60,7 +60,10 @@ def _prefill_kernel(
     io_mask = row_ok[:, None] & (offs_d < HEAD)[None, :]
     tok64 = (q_start + tok).to(tl.int64)
     q = tl.load(q_ptr + tok64[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :], mask=io_mask, other=0.0)
-    q = q.to(cache_ptr.dtype.element_ty)
+    if not KV_FP8:  # an FP8 cache's keys and values are converted to the query's dtype instead
+        q = q.to(cache_ptr.dtype.element_ty)
+    k_scale, v_scale = load_kv_scales(k_scale_ptr, v_scale_ptr, KV_FP8)
+    scale_log2e = scale_log2e * k_scale
 
     first_tok = qb * BLOCK_Q
     last_tok = tl.minimum(first_tok + BLOCK_Q, q_len) - 1
@@ -78,14 +81,14 @@ def _prefill_kernel(
         acc, m_i, l_i = attend_tile(
             acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_row,
             key_lo, key_mid, stride_blk, stride_tok, scale_log2e, window,
-            BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, False,
+            BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, False, KV_FP8,
         )
     acc, m_i, l_i = attend_tile(
         acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_row,
         key_mid, key_hi, stride_blk, stride_tok, scale_log2e, window,
-        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True,
+        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True, KV_FP8,
     )
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     o_ptrs = o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
 
@@ -121,6 +124,7 @@ def prefill_attention(
     window: int | None,
     max_query_len: int,
     config: dict[str, int] | None = None,
+    kv_scales=None,  # an FP8 cache's KVScales
 ) -> None:
     """Attention for sequences ``num_decodes:`` (tokens ``num_decodes:``) of the batch.
 
@@ -134,15 +138,16 @@ def prefill_attention(
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
     cfg = config or prefill_config(head, group, max_query_len)
-    dot_prec, upcast = dot_precision(kv_cache.dtype)
+    k_scale, v_scale, fp8, compute_dtype = kv_scale_args(kv_cache, query, kv_scales)
+    dot_prec, upcast = dot_precision(compute_dtype)
     grid = (num_prefill_tokens // cfg["BLOCK_Q"] + num_prefills, num_kv_heads)
     _prefill_kernel[grid](
-        query, out, kv_cache, block_tables, query_start_loc, seq_lens,
+        query, out, kv_cache, block_tables, query_start_loc, seq_lens, k_scale, v_scale,
         num_decodes, num_seqs,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
         scale * 1.4426950408889634, window or 0,
         GROUP=group, GROUP_P=triton.next_power_of_2(group), PAGE=kv_cache.shape[2],
         HEAD=head, HEAD_P=triton.next_power_of_2(head), USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, **cfg,
+        DOT_PREC=dot_prec, UPCAST=upcast, KV_FP8=fp8, **cfg,
     )

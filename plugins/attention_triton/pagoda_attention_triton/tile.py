@@ -37,6 +37,26 @@ def dependent_start(PDL: tl.constexpr):
         tl.extra.cuda.gdc_wait()
 
 
+def kv_scale_args(kv_cache: torch.Tensor, query: torch.Tensor, kv_scales) -> tuple[torch.Tensor, torch.Tensor, bool,
+                                                                                   torch.dtype]:
+    """(k_scale, v_scale, KV_FP8, the dtype the dots compute in) for a kernel reading ``kv_cache``: an FP8
+    cache's scales and ``query``'s dtype, else the cache itself twice (never read) and the cache's dtype."""
+    if kv_cache.element_size() == 1:
+        assert kv_scales is not None, "an FP8 cache needs its layer's kv_scales"
+        return kv_scales.k_scale, kv_scales.v_scale, True, query.dtype
+    return kv_cache, kv_cache, False, kv_cache.dtype
+
+
+@triton.jit
+def load_kv_scales(k_scale_ptr, v_scale_ptr, KV_FP8: tl.constexpr):
+    """(k_scale, v_scale) of an FP8 cache, else (1, 1)."""
+    k_scale, v_scale = 1.0, 1.0
+    if KV_FP8:
+        k_scale = tl.load(k_scale_ptr)
+        v_scale = tl.load(v_scale_ptr)
+    return k_scale, v_scale
+
+
 def pdl_launch(pdl: bool) -> dict[str, bool]:
     """Launch options of a kernel that calls ``dependent_start(PDL=pdl)``."""
     return {"launch_pdl": True} if pdl else {}
@@ -45,7 +65,7 @@ def pdl_launch(pdl: bool) -> dict[str, bool]:
 @triton.jit
 def attend_tile(
     acc, m_i, l_i,  # [ROWS, HEAD_P] fp32, [ROWS] fp32, [ROWS] fp32
-    q,  # [ROWS, HEAD_P] in the cache dtype
+    q,  # [ROWS, HEAD_P] in the cache dtype (an FP8 cache: the model dtype, keys and values converted to it)
     qpos, row_ok,  # [ROWS] int32 position of each row's query token, [ROWS] bool
     k_base, v_base,  # cache pointers already offset to this kv head
     bt_row_ptr,  # this sequence's row of the block table
@@ -53,9 +73,12 @@ def attend_tile(
     stride_blk, stride_tok, scale_log2e, window,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
     USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, MASKED: tl.constexpr = True,
+    KV_FP8: tl.constexpr = False,
 ):
     """``MASKED=False`` is for keys every valid row sees (below the tile's first query, no window):
-    no position masks and no bounds checks on the loads."""
+    no position masks and no bounds checks on the loads. ``KV_FP8``: the cache holds FP8 keys and values,
+    converted to ``q``'s dtype as they are loaded; their scales are the caller's (``scale_log2e`` carries
+    ``k_scale``, the output is multiplied by ``v_scale``)."""
     if UPCAST:
         q = q.to(tl.float32)
     offs_n = tl.arange(0, BLOCK_N)
@@ -74,6 +97,8 @@ def attend_tile(
             k = tl.load(k_ptrs, mask=j_ok[None, :] & d_ok[:, None], other=0.0)
         else:
             k = tl.load(k_ptrs)
+        if KV_FP8:
+            k = k.to(q.dtype)
         if UPCAST:
             k = k.to(tl.float32)
         s = tl.dot(q, k, input_precision=DOT_PREC) * scale_log2e  # [ROWS, BLOCK_N]
@@ -92,6 +117,8 @@ def attend_tile(
             v = tl.load(v_ptrs, mask=j_ok[:, None] & d_ok[None, :], other=0.0)
         else:
             v = tl.load(v_ptrs)
+        if KV_FP8:
+            v = v.to(q.dtype)
         if UPCAST:
             v = v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
