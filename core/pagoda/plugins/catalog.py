@@ -53,7 +53,10 @@ FIRST_PARTY: dict[tuple[str, str], str] = {
     ("attention", "triton"): "attention_triton",
     ("attention", "flash"): "attention_flash",
     ("quantization", "fp8"): "quant_fp8",
+    ("quantization", "int8"): "quant_fp8",
     ("quantization", "awq"): "quant_awq",
+    ("quantization", "gptq"): "quant_gptq",
+    ("quantization", "wna16"): "quant_gptq",
 }
 
 

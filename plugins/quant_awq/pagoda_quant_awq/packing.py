@@ -20,6 +20,14 @@ def column_shifts(device: torch.device | str | None = None) -> torch.Tensor:
     return torch.tensor([4 * n for n in NIBBLE_OF_COLUMN], dtype=torch.int32, device=device)
 
 
+def pack_int4(values: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`unpack_int4`: ``[rows, cols]`` ints in 0..15 -> ``[rows, cols/8]`` int32 in
+    AutoAWQ's nibble order (for other formats converted to this layout, e.g. pagoda-quant-gptq's)."""
+    rows, cols = values.shape
+    grouped = values.to(torch.int32).reshape(rows, cols // PACK, PACK)  # [rows, cols/8, 8]
+    return (grouped << column_shifts(values.device)).sum(-1, dtype=torch.int32)  # disjoint bits: the sum is an OR
+
+
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """``[rows, cols/8]`` int32 -> ``[rows, cols]`` uint8 values in 0..15, columns in order."""
     shifts = column_shifts(packed.device)

@@ -30,6 +30,7 @@ point in nibble ``j``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -143,21 +144,30 @@ def repack_weights(q: torch.Tensor) -> torch.Tensor:
 def repack(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, group_size: int,
            dtype: torch.dtype) -> AwqTiles:
     """AutoAWQ GEMM tensors -> :class:`AwqTiles` for a model computing in ``dtype`` (fp16/bf16)."""
+    return repack_values(lambda k0, k1: unpack_int4(qweight[k0:k1]), qweight.shape[0], unpack_int4(qzeros), scales,
+                         group_size, dtype)
+
+
+def repack_values(rows_of: Callable[[int, int], torch.Tensor], k: int, z: torch.Tensor, scales: torch.Tensor,
+                  group_size: int, dtype: torch.dtype) -> AwqTiles:
+    """Unpacked 4-bit weights -> :class:`AwqTiles`: ``rows_of(k0, k1)`` gives rows ``k0 .. k1 - 1`` of q
+    (``[k1 - k0, N]`` values 0..15, asked for in chunks so that a large layer is never unpacked whole),
+    ``z`` the zero points ``[K/G, N]`` (0..15), ``scales`` ``[K/G, N]``. Other formats of grouped 4-bit
+    weights (pagoda-quant-gptq) share the kernels through this."""
     if dtype not in MAGIC:
         raise ValueError(f"the tiles layout is for fp16/bf16 models, not {dtype}")
-    k, n = qweight.shape[0], scales.shape[1]
+    n = scales.shape[1]
     reason = tiles_fit(k, n, group_size)
     if reason:
         raise ValueError(f"AWQ weight [{k}, {n}] cannot use the tiles layout: {reason}")
-    weights = torch.empty(n // STRIP, k // STEP, LANES, WORDS, dtype=torch.int32, device=qweight.device)
+    weights = torch.empty(n // STRIP, k // STEP, LANES, WORDS, dtype=torch.int32, device=scales.device)
     rows = max(PAIR, (1 << 24) // n // PAIR * PAIR)  # bound the unpacked temporaries (~16M values)
     for k0 in range(0, k, rows):
-        weights[:, k0 // STEP:(k0 + rows) // STEP] = repack_weights(unpack_int4(qweight[k0:k0 + rows]))
-    z = unpack_int4(qzeros)  # [K/G, N]
+        weights[:, k0 // STEP:(k0 + rows) // STEP] = repack_weights(rows_of(k0, min(k0 + rows, k)))
     by_column = z.reshape(k // group_size, n // STRIP, 8, 8).transpose(2, 3)  # [K/G, strip, g, j]
     packed_scales = scales.reshape(k // group_size, n // STRIP, 8, 8).transpose(2, 3).to(dtype).contiguous()
     return AwqTiles(weights=weights, scales=packed_scales, zeros=_pack_nibbles(by_column).contiguous(),
-                    locks=torch.zeros(n // STRIP, dtype=torch.int32, device=qweight.device), group_size=group_size)
+                    locks=torch.zeros(n // STRIP, dtype=torch.int32, device=scales.device), group_size=group_size)
 
 
 def unpack_tiles(tiles: AwqTiles) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

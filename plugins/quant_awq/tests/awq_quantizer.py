@@ -65,6 +65,19 @@ def awq_quantization_config(group: int) -> dict:
 def write_awq_checkpoint(hf_model, folder: Path, group: int, dense_folder: Path | None = None) -> None:
     """Save ``hf_model`` to ``folder`` with every decoder linear layer AWQ-quantized; if
     ``dense_folder`` is given, also save there the same model with the dequantized weights (fp32)."""
+    def awq_tensors(module: str, weight: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        quant = quantize(weight, group)
+        return {"qweight": quant.qweight, "qzeros": quant.qzeros, "scales": quant.scales}, quant.dequantized(group).t()
+
+    write_quantized_checkpoint(hf_model, folder, awq_tensors, awq_quantization_config(group), dense_folder)
+
+
+def write_quantized_checkpoint(hf_model, folder: Path, tensors_of, quantization_config: dict,
+                               dense_folder: Path | None = None) -> None:
+    """Save ``hf_model`` to ``folder`` with each decoder linear layer's ``weight`` replaced by the tensors
+    ``tensors_of(module name, weight)`` returns (named without the module prefix) with the [out, in]
+    weights they stand for, which the model then holds (saved to ``dense_folder`` if given, fp32); the
+    config gets ``quantization_config``. Shared with pagoda-quant-gptq's tests."""
     from safetensors.torch import save_file
 
     hf_model.save_pretrained(folder)
@@ -74,27 +87,24 @@ def write_awq_checkpoint(hf_model, folder: Path, group: int, dense_folder: Path 
     for name, param in hf_model.state_dict().items():
         module = name.rpartition(".")[0]
         if module.rpartition(".")[2] in LINEARS and name.endswith(".weight"):
-            quant = quantize(param, group)
-            tensors.update({f"{module}.qweight": quant.qweight, f"{module}.qzeros": quant.qzeros,
-                            f"{module}.scales": quant.scales})
+            quantized, weight = tensors_of(module, param)
+            tensors.update({f"{module}.{key}": value for key, value in quantized.items()})
             with torch.no_grad():
-                param.copy_(quant.dequantized(group).t().float())  # the model now holds the dequantized weights
+                param.copy_(weight.float())  # the model now holds the dequantized weights
         else:
             tensors[name] = param.detach().contiguous().clone()
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((folder / "config.json").read_text())
-    config["quantization_config"] = awq_quantization_config(group)
+    config["quantization_config"] = quantization_config
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     if dense_folder is not None:
         hf_model.save_pretrained(dense_folder)
 
 
-def write_tiny_awq_llama(root: Path, group: int):
-    """A tiny random Llama (tests/engine/tiny_models.py's config, with a word tokenizer) saved AWQ-quantized
-    to ``root/awq`` and with its dequantized fp32 weights to ``root/dense``; returns (awq, dense, the
-    HF model holding the dequantized weights)."""
+def tiny_llama():
+    """A tiny random Llama (tests/engine/tiny_models.py's config), weights larger than the default init."""
     import transformers
-    from tiny_models import CONFIGS, save_word_tokenizer
+    from tiny_models import CONFIGS
 
     torch.manual_seed(1234)
     model = transformers.AutoModelForCausalLM.from_config(CONFIGS["llama"](), dtype=torch.float32).eval()
@@ -102,11 +112,27 @@ def write_tiny_awq_llama(root: Path, group: int):
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0, 0.08)
-    awq, dense = root / "awq", root / "dense"
-    write_awq_checkpoint(model, awq, group, dense_folder=dense)
-    for folder in (awq, dense):
+    return model
+
+
+def write_tiny_awq_llama(root: Path, group: int):
+    """A tiny random Llama (tests/engine/tiny_models.py's config, with a word tokenizer) saved AWQ-quantized
+    to ``root/awq`` and with its dequantized fp32 weights to ``root/dense``; returns (awq, dense, the
+    HF model holding the dequantized weights)."""
+    return write_tiny_pair(root / "awq", root / "dense",
+                           lambda model, quant, dense: write_awq_checkpoint(model, quant, group, dense_folder=dense))
+
+
+def write_tiny_pair(quant: Path, dense: Path, write) -> tuple[Path, Path, object]:
+    """:func:`tiny_llama` written by ``write(model, quant, dense)`` (quantized, and with the weights it
+    dequantizes to), both with a word tokenizer; returns (quant, dense, the model)."""
+    from tiny_models import save_word_tokenizer
+
+    model = tiny_llama()
+    write(model, quant, dense)
+    for folder in (quant, dense):
         save_word_tokenizer(folder)
-    return awq, dense, model
+    return quant, dense, model
 
 
 def logprob_gap(awq: Path, dense: Path, prompt: list[int], new_tokens: int, **llm_kwargs) -> float:

@@ -9,7 +9,7 @@ from awq_quantizer import pack_columns, quantize
 
 from pagoda.errors import ModelLoadError
 from pagoda_quant_awq.config import AwqConfig
-from pagoda_quant_awq.packing import dequantize, unpack_int4
+from pagoda_quant_awq.packing import dequantize, pack_int4, unpack_int4
 
 
 def test_pack_follows_the_documented_nibble_order() -> None:
@@ -29,6 +29,12 @@ def test_unpack_inverts_the_quantizer() -> None:
     g = torch.Generator().manual_seed(0)
     values = torch.randint(0, 16, (12, 48), generator=g)
     assert torch.equal(unpack_int4(pack_columns(values)).long(), values)
+
+
+def test_pack_int4_equals_the_quantizers_packing() -> None:
+    values = torch.randint(0, 16, (12, 48), generator=torch.Generator().manual_seed(1))
+    values[0, 7] = 15  # the sign nibble set
+    assert torch.equal(pack_int4(values), pack_columns(values))
 
 
 @pytest.mark.parametrize("group", [32, 64, 128])
