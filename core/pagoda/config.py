@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from pagoda.speculative_config import parse_speculative_config
@@ -13,6 +14,9 @@ KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dty
 # torchrun (one host or several), rank 0 runs the engine; auto: torchrun when its variables are set
 EXECUTOR_BACKENDS = ("auto", "mp", "torchrun")
 RUNNERS = ("auto", "generate", "pooling")  # pooling: embeddings/scores, no generation (docs/pooling.md)
+MODALITIES = ("image",)  # what limit_mm_per_prompt may limit
+DEFAULT_MAX_IMAGE_BYTES = 20 << 20  # 20 MiB, OpenAI's limit per image
+DEFAULT_MAX_IMAGE_PIXELS = 50_000_000  # a 48-megapixel photo fits; a decompression bomb does not
 
 
 @dataclass
@@ -51,6 +55,13 @@ class EngineConfig:
     max_loras: int = 1  # adapters in one step (device slots)
     max_lora_rank: int = 16  # the largest adapter rank served
     max_cpu_loras: int | None = None  # adapters kept in host memory (default: max_loras)
+    # images of vision-language models (docs/multimodal.md)
+    limit_mm_per_prompt: dict[str, int] | None = None  # most images one prompt may carry, e.g. {"image": 2}; None: no limit
+    allowed_local_media_path: str | None = None  # file:// image URLs are read from under this folder only
+    allow_remote_media: bool = False  # fetch http(s):// image URLs
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # an image's encoded size (data:, file:// or http(s):// URL)
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS  # width x height of a decoded image
+    media_fetch_timeout: float = 10.0  # seconds to fetch one http(s):// image
 
     def __post_init__(self) -> None:
         self.validate()
@@ -83,6 +94,7 @@ class EngineConfig:
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
         self._validate_lora()
+        self._validate_media()
 
     def _validate_lora(self) -> None:
         _require(isinstance(self.max_loras, int) and self.max_loras >= 1, "max_loras", self.max_loras, "an integer >= 1")
@@ -94,6 +106,22 @@ class EngineConfig:
             raise ValueError("enable_lora does not combine with speculative_config yet; drop one of them")
         if self.enable_lora and self.runner == "pooling":
             raise ValueError("enable_lora serves generative models; pooling (runner 'pooling') takes no adapters")
+
+    def _validate_media(self) -> None:
+        limits = self.limit_mm_per_prompt
+        _require(limits is None or (isinstance(limits, dict) and all(isinstance(v, int) and v >= 0
+                                                                    for v in limits.values())),
+                 "limit_mm_per_prompt", limits, 'None or a dict of counts >= 0, e.g. {"image": 2}')
+        unknown = sorted(set(limits or ()) - set(MODALITIES))
+        if unknown:
+            raise ValueError(f"limit_mm_per_prompt limits {', '.join(MODALITIES)} only; got {', '.join(unknown)}")
+        folder = self.allowed_local_media_path
+        _require(folder is None or os.path.isdir(folder), "allowed_local_media_path", folder, "an existing folder")
+        _require(isinstance(self.max_image_bytes, int) and self.max_image_bytes > 0, "max_image_bytes",
+                 self.max_image_bytes, "> 0 bytes")
+        _require(isinstance(self.max_image_pixels, int) and self.max_image_pixels > 0, "max_image_pixels",
+                 self.max_image_pixels, "> 0 pixels")
+        _require(self.media_fetch_timeout > 0, "media_fetch_timeout", self.media_fetch_timeout, "> 0 seconds")
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -131,7 +131,9 @@ def test_bad_image_inputs_are_refused(vlm):
     with pytest.raises(RequestError, match="cannot be decoded"):
         llm.chat([{"role": "user", "content": [{"type": "image_url", "image_url": {
             "url": "data:image/png;base64," + base64.b64encode(b"not an image").decode()}}]}], use_tqdm=False)
-    with pytest.raises(RequestError, match="PIL.Image or a data: URL"):
+    with pytest.raises(RequestError, match="must be a data: URL.*or a PIL.Image"):
+        llm.generate({"prompt": f"t1 {ph}", "multi_modal_data": {"image": "cat.png"}}, use_tqdm=False)
+    with pytest.raises(RequestError, match="not fetched.*allow_remote_media=True"):
         llm.generate({"prompt": f"t1 {ph}", "multi_modal_data": {"image": "https://example.com/a.png"}},
                      use_tqdm=False)
     assert not llm.engine.has_unfinished_requests()

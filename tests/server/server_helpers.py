@@ -18,7 +18,9 @@ from pagoda.engine_core.client import AsyncMPClient, CoreProcess, SyncMPClient  
 from pagoda.engine_core.core import EngineCore  # noqa: E402
 from pagoda.loader import load_tokenizer, resolve_model  # noqa: E402
 from pagoda.server.app import build_app  # noqa: E402
+from pagoda.multimodal.media import MediaConfig  # noqa: E402
 from pagoda.server.async_engine import AsyncEngine  # noqa: E402
+from pagoda.server.images import ServerImages  # noqa: E402
 from pagoda.server.launcher import bind_socket, make_server  # noqa: E402
 from pagoda.server.metrics import ServerMetrics  # noqa: E402
 
@@ -93,11 +95,13 @@ class RunningServer:
 def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME,
                  core_factory=build_test_core, **app_options) -> RunningServer:
     """Start a core process (made by ``core_factory``) and serve it from a background thread on a free
-    loopback port; ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``, ``lora=``)."""
+    loopback port; ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``, ``lora=``);
+    images are read within the config's media limits, as ``pagoda serve`` does."""
     core = CoreProcess(config, core_factory=core_factory, log_level="WARNING")
-    async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive),
-                               load_tokenizer(resolve_model(config.model)), ServerMetrics(name))
-    app = build_app(async_engine, [name], api_key, **app_options)
+    tokenizer = load_tokenizer(resolve_model(config.model))
+    async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive), tokenizer, ServerMetrics(name))
+    images = ServerImages(config.model, tokenizer, MediaConfig.from_engine(config))
+    app = build_app(async_engine, [name], api_key, **{"images": images, **app_options})
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = make_server(app, async_engine, "127.0.0.1", port, shutdown_timeout=5, log_level="warning")

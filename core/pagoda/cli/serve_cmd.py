@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, config, sock) -> int:
     from pagoda.engine_core.client import CoreProcess, EngineStartError
     from pagoda.engine_core.core import EngineCore
+    from pagoda.multimodal.media import MediaConfig
     from pagoda.server.lora_modules import core_with_lora_modules
     from pagoda.server.api_server import ApiServerSpec, serve_api
     from pagoda.server.launcher import run_api_processes, url_of
@@ -153,7 +154,8 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
-                         args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating)
+                         args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating,
+                         MediaConfig.from_engine(config))
     parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
                                                                 ("reasoning parser", args.reasoning_parser)) if name)
 

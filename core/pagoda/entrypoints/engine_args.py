@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
+from pagoda.entrypoints.multimodal_args import add_multimodal_args, multimodal_settings
 from pagoda.plugins.manager import PluginManager
 from pagoda.plugins.registry import AUTO
 
@@ -101,6 +102,7 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                         'same tokenizer); "backoff": false keeps k drafts always. Outputs are unchanged '
                         "(exact verification), greedy or sampled (docs/speculative.md)")
     add_lora_args(g)
+    add_multimodal_args(parser)
 
 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
@@ -151,6 +153,7 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         speculative_config=args.speculative_config,
         runner=args.runner,
         **lora_settings(args),
+        **multimodal_settings(args),
     )
 
 

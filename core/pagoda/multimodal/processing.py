@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from pagoda.errors import RequestError
 from pagoda.interfaces.multimodal import ImageItem, MultimodalModel
 from pagoda.multimodal.images import load_image
+from pagoda.multimodal.media import MediaConfig
 from pagoda.multimodal_inputs import MultimodalItem, TensorData, content_hash
 
 if TYPE_CHECKING:
@@ -33,8 +34,10 @@ class ProcessedPrompt:
 class ImageProcessor:
     """Processes prompts with images for one multimodal model (module docstring)."""
 
-    def __init__(self, model_cls: type[MultimodalModel], hf_config: Any, tokenizer: Any, image_processor: Any) -> None:
+    def __init__(self, model_cls: type[MultimodalModel], hf_config: Any, tokenizer: Any, image_processor: Any,
+                 media: MediaConfig | None = None) -> None:
         self.model_cls = model_cls
+        self.media = media or MediaConfig()
         self.hf_config = hf_config
         self.tokenizer = tokenizer
         self.image_processor = image_processor
@@ -42,25 +45,33 @@ class ImageProcessor:
         self.image_token_id = model_cls.image_token(hf_config)
 
     @classmethod
-    def load(cls, model_cls: type, hf_config: Any, tokenizer: Any, model_path: str) -> "ImageProcessor | None":
+    def load(cls, model_cls: type, hf_config: Any, tokenizer: Any, model_path: str,
+             media: MediaConfig | None = None) -> "ImageProcessor | None":
         """The processor of ``model_cls``, or None for a text-only model."""
         if not issubclass(model_cls, MultimodalModel):
             return None
-        return cls(model_cls, hf_config, tokenizer, model_cls.load_image_processor(model_path, hf_config))
+        return cls(model_cls, hf_config, tokenizer, model_cls.load_image_processor(model_path, hf_config), media)
 
     @classmethod
     def for_engine(cls, config: "EngineConfig | None", tokenizer: Any) -> "ImageProcessor":
         """The processor of the engine's model (RequestError for a text-only model or without a tokenizer)."""
+        if config is None:
+            raise RequestError("prompts with images need the engine's model; build the engine from its config")
+        return cls.for_model(config.model, tokenizer, MediaConfig.from_engine(config))
+
+    @classmethod
+    def for_model(cls, model: str | None, tokenizer: Any, media: MediaConfig) -> "ImageProcessor":
+        """The processor of the model folder ``model`` (None: the embedded default); RequestError for a
+        text-only model or without a tokenizer."""
         from pagoda.loader import load_hf_config, resolve_model
         from pagoda.runner.shard import model_class
 
-        if config is None or tokenizer is None:
-            raise RequestError("prompts with images need the engine's model and tokenizer; run without "
-                               "skip_tokenizer_init")
-        source = resolve_model(config.model)
+        if tokenizer is None:
+            raise RequestError("prompts with images need the model's tokenizer; run without skip_tokenizer_init")
+        source = resolve_model(model)
         hf_config = load_hf_config(source)
         model_cls = model_class(hf_config)
-        processor = cls.load(model_cls, hf_config, tokenizer, str(source.path))
+        processor = cls.load(model_cls, hf_config, tokenizer, str(source.path), media)
         if processor is None:
             raise RequestError(f"this model ({model_cls.__name__}) takes text only; send the prompt without images, "
                                "or serve a vision-language model (docs/multimodal.md)")
@@ -69,12 +80,13 @@ class ImageProcessor:
     def process(self, prompt: str, images: Sequence[Any], add_special_tokens: bool = True) -> ProcessedPrompt:
         """Expand the prompt's placeholders (one per image, in order) and tokenize it. RequestError for a
         prompt whose placeholders do not match its images, or an image that cannot be read."""
+        self.media.check_count(len(images))
         found = prompt.count(self.placeholder)
         if found != len(images):
             raise RequestError(f"the prompt has {found} image placeholder(s) '{self.placeholder}' and {len(images)} "
                                f"image(s) were given; write '{self.placeholder}' in the prompt once where each image "
                                "goes (chat messages place it for you)")
-        per_image = [self.image_items(load_image(image)) for image in images]
+        per_image = [self.image_items(load_image(image, self.media)) for image in images]
         pieces = prompt.split(self.placeholder)
         text = pieces[0] + "".join(self.model_cls.image_prompt(self.hf_config, self.tokenizer, items) + piece
                                    for items, piece in zip(per_image, pieces[1:]))

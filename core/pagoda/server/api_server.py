@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from pagoda.messages import EngineInfo
+from pagoda.multimodal.media import MediaConfig
 
 logger = logging.getLogger("pagoda.server")
 
@@ -38,6 +39,7 @@ class ApiServerSpec:
     reasoning_parser: str | None = None  # --reasoning-parser
     enable_lora: bool = False  # --enable-lora: requests may name LoRA adapters in ``model``
     allow_runtime_lora_updating: bool = False  # --allow-runtime-lora-updating
+    media: MediaConfig = field(default_factory=MediaConfig)  # where images may come from, how large (docs/multimodal.md)
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -48,6 +50,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     from pagoda.loader import load_tokenizer, resolve_model
     from pagoda.server.app import LoRAServing, build_app
     from pagoda.server.async_engine import AsyncEngine
+    from pagoda.server.images import ServerImages
     from pagoda.server.launcher import make_server
     from pagoda.server.metrics import ServerMetrics
 
@@ -58,7 +61,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
                          request_timeout=spec.request_timeout)
     lora = LoRAServing(spec.enable_lora, spec.allow_runtime_lora_updating, shared=spec.api_server_count > 1)
     app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request, spec.tool_call_parser,
-                    spec.reasoning_parser, lora)
+                    spec.reasoning_parser, lora, ServerImages(spec.model, tokenizer, spec.media))
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()
     server.run(sockets=[sock])

@@ -14,6 +14,7 @@ from pagoda.server import routes_chat, routes_completions, routes_lora, routes_m
 from pagoda.server.adapters import ServedAdapters
 from pagoda.server.async_engine import AsyncEngine
 from pagoda.server.errors import error_body, install_error_handlers
+from pagoda.server.images import ServerImages
 from pagoda.server.openapi import install_openapi
 from pagoda.server.state import ServerState
 from pagoda.tools.plan import parser_class
@@ -89,14 +90,16 @@ async def _reply(send, status: int, message: str, code: str) -> None:
 
 def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str | None = None,
               max_n: int = 16, tool_parser: str | None = None, reasoning_parser: str | None = None,
-              lora: LoRAServing | None = None) -> FastAPI:
+              lora: LoRAServing | None = None, images: ServerImages | None = None) -> FastAPI:
     """The OpenAI-compatible app over ``engine``; its lifespan starts and stops reading the core.
     ``tool_parser`` / ``reasoning_parser``: registered parser names (docs/tools.md); ``lora``: how LoRA
-    adapters are served (docs/lora.md)."""
+    adapters are served (docs/lora.md); ``images``: the model's image front end (None: text only;
+    docs/multimodal.md)."""
     state = ServerState(engine, served_model_names, api_key, max_n, tool_parser=parser_class("tool_parser", tool_parser),
                         reasoning_parser=parser_class("reasoning_parser", reasoning_parser))
     lora = lora or LoRAServing()
     state.adapters = ServedAdapters(engine, served_model_names, lora.enabled, lora.runtime_updates, lora.shared)
+    state.images = images
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):

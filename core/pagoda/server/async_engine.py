@@ -28,6 +28,7 @@ from pagoda.messages import EngineCoreOutputs, add_messages
 from pagoda.engine_core.trace import Trace
 from pagoda.errors import RequestError
 from pagoda.lora_request import LoRARequest
+from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
 from pagoda.engine.pooling_tracker import PoolingTracker
@@ -113,10 +114,11 @@ class AsyncEngine(AsyncPooling):
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        prompt: str | None = None, priority: int = 0, beam: BeamSearchParams | None = None,
-                       lora_request: LoRARequest | None = None) -> AsyncIterator[RequestOutput]:
+                       lora_request: LoRARequest | None = None,
+                       mm_items: list[MultimodalItem] | None = None) -> AsyncIterator[RequestOutput]:
         """Yield delta outputs of one request until it finishes; aborts it if the consumer stops early.
         With ``beam``, a beam search whose sequences ``params`` describes (they arrive when it ends);
-        with ``lora_request``, run with that LoRA adapter."""
+        with ``lora_request``, run with that LoRA adapter; ``mm_items``: its processed images."""
         reason = self.unavailable_reason()
         if reason is not None:
             raise EngineDeadError(reason)
@@ -130,7 +132,7 @@ class AsyncEngine(AsyncPooling):
         timer = self._arm_timeout(queue)
         try:
             await self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority,
-                                                        beam, lora_request))
+                                                        beam, lora_request, mm_items))
             while not finished:
                 item = await queue.get()
                 while isinstance(item, RequestOutput) and not item.finished and not queue.empty():

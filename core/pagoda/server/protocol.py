@@ -82,6 +82,26 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    url: str  # data:image/...;base64,..., file:///... (--allowed-local-media-path), http(s)://... (--allow-remote-media)
+    detail: str | None = None  # OpenAI's resolution hint; the model's image processor decides the resolution
+
+
+class ImagePart(BaseModel):
+    """An image of a vision-language model's prompt (docs/multimodal.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["image_url"]
+    image_url: Union[ImageURL, str]
+
+    @property
+    def url(self) -> str:
+        return self.image_url if isinstance(self.image_url, str) else self.image_url.url
+
+
 class FunctionCall(BaseModel):
     """A call an earlier assistant turn made: ``arguments`` is JSON text, as OpenAI sends it."""
 
@@ -110,15 +130,23 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[TextPart], None] = None
+    content: Union[str, list[Union[TextPart, ImagePart]], None] = None
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = None  # assistant turns that called tools
     tool_call_id: str | None = None  # tool results: the call they answer
 
+    @property
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(isinstance(part, ImagePart) for part in self.content)
+
     def as_template_dict(self) -> dict:
-        """The message as a chat template sees it (text parts joined into one string)."""
+        """The message as a chat template sees it: text parts joined into one string; a message with images
+        keeps its parts (``pagoda.multimodal.chat.split_images`` turns them into the template's image parts)."""
         content = self.content
-        if isinstance(content, list):
+        if self.has_images:
+            content = [{"type": "text", "text": part.text} if isinstance(part, TextPart)
+                       else {"type": "image_url", "image_url": {"url": part.url}} for part in content]
+        elif isinstance(content, list):
             content = "".join(part.text for part in content)
         message = {"role": self.role, "content": content or ""}
         if self.name is not None:

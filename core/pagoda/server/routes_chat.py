@@ -12,8 +12,11 @@ from pagoda.server.accumulate import Choice, collect
 from pagoda.server.chat_output import ChoiceParser, stream_choices
 from pagoda.server.chat_tools import apply_plan, check_history, plan_tools
 from pagoda.entrypoints.chat_template import ChatTemplateError, render_chat
+from pagoda.multimodal.chat import split_images
+from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.server.beam_fields import beam_search_params
 from pagoda.server.errors import APIError, error_body
+from pagoda.server.images import text_only
 from pagoda.server.openapi import event_stream
 from pagoda.server.protocol import ChatCompletionRequest, ChatMessage
 from pagoda.server.responses import ChatCompletionChunk, ChatCompletionResponse
@@ -28,13 +31,32 @@ def render_messages(state: ServerState, messages: list[ChatMessage], chat_templa
                     add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
     """The prompt text and ids of a conversation (with ``tools`` for the template); 400 when the
     template cannot render it faithfully."""
+    return _render(state, [m.as_template_dict() for m in messages], chat_template, add_generation_prompt, tools)
+
+
+def _render(state: ServerState, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool,
+            tools: list[dict] | None) -> tuple[str, list[int]]:
     try:
-        return render_chat(state.tokenizer, [m.as_template_dict() for m in messages], chat_template,
-                           add_generation_prompt, tools)
+        return render_chat(state.tokenizer, conversation, chat_template, add_generation_prompt, tools)
     except ChatTemplateError as exc:  # no template, it raises, or it drops a message
         raise APIError(400, str(exc), param=exc.param) from exc
     except Exception as exc:  # anything else the template trips over (a TypeError in a filter, ...)
         raise APIError(400, f"cannot render the chat template: {exc}", param="messages") from exc
+
+
+async def render_prompt(state: ServerState, messages: list[ChatMessage], chat_template: str | None = None,
+                        add_generation_prompt: bool = True, tools: list[dict] | None = None,
+                        ) -> tuple[str, list[int], list[MultimodalItem] | None]:
+    """:func:`render_messages`, and for messages with image parts the images' items, each image's placeholder
+    expanded in the ids (None without images)."""
+    if not any(m.has_images for m in messages):
+        return (*render_messages(state, messages, chat_template, add_generation_prompt, tools), None)
+    if state.images is None:
+        raise text_only()
+    conversation, images = split_images([m.as_template_dict() for m in messages])
+    text, _ = _render(state, conversation, chat_template, add_generation_prompt, tools)
+    processed = await state.images.process(text, images)
+    return text, processed.prompt_token_ids, processed.items
 
 
 def _top_logprobs(body: ChatCompletionRequest) -> int | None:
@@ -53,14 +75,14 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     check_history(body.messages)
     plan = plan_tools(body, state.tool_parser)
     params = apply_plan(requested, plan)
-    text, ids = render_messages(state, body.messages, body.chat_template, body.add_generation_prompt,
-                                plan.template_tools)
+    text, ids, images = await render_prompt(state, body.messages, body.chat_template, body.add_generation_prompt,
+                                            plan.template_tools)
     state.validate_prompt(ids)
     state.check_limits(params, [len(ids)])
     state.check_available()
     request_id = state.engine.next_request_id("chatcmpl")
     stream = state.engine.generate(request_id, ids, params, text, body.priority,
-                                   beam=beam_search_params(body, params), lora_request=lora)
+                                   beam=beam_search_params(body, params), lora_request=lora, mm_items=images)
     base = {"id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model}
     # each choice's reasoning / tool-call parser (None: the output is plain content)
     make_parser = choice_parser_factory(plan, state.reasoning_parser, state.tokenizer, params.guided_decoding)

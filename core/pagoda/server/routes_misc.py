@@ -11,7 +11,7 @@ from pagoda.server.openapi import ERRORS
 from pagoda.server.protocol import DetokenizeRequest, TokenizeRequest
 from pagoda.server.responses import (DetokenizeResponse, ErrorResponse, HealthResponse, ModelList, TokenizeResponse,
                                      VersionResponse)
-from pagoda.server.routes_chat import render_messages
+from pagoda.server.routes_chat import render_prompt
 from pagoda.server.state import ServerState
 
 router = APIRouter()
@@ -43,7 +43,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt or messages", param="prompt")
     if body.messages is not None:
-        _, ids = render_messages(state, body.messages, add_generation_prompt=body.add_generation_prompt)
+        _, ids, _ = await render_prompt(state, body.messages, add_generation_prompt=body.add_generation_prompt)
     else:
         ids = state.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
     strs = state.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None

@@ -18,6 +18,7 @@ from pagoda.server.unsupported import check_unsupported
 if TYPE_CHECKING:
     from pagoda.lora_request import LoRARequest
     from pagoda.server.adapters import ServedAdapters
+    from pagoda.server.images import ServerImages
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ServerState:
     reasoning_parser: type | None = None  # --reasoning-parser: a ReasoningParser subclass
     created: int = field(default_factory=lambda: int(time.time()))
     adapters: "ServedAdapters | None" = None  # LoRA adapters requests may name in ``model`` (docs/lora.md)
+    images: "ServerImages | None" = None  # image content parts of chat requests (docs/multimodal.md)
 
     @property
     def model_name(self) -> str:
