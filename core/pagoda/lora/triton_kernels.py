@@ -33,13 +33,16 @@ from pagoda.triton_support import interpreting
 class Tiles(NamedTuple):
     block_m: int  # rows per SGMV program
     block_n: int  # output features per expand program
-    block_k: int  # input features per shrink loop step
+    block_k: int  # input features per SGMV shrink loop step
+    decode_k: int  # input features per BGMV shrink loop step
+    decode_r: int  # rows of A per BGMV shrink program
+    decode_rows: int  # decode rows per BGMV expand program
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32)  # small tiles: the interpreter runs every lane on the CPU
-    return Tiles(16 if max_segment_len <= 16 else 64, 64, 64)
+        return Tiles(16, 32, 32, 32, 4, 4)  # small tiles: the interpreter runs every lane on the CPU
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 4, 8)
 
 
 @triton.jit
@@ -75,23 +78,24 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
 @triton.jit
 def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
                         stride_bs, stride_bm, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """buf[s, row] = x[row] @ a[slot(row), s]^T for one decode row."""
-    row, s = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    """buf[s, row, r block] = x[row] @ a[slot(row), s, r block]^T for one decode row: a few of A's rows per
+    program, so a row's product spreads over ``S * R / BLOCK_R`` programs with long K steps."""
+    row, s, pid_r = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ptr + row)
     if slot < 0:
         return
-    offs_r = tl.arange(0, BLOCK_R)
+    offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
     a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
-    acc = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_R, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
         xk = tl.load(x_ptr + row * stride_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)  # [BK]
         at = tl.load(a_base + offs_r[:, None] * stride_ar + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :],
                      other=0.0).to(tl.float32)  # [BR, BK]
-        acc += tl.sum(at * xk[None, :], axis=1)
-    tl.store(buf_ptr + s * stride_bs + row * stride_bm + offs_r, acc, mask=r_ok)
+        acc += at * xk[None, :]
+    tl.store(buf_ptr + s * stride_bs + row * stride_bm + offs_r, tl.sum(acc, axis=1), mask=r_ok)
 
 
 @triton.jit
@@ -127,13 +131,12 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
 
 
 @triton.jit
-def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, R, n_blocks, stride_bs, stride_bm, stride_bl,
-                        stride_bn, stride_ym, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
-    """y[row, slice s block] += buf[s, row] @ b[slot(row), slice s block]^T for one decode row."""
-    row, pid = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    slot = tl.load(slot_ptr + row)
-    if slot < 0:
-        return
+def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, R, n_blocks, stride_bs, stride_bm,
+                        stride_bl, stride_bn, stride_ym, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_R: tl.constexpr):
+    """y[row, slice s block] += buf[s, row] @ b[slot(row), slice s block]^T for ``ROWS`` decode rows in turn
+    (rows of slot -1 skipped): one program per output block and group of rows."""
+    pid_rows, pid = tl.program_id(0), tl.program_id(1)
     s, pid_n = pid // n_blocks, pid % n_blocks
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
     if pid_n * BLOCK_N >= n_size:
@@ -142,13 +145,16 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, R, n_blocks,
     n_ok = offs_n < n_size
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
-    t = tl.load(buf_ptr + s * stride_bs + row * stride_bm + offs_r, mask=r_ok, other=0.0)  # [BR] float32
-    w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[:, None] * stride_bn + offs_r[None, :],
-                mask=n_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)  # [BN, BR]
-    acc = tl.sum(w * t[None, :], axis=1)  # [BN]
-    y_ptrs = y_ptr + row * stride_ym + n_off + offs_n
-    y = tl.load(y_ptrs, mask=n_ok, other=0.0)
-    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=n_ok)
+    for i in range(ROWS):
+        row = (pid_rows * ROWS + i).to(tl.int64)
+        slot = tl.load(slot_ptr + row, mask=row < num_rows, other=-1)
+        if slot >= 0:
+            t = tl.load(buf_ptr + s * stride_bs + row * stride_bm + offs_r, mask=r_ok, other=0.0)  # [BR] float32
+            w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[:, None] * stride_bn + offs_r[None, :],
+                        mask=n_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)  # [BN, BR]
+            y_ptrs = y_ptr + row * stride_ym + n_off + offs_n
+            y = tl.load(y_ptrs, mask=n_ok, other=0.0)
+            tl.store(y_ptrs, (y.to(tl.float32) + tl.sum(w * t[None, :], axis=1)).to(y_ptr.dtype.element_ty), mask=n_ok)
 
 
 def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
@@ -167,12 +173,12 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     if decodes:
-        _bgmv_shrink_kernel[(decodes, num_slices)](
+        _bgmv_shrink_kernel[(decodes, num_slices, triton.cdiv(rank, t.decode_r))](
             x, a, buf, plan.decode_slots, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
-            BLOCK_R=block_r, BLOCK_K=t.block_k)
-        _bgmv_expand_kernel[(decodes, num_slices * n_blocks)](
-            buf, b, y, plan.decode_slots, slices, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
-            b.stride(1), y.stride(0), BLOCK_N=t.block_n, BLOCK_R=block_r)
+            BLOCK_R=t.decode_r, BLOCK_K=t.decode_k)
+        _bgmv_expand_kernel[(triton.cdiv(decodes, t.decode_rows), num_slices * n_blocks)](
+            buf, b, y, plan.decode_slots, slices, decodes, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
+            b.stride(1), y.stride(0), ROWS=t.decode_rows, BLOCK_N=t.block_n, BLOCK_R=block_r)
     if plan.num_segments:
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
         _sgmv_shrink_kernel[(plan.num_segments, m_blocks, num_slices)](

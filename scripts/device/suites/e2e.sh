@@ -1,6 +1,6 @@
-# Offline throughput, decode-step latency, served load and guided decoding of the main config (dummy weights).
-# MODEL: the config folder (default Llama-3.1-8B); ATTENTION: the attention backend (default auto).
-ALL_PARTS="throughput latency serve guided"
+# Offline throughput, decode-step latency, served load, guided decoding and LoRA adapters of the main config
+# (dummy weights). MODEL: the config folder (default Llama-3.1-8B); ATTENTION: the attention backend (default auto).
+ALL_PARTS="throughput latency serve guided lora"
 DEFAULT_PARTS="throughput latency serve"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 
@@ -28,6 +28,9 @@ suite_run() {
       --output-len "$(quick 256 16)"
     serve_stop
   fi
+  has_part lora && step lora 420 "$PYTHON" benchmarks/lora_throughput.py "$model" "${engine[@]}" \
+    --num-prompts "$n" --input-len "$(quick 256 32)" --output-len "$(quick 256 16)" \
+    --adapter-counts "$(quick 1,8,32 1,2)" --batch-sizes "$(quick 1,64 1,2)" --result-file "$WORK/lora.json"
   has_part guided && step guided 300 "$PYTHON" benchmarks/guided_decoding.py "$model" "${engine[@]}" --tokenizer "$tok" \
     --batch-size "$(quick 64 2)" --output-len "$(quick 256 8)" --repeats "$(quick 3 1)" --result-file "$WORK/guided.json"
   return 0

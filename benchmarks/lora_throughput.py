@@ -1,0 +1,163 @@
+"""LoRA serving against the base model alone, measured in one process: offline throughput with the requests
+spread over 1, 8 and 32 adapters, and decode steps with one adapter (docs/lora.md).
+
+The adapters are random rank-``--rank`` LoRA matrices on every projection (q/k/v/o, gate/up/down), written in
+PEFT's format for the model's config. Phases (each ``--num-prompts`` x ``--input-len``/``--output-len``,
+``ignore_eos``): the base model in an engine without LoRA, then in the LoRA engine (``--max-loras`` slots,
+every adapter's host copy kept) the base model again and each adapter count, requests assigned round-robin.
+Ratios are against the engine without LoRA.
+
+GPU (the device suite ``e2e``, part ``lora``, runs it on dummy Llama-3.1-8B weights):
+    python benchmarks/lora_throughput.py benchmarks/configs/llama-3.1-8b --load-format dummy --max-model-len 2048
+CPU smoke run:
+    python benchmarks/lora_throughput.py benchmarks/configs/smollm2-135m --load-format dummy --num-prompts 8 \\
+        --input-len 16 --output-len 8 --adapter-counts 1,2 --max-loras 1 --batch-sizes 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pagoda.bench.common import add_common_args, emit, random_prompts, synchronize
+from pagoda.entrypoints.engine_args import engine_config
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def projection_shapes(cfg) -> dict[str, tuple[int, int]]:
+    """(out_features, in_features) of each projection of a Llama-style config."""
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    q, kv = cfg.num_attention_heads * d, (cfg.num_key_value_heads or cfg.num_attention_heads) * d
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    return {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q), "gate_proj": (inter, h),
+            "up_proj": (inter, h), "down_proj": (h, inter)}
+
+
+def write_adapter(cfg, folder: Path, rank: int, seed: int) -> Path:
+    """A random rank-``rank`` adapter on every projection of every layer, as PEFT saves one."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(cfg.num_hidden_layers):
+        for proj, (out_f, in_f) in projection_shapes(cfg).items():
+            group = "self_attn" if proj in PROJECTIONS[:4] else "mlp"
+            prefix = f"base_model.model.model.layers.{layer}.{group}.{proj}"
+            tensors[f"{prefix}.lora_A.weight"] = (torch.randn(rank, in_f, generator=g) * 0.01).bfloat16()
+            tensors[f"{prefix}.lora_B.weight"] = (torch.randn(out_f, rank, generator=g) * 0.01).bfloat16()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(PROJECTIONS)}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def timed_generate(llm, prompts, params, loras) -> float:
+    device = llm.engine.core.parts.platform.device()
+    synchronize(device)
+    start = time.perf_counter()
+    llm.generate(prompts, params, use_tqdm=False, lora_request=loras)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def throughput(llm, prompts, params, loras) -> float:
+    """Requests per second (after a short warm-up of the same mix)."""
+    timed_generate(llm, prompts[:8], params, loras[:8] if isinstance(loras, list) else loras)
+    return len(prompts) / timed_generate(llm, prompts, params, loras)
+
+
+def decode_step_ms(llm, batch: int, input_len: int, lora, vocab: int) -> float:
+    """One decode step at ``batch`` rows: (129 new tokens - 1 new token) / 128, the fastest of 3 tries each."""
+    from pagoda import SamplingParams
+
+    prompts = random_prompts(batch, input_len, vocab, seed=batch)
+
+    def best(tokens: int) -> float:
+        params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+        return min(timed_generate(llm, prompts, params, lora) for _ in range(3))
+
+    return (best(129) - best(1)) / 128 * 1000
+
+
+def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> dict:
+    from pagoda import LLM, LoRARequest
+
+    llm = LLM(**{**vars(config), "enable_lora": lora_engine, "max_cpu_loras": len(adapters) if lora_engine else None})
+    vocab = llm.engine.info.vocab_size
+    result = {}
+    try:
+        tag = "lora_engine_" if lora_engine else ""
+        result[f"{tag}base_req_per_s"] = throughput(llm, prompts, params, None)
+        result[f"{tag}base_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, None, vocab) for b in args.batch_sizes}
+        if not lora_engine:
+            return result
+        loras = [LoRARequest(f"a{i}", i + 1, str(path)) for i, path in enumerate(adapters)]
+        for count in args.adapter_counts:
+            mix = [loras[i % count] for i in range(len(prompts))]
+            result[f"adapters_{count}_req_per_s"] = throughput(llm, prompts, params, mix)
+        result["one_adapter_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, loras[0], vocab)
+                                         for b in args.batch_sizes}
+        return result
+    finally:
+        llm.shutdown()
+        del llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--rank", type=int, default=16, help="rank of every adapter")
+    parser.add_argument("--adapter-counts", default="1,8,32", help="distinct adapters the requests are spread over")
+    parser.add_argument("--batch-sizes", default="1,64", help="decode-step batch sizes timed with one adapter")
+    add_common_args(parser)
+    args = parser.parse_args()
+    args.adapter_counts = [int(n) for n in args.adapter_counts.split(",")]
+    args.batch_sizes = [int(n) for n in args.batch_sizes.split(",")]
+    from pagoda import SamplingParams
+    from pagoda.loader import load_hf_config, resolve_model
+
+    config = engine_config(args, args.model)
+    config.skip_tokenizer_init = True
+    config.max_loras = max(config.max_loras, min(8, max(args.adapter_counts)))  # default: 8 slots
+    config.max_lora_rank = max(config.max_lora_rank, args.rank)
+    hf_config = load_hf_config(resolve_model(config.model))
+    params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+    prompts = random_prompts(args.num_prompts, args.input_len, hf_config.vocab_size, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        adapters = [write_adapter(hf_config, Path(tmp) / f"a{i}", args.rank, i) for i in range(max(args.adapter_counts))]
+        written_s = time.perf_counter() - start
+        result = run_phases(args, config, prompts, params, adapters, lora_engine=False)
+        result.update(run_phases(args, config, prompts, params, adapters, lora_engine=True))
+    base = result["base_req_per_s"]
+    result.update({f"ratio_adapters_{n}": result[f"adapters_{n}_req_per_s"] / base for n in args.adapter_counts})
+    result["ratio_lora_engine_base"] = result["lora_engine_base_req_per_s"] / base
+    result["ratio_one_adapter_step"] = {b: result["one_adapter_step_ms"][b] / result["base_step_ms"][b]
+                                        for b in args.batch_sizes}
+    result = {"workload": f"{args.num_prompts} x {args.input_len}/{args.output_len}, rank {args.rank} on all "
+                          f"projections, max_loras {config.max_loras}", "model": args.model,
+              "adapters_written_s": round(written_s, 1), **_rounded(result)}
+    emit(result, args.result_file)
+
+
+def _rounded(value):
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return round(value, 3) if isinstance(value, float) else value
+
+
+if __name__ == "__main__":
+    main()
