@@ -18,7 +18,7 @@ from hf_tiny import save_tiny
 from tiny_vlm import PLACEHOLDERS, hf_greedy, random_images, save_tiny_vlm, word_tokenizer
 
 MAX_TOKENS = 8
-FAMILIES = ["llava", "qwen2_5_vl", "gemma3"]
+FAMILIES = ["llava", "llava_next", "qwen2_5_vl", "gemma3"]
 # a budget of 5 tokens a step cuts prompts into chunks: through LLaVA's (16 tokens) and Qwen2.5-VL's images;
 # Gemma 3's image tokens attend to their whole image, so its chunks end before an image's run instead
 BUDGET = 5
@@ -32,7 +32,7 @@ def vlm(request, tmp_path_factory):
 
 
 def make_llm(folder: str, **kwargs) -> LLM:
-    return LLM(model=folder, dtype="float32", block_size=4, max_model_len=128, **kwargs)
+    return LLM(model=folder, dtype="float32", block_size=4, max_model_len=256, **kwargs)
 
 
 def image_prompts(family: str) -> list:

@@ -12,6 +12,7 @@ from pagoda.interfaces import ForwardContext
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.models.gemma3_vl import Gemma3ForConditionalGeneration
 from pagoda.models.llava import LlavaForConditionalGeneration
+from pagoda.models.llava_next import LlavaNextForConditionalGeneration
 from pagoda.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
 from pagoda.models.spec import num_kv_cache_layers
 from pagoda.multimodal.processing import ImageProcessor
@@ -21,7 +22,8 @@ from pagoda.sampling_params import SamplingParams
 from tiny_vlm import PLACEHOLDERS, hf_inputs, hf_processor, random_images, save_tiny_vlm
 
 TOL = 1e-4
-CLASSES = {"llava": LlavaForConditionalGeneration, "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
+CLASSES = {"llava": LlavaForConditionalGeneration, "llava_next": LlavaNextForConditionalGeneration,
+           "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
            "gemma3": Gemma3ForConditionalGeneration}
 SIZES = [(40, 60), (90, 50), (56, 112)]  # Qwen2.5-VL: 2, 6 and 8 tokens, one or two attention windows each
 
@@ -90,7 +92,7 @@ def test_images_change_the_logits(vlm):
     assert (la[first:] - lb[first:]).abs().max().item() > 1e-2
 
 
-@pytest.mark.parametrize("family", ["llava", "gemma3"])
+@pytest.mark.parametrize("family", ["llava", "llava_next", "gemma3"])
 def test_processing_matches_transformers_processor(family, tmp_path):
     """Placeholder expansion and pixel values equal transformers' processor's (Qwen2.5-VL's processor needs
     torchvision for its video part; its expansion is checked against the image grid in the parity test)."""
@@ -107,7 +109,14 @@ def test_processing_matches_transformers_processor(family, tmp_path):
     expected = theirs(text=text, images=images, return_tensors="pt")
     got = ours.process(text, images)
     assert got.prompt_token_ids == expected["input_ids"][0].tolist()
-    assert torch.equal(torch.stack([i.inputs()["pixel_values"] for i in got.items]), expected["pixel_values"])
+    pixels = expected["pixel_values"]
+    if family == "llava_next":  # [images, most tiles, ...] padded with zeros: each item holds its own tiles
+        assert all(torch.equal(i.inputs()["image_sizes"], size) for i, size in zip(got.items, expected["image_sizes"]))
+        pixels = torch.cat([p[: len(i.inputs()["pixel_values"])] for p, i in zip(pixels, got.items)])
+        assert not any(t.any() for p, i in zip(expected["pixel_values"], got.items)
+                       for t in p[len(i.inputs()["pixel_values"]):])
+    assert torch.equal(torch.cat([i.inputs()["pixel_values"].reshape(-1, *pixels.shape[-3:]) for i in got.items]),
+                       pixels.reshape(-1, *pixels.shape[-3:]))
 
 
 PAN_AND_SCAN = dict(do_pan_and_scan=True, pan_and_scan_min_crop_size=28, pan_and_scan_max_num_crops=4,

@@ -1,4 +1,4 @@
-"""Tiny random vision-language models (LLaVA, Qwen2.5-VL, Gemma 3) saved with a word-level tokenizer,
+"""Tiny random vision-language models (LLaVA, LLaVA-NeXT, Qwen2.5-VL, Gemma 3) saved with a word-level tokenizer,
 a chat template and transformers' PIL image processor, for parity tests against transformers."""
 
 from __future__ import annotations
@@ -50,6 +50,17 @@ def llava_parts():
     return config, tok, images, tf.LlavaForConditionalGeneration
 
 
+def llava_next_parts():
+    """LLaVA's tiny tower and decoder over any-resolution tiles of 28x28 (grids of 1x2 to 2x2 and 1x3 tiles)."""
+    config, tok, _, _ = llava_parts()
+    pinpoints = [[28, 56], [56, 28], [56, 56], [28, 84], [84, 28]]
+    images = tf.LlavaNextImageProcessorPil(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28},
+                                           image_grid_pinpoints=pinpoints)
+    config = tf.LlavaNextConfig(vision_config=config.vision_config, text_config=config.text_config, image_token_id=127,
+                                vision_feature_layer=-2, image_grid_pinpoints=pinpoints)
+    return config, tok, images, tf.LlavaNextForConditionalGeneration
+
+
 def qwen2_5_vl_parts():
     specials = ["<|vision_start|>", "<|image_pad|>", "<|video_pad|>", "<|vision_end|>"]
     tok = word_tokenizer(160, specials, {}, "<|vision_start|><|image_pad|><|vision_end|>")
@@ -85,8 +96,9 @@ def gemma3_parts():
     return config, tok, images, tf.Gemma3ForConditionalGeneration
 
 
-FAMILIES = {"llava": llava_parts, "qwen2_5_vl": qwen2_5_vl_parts, "gemma3": gemma3_parts}
-PLACEHOLDERS = {"llava": "<image>", "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+FAMILIES = {"llava": llava_parts, "llava_next": llava_next_parts, "qwen2_5_vl": qwen2_5_vl_parts,
+            "gemma3": gemma3_parts}
+PLACEHOLDERS = {"llava": "<image>", "llava_next": "<image>", "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
                 "gemma3": "<start_of_image>"}
 
 
@@ -122,6 +134,9 @@ def hf_inputs(family: str, config, ids: list[int], items: list[dict]) -> dict:
         inputs["pixel_values"] = torch.cat([it["pixel_values"] for it in items])
         inputs["image_grid_thw"] = torch.stack([it["image_grid_thw"] for it in items])
         inputs["mm_token_type_ids"] = (inputs["input_ids"] == config.image_token_id).int()
+    elif family == "llava_next":  # each image's tiles, concatenated; its size says how many are its
+        inputs["pixel_values"] = torch.cat([it["pixel_values"] for it in items])
+        inputs["image_sizes"] = torch.stack([it["image_sizes"] for it in items])
     else:
         inputs["pixel_values"] = torch.stack([it["pixel_values"] for it in items])
     if family == "gemma3":
@@ -130,10 +145,14 @@ def hf_inputs(family: str, config, ids: list[int], items: list[dict]) -> dict:
 
 
 def hf_processor(family: str, tokenizer, image_processor):
-    """transformers' own processor for the tiny model (LLaVA and Gemma 3; Qwen2.5-VL's needs torchvision)."""
+    """transformers' own processor for the tiny model (LLaVA, LLaVA-NeXT and Gemma 3; Qwen2.5-VL's needs
+    torchvision)."""
     if family == "llava":
         return tf.LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=7,
                                  vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    if family == "llava_next":
+        return tf.LlavaNextProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=7,
+                                     vision_feature_select_strategy="default", num_additional_image_tokens=1)
     return tf.Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4)
 
 

@@ -18,6 +18,7 @@ MODEL_CLASSES: dict[str, str] = {
     "Phi3ForCausalLM": "pagoda.models.phi3:Phi3ForCausalLM",
     # vision-language models (docs/multimodal.md)
     "LlavaForConditionalGeneration": "pagoda.models.llava:LlavaForConditionalGeneration",
+    "LlavaNextForConditionalGeneration": "pagoda.models.llava_next:LlavaNextForConditionalGeneration",
     "Qwen2_5_VLForConditionalGeneration": "pagoda.models.qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
     "Gemma3ForConditionalGeneration": "pagoda.models.gemma3_vl:Gemma3ForConditionalGeneration",
     "BertModel": "pagoda.models.bert:BertModel",  # pooling models (runner="pooling", docs/pooling.md)
