@@ -60,6 +60,21 @@ def test_requests_of_adapters_in_use_pass_a_request_that_has_no_slot():
     assert {r.request_id for step in seen for r in step} == {f"r{i}" for i in range(7)}
 
 
+def test_requests_set_aside_run_in_their_order_once_their_adapter_fits():
+    """One slot: A's requests run first; B's, set aside in arrival order, run next, ahead of a later C."""
+    sched = _scheduler(max_loras=1, max_num_seqs=2)
+    for i, adapter in enumerate(["A", "B", "A", "B", "B"]):
+        sched.add_request(_request(f"r{i}", adapter, tokens=2))
+    order, late = [], []
+    while sched.has_unfinished():
+        for r in _step(sched):
+            if r.request_id not in order:
+                order.append(r.request_id)
+        if len(order) >= 3 and not late:  # B runs now: a C request arrives behind B's waiting one
+            late.append(sched.add_request(_request("r5", "C", tokens=2)))
+    assert order == ["r0", "r2", "r1", "r3", "r4", "r5"]
+
+
 @pytest.mark.parametrize("kind", [FcfsScheduler, PriorityScheduler])
 def test_random_workload_never_exceeds_the_slots(kind):
     rng = random.Random(3)
