@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from pagoda_quant_fp8.fp8_math import quantize_per_row, quantize_per_tensor, quantize_with_scale
+from pagoda_quant_fp8.fp8_math import quantize_per_row
+from pagoda_quant_fp8.formats import FP8, QuantFormat
 
 Matmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
 TokenQuantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -46,18 +47,19 @@ def reference_mm(x_q: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_sc
 
 
 def quantize_activations(x: torch.Tensor, mode: str, input_scale: torch.Tensor | None, rowwise: bool,
-                         per_token: TokenQuantizer = quantize_per_row) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` [M, K] -> (fp8 [M, K], scale): [M, 1] when ``rowwise``, else 0-dim.
+                         per_token: TokenQuantizer = quantize_per_row,
+                         fmt: QuantFormat = FP8) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` [M, K] -> (``fmt`` [M, K], scale): [M, 1] when ``rowwise``, else 0-dim.
 
-    ``mode``: ``token`` (dynamic, one scale per row), ``tensor`` (dynamic, one scale) or
+    ``mode``: ``token`` (dynamic, one scale per row: ``per_token``), ``tensor`` (dynamic, one scale) or
     ``static`` (the checkpoint's ``input_scale``).
     """
     if mode == "token":
         return per_token(x)
     if mode == "static":
-        x_q, scale = quantize_with_scale(x, input_scale), input_scale
+        x_q, scale = fmt.with_scale(x, input_scale), input_scale
     else:
-        x_q, scale = quantize_per_tensor(x)
+        x_q, scale = fmt.per_tensor(x)
     if rowwise:  # one scale for all rows, in the [M, 1] layout row-wise scaling takes
         scale = scale.reshape(1, 1).expand(x.shape[0], 1).contiguous()
     return x_q, scale

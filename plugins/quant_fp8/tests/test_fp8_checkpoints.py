@@ -33,11 +33,12 @@ def llama():
     return hf_model(hf_config("llama"))
 
 
-def load_fp8(folder: Path, backend: str = "reference"):
-    """(model, ctx) for an FP8 (or float, then quantized online) checkpoint through Pagoda's loader."""
+def load_fp8(folder: Path, backend: str = "reference", method_cls=Fp8Method):
+    """(model, ctx) for an FP8 (or ``method_cls``'s: INT8) or a float checkpoint (then quantized online)
+    through Pagoda's loader."""
     source = ModelSource(folder, None, "tiny")
     config = load_hf_config(source)
-    method = Fp8Method(getattr(config, "quantization_config", None), backend=backend)
+    method = method_cls(getattr(config, "quantization_config", None), backend=backend)
     spec = attention_spec(config, BLOCK_SIZE, torch.float32)
     ctx = BuildContext(torch.float32, quant_method=method, ops=CustomOps(),
                        attention=TorchAttentionBackend(spec, CpuPlatform()))
@@ -171,7 +172,9 @@ def _ct_with(**group) -> dict:
     ({"quant_method": "fp8", "fmt": "e5m2"}, "fmt = 'e5m2'"),
     ({"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}, "dynamic activations"),
     ({**CT, "format": "pack-quantized"}, "format = 'pack-quantized'"),
-    ({**CT, "kv_cache_scheme": {"num_bits": 8, "type": "float"}}, "kv_cache_scheme"),
+    ({**CT, "kv_cache_scheme": {"num_bits": 8, "type": "int"}}, "kv_cache_scheme.*static per-tensor 8-bit float"),
+    ({**CT, "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "head"}}, "kv_cache_scheme"),
+    ({**CT, "format": "int-quantized"}, "format = 'int-quantized'.*--quantization int8"),
     ({**CT, "ignore": ["lm_head", "re:.*down_proj"]}, "only lm_head unquantized"),
     ({"quant_method": "fp8", "ignored_layers": ["model.layers.0.mlp.down_proj"]}, "ignored_layers.*only lm_head"),
     ({**CT, "sparsity_config": {"format": "sparse-24-bitmask"}}, "sparsity_config.format"),

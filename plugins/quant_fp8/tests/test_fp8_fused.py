@@ -70,7 +70,7 @@ def test_probe_picks_the_fused_kernels_and_falls_back_when_they_are_wrong(monkey
     from pagoda_quant_fp8 import triton_fused
 
     real = triton_fused.silu_mul_quant
-    monkeypatch.setattr(triton_fused, "silu_mul_quant", lambda x: (real(x)[0], real(x)[1] * 2))  # wrong scales
+    monkeypatch.setattr(triton_fused, "silu_mul_quant", lambda x, fmt: (real(x, fmt)[0], real(x, fmt)[1] * 2))  # wrong scales
     with caplog.at_level(logging.WARNING, logger="pagoda"):
         chosen = fused_or_plain(quantize_per_row, DEVICE, PROBE_DTYPE)
     assert type(chosen) is TokenQuantizer

@@ -13,10 +13,11 @@ from scaled_mm_support import needs_cpu_rowwise_scaled_mm
 U = 2.0**-4  # e4m3 relative rounding error bound (normals)
 
 
-def _layer(method: Fp8Method, k: int, n: int, bias: bool = False, seed: int = 0) -> tuple[Linear, torch.Tensor]:
-    """An online-quantized (float checkpoint) layer; returns it and its float weight [n, k]."""
+def _layer(method, k: int, n: int, bias: bool = False, seed: int = 0, device: str = "cpu") -> tuple[Linear, torch.Tensor]:
+    """An online-quantized (float checkpoint) layer on ``device``; returns it and its float weight [n, k]."""
     g = torch.Generator().manual_seed(seed)
-    layer = Linear(k, n, bias=bias, quant_method=method, dtype=torch.float32)
+    with torch.device(device):
+        layer = Linear(k, n, bias=bias, quant_method=method, dtype=torch.float32)
     w = torch.randn(n, k, generator=g) * torch.logspace(-2, 0, n)[:, None]  # channels of different ranges
     layer.weight.data.copy_(w)
     if bias:
@@ -25,9 +26,9 @@ def _layer(method: Fp8Method, k: int, n: int, bias: bool = False, seed: int = 0)
     return layer, w
 
 
-def _x(m: int, k: int, seed: int = 1) -> torch.Tensor:
+def _x(m: int, k: int, seed: int = 1, device: str = "cpu") -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(m, k, generator=g) * torch.logspace(-1, 1, m)[:, None]  # tokens of different ranges
+    return (torch.randn(m, k, generator=g) * torch.logspace(-1, 1, m)[:, None]).to(device)  # tokens of different ranges
 
 
 @pytest.mark.parametrize("bias", [False, True])

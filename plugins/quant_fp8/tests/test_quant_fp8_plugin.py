@@ -1,4 +1,5 @@
-"""pagoda-quant-fp8 loads through entry-point discovery, registers ``fp8`` and refuses CPUs/old GPUs."""
+"""pagoda-quant-fp8 loads through entry-point discovery, registers ``fp8`` (refusing CPUs and old GPUs) and
+``int8`` (CPUs and NVIDIA GPUs from sm_80)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from pagoda.plugins import PluginManager
 from pagoda.testing import load_installed_plugin
 
 
-def test_installed_plugin_registers_fp8() -> None:
+def test_installed_plugin_registers_fp8_and_int8() -> None:
     info = load_installed_plugin("pagoda-quant-fp8", "quant-fp8")
     assert info.module == "pagoda_quant_fp8.plugin"
-    assert info.registers == {"quantization": ["fp8"]}
+    assert info.registers == {"quantization": ["fp8", "int8"]}
 
 
 class _FakeGpu(CpuPlatform):
@@ -38,3 +39,26 @@ def test_check_names_the_missing_capability() -> None:
     with pytest.raises(IncompatibleChoiceError, match=r"computes FP8 as torch.float8_e4m3fnuz"):
         registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fnuz, "AMD MI300X (gfx942)"))
     assert registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fn, "NVIDIA H100 (sm_90)"))[0] == "fp8"
+
+
+def test_int8_runs_on_cpus_and_names_what_it_needs_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pagoda_quant_fp8")
+    registry = PluginManager().registry("quantization")
+    assert registry.select("int8", platform=CpuPlatform())[0] == "int8"
+
+    class Hip(_FakeGpu):
+        device_type = "hip"
+
+    with pytest.raises(IncompatibleChoiceError, match=r"int8 runs on NVIDIA GPUs \(compute capability >= 8.0\) and CPUs, "
+                                                      r"not on AMD MI300X"):
+        registry.select("int8", platform=Hip(None, "AMD MI300X (gfx942)"))
+
+    class Turing(_FakeGpu):
+        device_type = "cuda"
+
+        def device(self) -> torch.device:
+            return torch.device("cuda", 0)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    with pytest.raises(IncompatibleChoiceError, match=r"int8 needs compute capability >= 8.0.*NVIDIA T4 \(sm_75\) lacks"):
+        registry.select("int8", platform=Turing(None, "NVIDIA T4 (sm_75)"))
