@@ -1,0 +1,72 @@
+"""The INT8 kernels compile for NVIDIA GPUs, no GPU needed (in a subprocess without ``TRITON_INTERPRET``): the
+GEMM in each of its tile configurations for sm_80 (int8 ``mma.sync``) and sm_90 (``wgmma`` on the 128-row
+tiles), and the RMSNorm / SiLU-and-mul / per-token quantizers writing int8 rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+ARCHS = (80, 90)
+ROWS = (1, 64, 4096)  # one of each launch_config tile
+
+
+def compile_all() -> dict[str, str]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from pagoda_quant_fp8.triton_fused import _rms_norm_quant, _silu_mul_quant
+    from pagoda_quant_fp8.triton_int8 import _int8_scaled_mm, launch_config
+
+    def ptx(fn, signature: dict, constants: dict, arch: int) -> str:
+        source = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constants}}, constexprs=constants)
+        try:
+            return triton.compile(source, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+        except Exception as exc:
+            return "error: " + str(exc).splitlines()[-1]
+
+    gemm = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*bf16", a_scale_ptr="*fp32", b_scale_ptr="*fp32", M="i32", N="i32",
+                K="i32", stride_am="i64", stride_bn="i64", stride_cm="i64")
+    norm = dict(x_ptr="*bf16", res_ptr="*bf16", res_out_ptr="*bf16", w_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32",
+                K="i32", stride_x="i64", stride_r="i64", stride_q="i64", eps="fp32")
+    silu = dict(x_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32", D="i32", stride_x="i64", stride_q="i64")
+    out = {}
+    for arch in ARCHS:
+        for m in ROWS:
+            cfg = {k: v for k, v in launch_config(m).items() if k not in ("num_warps", "num_stages")}
+            out[f"gemm {m} {arch}"] = ptx(_int8_scaled_mm, gemm, dict(A_ROWWISE=True, B_ROWWISE=True, EVEN_K=True, **cfg),
+                                          arch)
+        out[f"norm {arch}"] = ptx(_rms_norm_quant, norm, dict(HAS_RESIDUAL=True, FMAX=127.0, SMIN=1e-12, BLOCK=4096,
+                                                             INT=True), arch)
+        out[f"silu {arch}"] = ptx(_silu_mul_quant, silu, dict(FMAX=127.0, SMIN=1e-12, BLOCK=4096, INT=True), arch)
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_int8_kernels_compile(compiled: dict[str, str], arch: int) -> None:
+    for key, ptx in compiled.items():
+        if key.endswith(f" {arch}"):
+            assert not ptx.startswith("error"), (key, ptx)
+    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8" in compiled[f"gemm 1 {arch}"]  # int8 tensor cores
+    if arch == 90:
+        assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in compiled["gemm 4096 90"]
+    assert "cvt.rzi.s16.f32" in compiled[f"norm {arch}"]  # the rounded rows to integers (exact: already whole)
+
+
+if __name__ == "__main__":
+    print(json.dumps(compile_all()))
