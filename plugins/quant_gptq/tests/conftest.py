@@ -27,12 +27,17 @@ for plugin in ("quant_gptq", "quant_awq"):  # the tests also run from a checkout
         sys.path.insert(0, str(REPO / "plugins" / plugin))
 
 
+# Triton decorates the kernels at import: the interpreter must be on then, before any test imports them
+try:
+    INTERPRET: bool | None = import_triton_kernels("pagoda_quant_awq.triton_kernels")
+except ImportError:
+    INTERPRET = None  # no triton
+
+
 @pytest.fixture
 def triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     """pagoda-quant-awq's Triton kernels, run by the interpreter where there is no CUDA (skips without triton)."""
-    try:
-        interpret = import_triton_kernels("pagoda_quant_awq.triton_kernels")
-    except ImportError as exc:
-        pytest.skip(f"triton is not installed: {exc}")
-    if interpret:
+    if INTERPRET is None:
+        pytest.skip("triton is not installed")
+    if INTERPRET:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
