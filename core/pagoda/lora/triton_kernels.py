@@ -37,12 +37,13 @@ class Tiles(NamedTuple):
     decode_k: int  # input features per BGMV shrink loop step
     decode_r: int  # rows of A per BGMV shrink program
     decode_rows: int  # decode rows per BGMV expand program
+    split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them per row)
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32, 32, 4, 4)  # small tiles: the interpreter runs every lane on the CPU
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 4, 8)
+        return Tiles(16, 32, 32, 16, 4, 4, 32)  # small tiles: the interpreter runs every lane on the CPU
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 4, 8, 1024)
 
 
 @triton.jit
@@ -76,26 +77,29 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
 
 
 @triton.jit
-def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
-                        stride_bs, stride_bm, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """buf[s, row, r block] = x[row] @ a[slot(row), s, r block]^T for one decode row: a few of A's rows per
-    program, so a row's product spreads over ``S * R / BLOCK_R`` programs with long K steps."""
-    row, s, pid_r = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, K, R, k_per_split, stride_xm, stride_al, stride_as, stride_ar,
+                        stride_bp, stride_bs, stride_bm, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """buf[split, s, row, r block] = x[row, split's K] @ a[slot(row), s, r block, split's K]^T for one decode row:
+    a row's product spreads over slices, groups of A's rows and K splits (summed by the expand)."""
+    row, pid, split = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ptr + row)
     if slot < 0:
         return
+    r_blocks = tl.cdiv(R, BLOCK_R)
+    s, pid_r = pid // r_blocks, pid % r_blocks
     offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
     a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
     acc = tl.zeros((BLOCK_R, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    k_end = tl.minimum(K, (split + 1) * k_per_split)
+    for k0 in range(split * k_per_split, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < K
+        k_ok = offs_k < k_end
         xk = tl.load(x_ptr + row * stride_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)  # [BK]
         at = tl.load(a_base + offs_r[:, None] * stride_ar + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :],
                      other=0.0).to(tl.float32)  # [BR, BK]
         acc += at * xk[None, :]
-    tl.store(buf_ptr + s * stride_bs + row * stride_bm + offs_r, tl.sum(acc, axis=1), mask=r_ok)
+    tl.store(buf_ptr + split * stride_bp + s * stride_bs + row * stride_bm + offs_r, tl.sum(acc, axis=1), mask=r_ok)
 
 
 @triton.jit
@@ -131,11 +135,11 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
 
 
 @triton.jit
-def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, R, n_blocks, stride_bs, stride_bm,
-                        stride_bl, stride_bn, stride_ym, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_R: tl.constexpr):
-    """y[row, slice s block] += buf[s, row] @ b[slot(row), slice s block]^T for ``ROWS`` decode rows in turn
-    (rows of slot -1 skipped): one program per output block and group of rows."""
+def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, R, n_blocks, num_splits, stride_bp,
+                        stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, ROWS: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+    """y[row, slice s block] += (sum of buf[:, s, row]) @ b[slot(row), slice s block]^T for ``ROWS`` decode rows
+    in turn (rows of slot -1 skipped): one program per output block and group of rows."""
     pid_rows, pid = tl.program_id(0), tl.program_id(1)
     s, pid_n = pid // n_blocks, pid % n_blocks
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
@@ -149,12 +153,35 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, R,
         row = (pid_rows * ROWS + i).to(tl.int64)
         slot = tl.load(slot_ptr + row, mask=row < num_rows, other=-1)
         if slot >= 0:
-            t = tl.load(buf_ptr + s * stride_bs + row * stride_bm + offs_r, mask=r_ok, other=0.0)  # [BR] float32
+            t = tl.zeros((BLOCK_R,), dtype=tl.float32)
+            for split in range(num_splits):  # the shrink's K splits
+                t += tl.load(buf_ptr + split * stride_bp + s * stride_bs + row * stride_bm + offs_r, mask=r_ok,
+                             other=0.0)  # [BR]
             w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[:, None] * stride_bn + offs_r[None, :],
                         mask=n_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)  # [BN, BR]
             y_ptrs = y_ptr + row * stride_ym + n_off + offs_n
             y = tl.load(y_ptrs, mask=n_ok, other=0.0)
             tl.store(y_ptrs, (y.to(tl.float32) + tl.sum(w * t[None, :], axis=1)).to(y_ptr.dtype.element_ty), mask=n_ok)
+
+
+MAX_SPLITS = 16
+
+
+def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
+          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles) -> None:
+    """The decode rows' shrink (split over K into partial sums) and expand (summing them)."""
+    k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
+    splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
+    k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
+    splits = triton.cdiv(k, k_per_split)
+    buf = torch.empty(splits, num_slices, decodes, rank, dtype=torch.float32, device=x.device)  # [P, S, D, R]
+    _bgmv_shrink_kernel[(decodes, num_slices * triton.cdiv(rank, t.decode_r), splits)](
+        x, a, buf, slots, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1), a.stride(2), buf.stride(0),
+        buf.stride(1), buf.stride(2), BLOCK_R=t.decode_r, BLOCK_K=t.decode_k)
+    _bgmv_expand_kernel[(triton.cdiv(decodes, t.decode_rows), num_slices * n_blocks)](
+        buf, b, y, slots, slices, decodes, rank, n_blocks, splits, buf.stride(0), buf.stride(1), buf.stride(2),
+        b.stride(0), b.stride(1), y.stride(0), ROWS=t.decode_rows, BLOCK_N=t.block_n,
+        BLOCK_R=max(16, triton.next_power_of_2(rank)))
 
 
 def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
@@ -164,7 +191,6 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     ``a`` [slots, S, R, K], ``b`` [slots, N, R] (last dims contiguous), ``slices`` [S, 2] int32 (offset,
     size) of each slice in ``y``'s columns, ``max_slice`` the largest size."""
     num_rows, num_slices, rank = x.shape[0], a.shape[1], a.shape[2]
-    buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
     t = tiles(plan.max_segment_len)
     block_r = max(16, triton.next_power_of_2(rank))
     upcast = x.dtype == torch.bfloat16 and interpreting()  # Triton 3.9's interpreter: wrong bf16 dots
@@ -173,13 +199,9 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     if decodes:
-        _bgmv_shrink_kernel[(decodes, num_slices, triton.cdiv(rank, t.decode_r))](
-            x, a, buf, plan.decode_slots, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
-            BLOCK_R=t.decode_r, BLOCK_K=t.decode_k)
-        _bgmv_expand_kernel[(triton.cdiv(decodes, t.decode_rows), num_slices * n_blocks)](
-            buf, b, y, plan.decode_slots, slices, decodes, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
-            b.stride(1), y.stride(0), ROWS=t.decode_rows, BLOCK_N=t.block_n, BLOCK_R=block_r)
+        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t)
     if plan.num_segments:
+        buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
         _sgmv_shrink_kernel[(plan.num_segments, m_blocks, num_slices)](
             x, a, buf, plan.segments, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
