@@ -17,7 +17,6 @@ from fastapi.testclient import TestClient
 from tool_helpers import TOOLS_TEMPLATE, ScriptedEngine
 
 from pagoda.cli.main import build_parser
-from pagoda.cli.serve_cmd import check_args
 from pagoda.errors import UnknownChoiceError
 from pagoda.plugins import get_plugin_manager
 from pagoda.server.app import build_app
@@ -148,10 +147,12 @@ def test_unknown_parser_names_fail_at_start_with_the_registered_ones() -> None:
     with pytest.raises(UnknownChoiceError, match="Unknown reasoning parser 'r1'. Available: deepseek_r1, qwen3"):
         build_app(ScriptedEngine.__new__(ScriptedEngine), ["x"], reasoning_parser="r1")
     parser = build_parser(get_plugin_manager())
-    args = parser.parse_args(["serve", "--tool-call-parser", "hermez", "--port", "0"])
-    with pytest.raises(UnknownChoiceError, match="Unknown tool-call parser 'hermez'. Available: hermes, llama3_json, "
-                                                 "mistral. Did you mean 'hermes'"):
-        check_args(args)
+    errors = io.StringIO()
+    with contextlib.redirect_stderr(errors), pytest.raises(SystemExit) as exited:  # a CLI error, before any load
+        parser.parse_args(["serve", "--tool-call-parser", "hermez", "--port", "0"])
+    assert exited.value.code == 2
+    assert ("Unknown tool-call parser 'hermez'. Available: hermes, llama3_json, mistral. Did you mean 'hermes'"
+            in errors.getvalue())
     help_text = io.StringIO()
     with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
         parser.parse_args(["serve", "--help"])
