@@ -98,9 +98,13 @@ def gpu_plugins():
         yield
 
 
-@pytest.mark.parametrize("kernel", ["tiles", "tiles_dense", "triton", "cuda"])
-@pytest.mark.parametrize("layout", [Layout("gptq", 4, 32, sym=False, act_order=True), Layout("gptq", 8, 32, sym=True),
-                                    Layout("compressed-tensors", 4, 32, sym=True, act_order=True)], ids=str)
+INT4_ACT = Layout("gptq", 4, 32, sym=False, act_order=True)
+INT8 = Layout("gptq", 8, 32, sym=True)
+W4A16 = Layout("compressed-tensors", 4, 32, sym=True, act_order=True)
+
+
+@pytest.mark.parametrize("layout, kernel", [(INT4_ACT, "tiles"), (INT4_ACT, "tiles_dense"), (INT4_ACT, "cuda"),
+                                            (INT8, "tiles"), (INT8, "triton"), (W4A16, "tiles")], ids=str)
 def test_tiny_checkpoint_on_cuda(gpu_plugins, tmp_path, monkeypatch: pytest.MonkeyPatch, layout: Layout,
                                  kernel: str) -> None:
     """Decode steps (CUDA graphs) through one kernel: the tokens' logprobs match the dense model's."""
