@@ -7,29 +7,39 @@ run there, then driven through the CLI as users would:
 - `pagoda serve` with the template guided decoding backend, tool-call parser and reasoning parser: a chat
   request whose guided choice is a tool call comes back as that call; an unguided one (no </think> in a
   random model's output) comes back as reasoning only, the text a plain completion of the prompt gives;
+- `pagoda serve` on a tiny LLaVA checkpoint whose config.json names the template vision-language family: a
+  chat request with a data: image gives HF's greedy tokens;
 - `pagoda my-command`, the template subcommand.
 
 A change of a contract that breaks plugin authors fails here."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import io
 import json
 import socket
 import subprocess
 import sys
 import time
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import torch
+from transformers import AutoImageProcessor, AutoTokenizer
 
 from pagoda.cli.scaffold import TEMPLATE_KINDS, placeholders
 
 from test_plugins_discovery import REPO, Env, _copy_core, _see_outer_packages
 
 sys.path.insert(0, str(REPO / "tests" / "engine"))
+sys.path.insert(0, str(REPO / "tests" / "multimodal"))
 from tiny_models import VOCAB, hf_greedy, make_tiny_model  # noqa: E402
+from tiny_vlm import hf_processor, random_images, save_tiny_vlm  # noqa: E402
 
 PLUGINS = {kind: placeholders(f"my-{kind.replace('_', '-')}", kind) for kind in TEMPLATE_KINDS}
 # words of the tokenizer beyond t0..: what the serve test's guided choice is made of
@@ -87,7 +97,8 @@ def test_every_template_installs_and_loads(outsider: Env) -> None:
     for kind, values in PLUGINS.items():
         info = plugins[values["plugin"]]
         assert (info["status"], info["distribution"]) == ("loaded", values["distribution"]), info
-        assert info["registers"] == ({} if kind == "command" else {kind: [values["registered"]]})
+        registry = TEMPLATE_KINDS[kind].registry  # multimodal_model registers a model
+        assert info["registers"] == ({} if kind == "command" else {registry: [values["registered"]]})
 
 
 def test_generated_packages_pass_their_own_tests(outsider: Env) -> None:
@@ -117,28 +128,15 @@ def test_generate_runs_the_engine_plugins(outsider: Env, checkpoint) -> None:
 
 def test_serve_runs_the_grammar_and_parser_plugins(outsider: Env, checkpoint) -> None:
     path, _ = checkpoint
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [str(outsider.bin / "pagoda"), "serve", str(path), "--port", str(port), "--served-model-name", "tiny",
-         "--dtype", "float32", "--max-num-seqs", "4",
-         "--guided-decoding-backend", PLUGINS["guided_decoding"]["name"],
-         "--tool-call-parser", PLUGINS["tool_parser"]["name"],
-         "--reasoning-parser", PLUGINS["reasoning_parser"]["name"]],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=outsider.environ, cwd=outsider.root,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_healthy(server, url)
+    flags = ("--guided-decoding-backend", PLUGINS["guided_decoding"]["name"],
+             "--tool-call-parser", PLUGINS["tool_parser"]["name"], "--reasoning-parser", PLUGINS["reasoning_parser"]["name"])
+    with _serving(outsider, path, *flags) as served:
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
         messages = [{"role": "user", "content": "t7 t8"}]
-        called = _post(url, "chat/completions", messages=messages, tools=tools, guided_choice=[" ".join(CALL)])
-        thought = _post(url, "chat/completions", messages=messages)
-        plain = _post(url, "completions", prompt="t7 t8 ")  # the chat template's rendering
-    finally:
-        server.terminate()
-        log = server.communicate(timeout=60)[0]
+        called = _post(served.url, "chat/completions", messages=messages, tools=tools, guided_choice=[" ".join(CALL)])
+        thought = _post(served.url, "chat/completions", messages=messages)
+        plain = _post(served.url, "completions", prompt="t7 t8 ")  # the chat template's rendering
+    log = served.log
     assert called["finish_reason"] == "tool_calls", (called, log[-3000:])
     call = called["message"]["tool_calls"][0]["function"]
     assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
@@ -146,6 +144,61 @@ def test_serve_runs_the_grammar_and_parser_plugins(outsider: Env, checkpoint) ->
     assert not thought["message"]["content"]
     for kind in ("guided_decoding", "tool_parser", "reasoning_parser"):  # the start-up lines
         assert PLUGINS[kind]["name"] in log, (kind, log[-3000:])
+
+
+@pytest.fixture(scope="module")
+def vlm_checkpoint(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny random LLaVA saved as the template vision-language family, and its HF model."""
+    path = tmp_path_factory.mktemp("outsider-vlm")
+    hf_model = save_tiny_vlm("llava", path)
+    config = json.loads((path / "config.json").read_text())
+    config["architectures"] = [PLUGINS["multimodal_model"]["registered"]]
+    (path / "config.json").write_text(json.dumps(config))
+    return path, hf_model
+
+
+def test_serve_runs_the_vision_language_template(outsider: Env, vlm_checkpoint) -> None:
+    path, hf_model = vlm_checkpoint
+    (image,) = random_images([(40, 60)])
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    messages = [{"role": "user", "content": [{"type": "text", "text": "t4"}, {"type": "image_url", "image_url": {"url": url}}]}]
+    with _serving(outsider, path, "--max-model-len", "128") as served:
+        reply = _post(served.url, "chat/completions", messages=messages, logprobs=True)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    processor = hf_processor("llava", tokenizer, AutoImageProcessor.from_pretrained(path, backend="pil"))
+    inputs = processor(text="user: t4 <image> t3 assistant:", images=[image], return_tensors="pt")  # the template's text
+    with torch.no_grad():
+        expected = hf_model.generate(**inputs, max_new_tokens=8, do_sample=False, pad_token_id=0)[0, inputs["input_ids"].shape[1]:]
+    got = tokenizer.convert_tokens_to_ids([c["token"] for c in reply["logprobs"]["content"]])
+    assert got == expected.tolist()
+
+
+@dataclass
+class Served:
+    url: str
+    log: str = ""  # the server's output, once it stopped
+
+
+@contextlib.contextmanager
+def _serving(outsider: Env, path, *flags: str):
+    """`pagoda serve` in the outsider's venv on a free port (its start-up log in ``log`` afterwards)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [str(outsider.bin / "pagoda"), "serve", str(path), "--port", str(port), "--served-model-name", "tiny",
+         "--dtype", "float32", "--max-num-seqs", "4", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=outsider.environ, cwd=outsider.root,
+    )
+    served = Served(f"http://127.0.0.1:{port}")
+    try:
+        _wait_healthy(server, served.url)
+        yield served
+    finally:
+        server.terminate()
+        served.log = server.communicate(timeout=60)[0]
 
 
 def _post(url: str, endpoint: str, **body) -> dict:

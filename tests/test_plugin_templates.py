@@ -16,10 +16,12 @@ from pagoda.plugins.manager import PluginManager
 
 
 def test_every_kind_has_a_template() -> None:
-    assert set(TEMPLATE_KINDS) == set(KINDS) | {"command"}
+    assert set(TEMPLATE_KINDS) == set(KINDS) | {"command", "multimodal_model"}
+    assert TEMPLATE_KINDS["multimodal_model"].registry == "model"  # a second template of the model kind
     for kind in TEMPLATE_KINDS:
         files = render(placeholders(f"my-{kind.replace('_', '-')}", kind))
-        assert not [rel for rel, text in files.items() if "{{" in rel + text], kind  # every placeholder filled
+        # every placeholder filled (Jinja's "{{ expr }}" in a chat template is not one)
+        assert not [rel for rel, text in files.items() if re.search(r"\{\{\w+\}\}", rel + text)], kind
         assert {"README.md", "pyproject.toml"} <= set(files) and any(rel.startswith("tests/") for rel in files)
 
 
@@ -34,12 +36,13 @@ def test_every_kind_has_a_template() -> None:
     ("fast-parser", "tool_parser", "FastToolParser"),
     ("my-reasoning-parser", "reasoning_parser", "MyReasoningParser"),
     ("my-model", "model", "MyModelForCausalLM"),
+    ("my-vlm", "multimodal_model", "MyVlmForConditionalGeneration"),
     ("my-command", "command", "MyCommand"),
 ])
 def test_class_names_do_not_repeat_the_kind(name: str, kind: str, cls: str) -> None:
     values = placeholders(name, kind)
     assert values["class"] == cls
-    assert values["registered"] == (cls if kind == "model" else name)  # a model registers its architecture
+    assert values["registered"] == (cls if "model" in kind else name)  # a model registers its architecture
 
 
 @pytest.fixture
@@ -70,6 +73,7 @@ def test_a_template_never_wins_auto_by_being_installed(kind: str, generated) -> 
     ("guided_decoding", "`auto` picks the highest-priority usable guided decoding backend"),
     ("proposer", "`auto` never turns speculation on"),
     ("model", "lists `\"TmplModelForCausalLM\"` in `architectures`"),
+    ("multimodal_model", "lists `\"TmplMultimodalModelForConditionalGeneration\"` in `architectures`"),
     ("command", "Run it: `pagoda tmpl-command --help`"),
 ])
 def test_readmes_say_how_the_capability_is_chosen(kind: str, sentence: str) -> None:

@@ -68,8 +68,8 @@ def _add_new_parser(actions: argparse._SubParsersAction, parent: argparse.Argume
         "--kind",
         choices=sorted(TEMPLATE_KINDS),
         default="attention",
-        help="what the plugin registers (default: attention): one of the registry kinds, or 'command' (a "
-        "`pagoda` subcommand)",
+        help="what the plugin registers (default: attention): one of the registry kinds, 'command' (a "
+        "`pagoda` subcommand) or 'multimodal_model' (a vision-language model family)",
     )
     new.add_argument(
         "--output",

@@ -44,8 +44,8 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
     """The values substituted into the template for a plugin registering ``name`` of ``kind``.
 
     ``plugin`` is the entry-point name (default ``name``); it gives the distribution
-    ``pagoda-<plugin>`` and the package ``pagoda_<plugin>``. A model registers its class name
-    (the HF architecture), every other kind registers ``name``.
+    ``pagoda-<plugin>`` and the package ``pagoda_<plugin>``. A model (either template) registers its
+    class name (the HF architecture), every other kind registers ``name``.
     """
     plugin = plugin or name
     for value in (name, plugin):
@@ -61,7 +61,7 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
         "package": "pagoda_" + plugin.replace("-", "_"),
         "base": base,
         "class": cls,
-        "registered": cls if kind == "model" else name,
+        "registered": cls if tk.registry == "model" else name,
         "module": tk.module,
         "kind": kind,
         "kind_label": tk.label,
@@ -70,7 +70,7 @@ def placeholders(name: str, kind: str = "attention", plugin: str | None = None) 
     }
     values["starts_as"] = tk.starts_as.format(**values)
     values["tests"] = tk.tests
-    values["select"] = select_hint(kind, values)
+    values["select"] = select_hint(tk.registry, values)
     return values
 
 

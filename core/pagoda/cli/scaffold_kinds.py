@@ -1,7 +1,8 @@
 """The kinds ``pagoda plugins new --kind`` can generate, and what their README says about each.
 
 Registry kinds take their label, hook and flag from :data:`pagoda.plugins.catalog.KINDS`;
-``command`` (a ``pagoda`` subcommand, hook ``register_commands``) is not a registry kind.
+``command`` (a ``pagoda`` subcommand, hook ``register_commands``) is not a registry kind, and
+``multimodal_model`` is a second template of the ``model`` kind (a vision-language family).
 """
 
 from __future__ import annotations
@@ -16,23 +17,32 @@ from pagoda.plugins.catalog import KINDS
 class TemplateKind:
     """A kind the template can generate: the module it adds, the class it defines, its README lines."""
 
-    key: str  # the registry key (pagoda.plugins.catalog.KINDS), or "command"
+    key: str  # what --kind takes: the registry key (pagoda.plugins.catalog.KINDS), "command", or a variant
     module: str  # module of the generated package holding the class
     class_suffix: str  # ``Backend`` -> ``MyAttnBackend``
     starts_as: str  # README: what the generated plugin does as generated ({placeholders} allowed)
     tests: str  # README: what its tests check beyond registration
+    variant_of: str | None = None  # a variant's registry key (``multimodal_model`` registers a ``model``)
+    variant_label: str | None = None  # README: a variant's own name for what it registers
+
+    @property
+    def registry(self) -> str:
+        """The registry key the generated plugin registers in (``command``: none)."""
+        return self.variant_of or self.key
 
     @property
     def label(self) -> str:
-        return KINDS[self.key].label if self.key in KINDS else "CLI command"
+        if self.variant_label:
+            return self.variant_label
+        return KINDS[self.registry].label if self.registry in KINDS else "CLI command"
 
     @property
     def hook(self) -> str:
-        return KINDS[self.key].hook if self.key in KINDS else "register_commands"
+        return KINDS[self.registry].hook if self.registry in KINDS else "register_commands"
 
     @property
     def flag(self) -> str:
-        return (KINDS[self.key].flag or "") if self.key in KINDS else ""
+        return (KINDS[self.registry].flag or "") if self.registry in KINDS else ""
 
 
 TEMPLATE_KINDS: dict[str, TemplateKind] = {
@@ -55,6 +65,14 @@ TEMPLATE_KINDS: dict[str, TemplateKind] = {
                      "quantization method, each attention layer the attention backend), registered as the "
                      "architecture `{registered}`: change its layers for your family.",
                      "greedy tokens and logprobs equal to HF transformers' on a tiny random checkpoint"),
+        TemplateKind("multimodal_model", "model", "ForConditionalGeneration",
+                     "It is a complete LLaVA-style vision-language model: a CLIP vision tower and an MLP projector "
+                     "written from Pagoda's layers, in front of Pagoda's Llama decoder, registered as the "
+                     "architecture `{registered}`; each of the four steps of an image (processing, placeholder "
+                     "expansion, encoder forward, embedding merge) is one method: change them for your family.",
+                     "greedy tokens and logprobs equal to HF transformers' LLaVA on a tiny random checkpoint, for "
+                     "prompts with 0, 1 and 2 images batched together, and placeholder expansion equal to its "
+                     "processor's", variant_of="model", variant_label="vision-language model architecture"),
         TemplateKind("scheduler", "scheduler", "Scheduler",
                      "It starts as first come, first served, written as a `SchedulingPolicy` (waiting order, "
                      "admission, running order, preemption victim) on Pagoda's `PolicyScheduler`: change the "
@@ -106,7 +124,7 @@ def select_hint(kind: str, values: dict[str, str]) -> str:
     name, flag = values["registered"], values["flag"]
     if kind == "command":
         return f"Run it: `pagoda {name} --help`."
-    if kind == "model":
+    if kind == "model":  # the text and the vision-language templates
         return (f"Pagoda uses it for every checkpoint whose config.json lists `\"{name}\"` in `architectures`; "
                 "no flag is needed.")
     if kind == "proposer":  # chosen by the JSON of --speculative-config, never by `auto`
