@@ -17,6 +17,7 @@ RUNNERS = ("auto", "generate", "pooling")  # pooling: embeddings/scores, no gene
 MODALITIES = ("image",)  # what limit_mm_per_prompt may limit
 DEFAULT_MAX_IMAGE_BYTES = 20 << 20  # 20 MiB, OpenAI's limit per image
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000  # a 48-megapixel photo fits; a decompression bomb does not
+MIN_ENCODER_CACHE_ROWS = 8192
 
 
 @dataclass
@@ -132,6 +133,12 @@ def step_token_budget(config: EngineConfig, max_model_len: int) -> int:
     """The most tokens one step schedules (``--max-num-batched-tokens`` or its default)."""
     budget = config.max_num_batched_tokens or max(8192, config.max_num_seqs)
     return budget if config.enable_chunked_prefill else max(budget, max_model_len)
+
+
+def encoder_cache_rows(config: EngineConfig) -> int:
+    """The budget of a vision-language model's encoder cache, in rows (image tokens): a step's worth of
+    tokens, at least 8192 (a few large images; docs/multimodal.md)."""
+    return max(config.max_num_batched_tokens or 0, MIN_ENCODER_CACHE_ROWS)
 
 
 def _is_pow2(n: int) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pagoda.config import EngineConfig
+from pagoda.config import EngineConfig, encoder_cache_rows
 from pagoda.errors import ConfigError
 from pagoda.executor.kv_scales import KVScaleCalibration
 from pagoda.guided.runtime import guided_sampling_for
@@ -21,7 +21,7 @@ from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.multimodal import MultimodalModel
 from pagoda.lora.step import LoRAStep
-from pagoda.multimodal.step import MultimodalStep, encoder_cache_rows
+from pagoda.multimodal.step import MultimodalStep
 from pagoda.pooling.runner import PoolingStep
 from pagoda.runner.features import StepFeature
 from pagoda.spec_decode.step import SpecDecodeStep

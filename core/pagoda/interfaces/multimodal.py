@@ -83,6 +83,21 @@ class MultimodalModel(ABC):
         return AutoImageProcessor.from_pretrained(model_path, backend="pil", local_files_only=True)
 
     @classmethod
+    def image_items(cls, hf_config: "PretrainedConfig", image_processor: Any, image: Any) -> list[ImageItem]:
+        """One PIL image -> its items: the image processor's tensors, cut by :meth:`split_image`."""
+        return cls.split_image(hf_config, image_processor(images=[image], return_tensors="pt"))
+
+    @classmethod
+    def largest_image(cls, hf_config: "PretrainedConfig", image_processor: Any) -> tuple[int, int]:
+        """``(height, width)`` of an image whose items fill the most placeholder tokens: the engine profiles
+        the vision encoder's memory on it at start-up. Default: the size the image processor resizes (or
+        crops) every image to; families whose token count grows with the image override it."""
+        size = image_processor.crop_size if getattr(image_processor, "do_center_crop", False) else None
+        size = size or image_processor.size
+        height = size_field(size, "height") or size_field(size, "shortest_edge")
+        return int(height), int(size_field(size, "width") or height)
+
+    @classmethod
     @abstractmethod
     def image_placeholder(cls, hf_config: "PretrainedConfig", tokenizer: Any) -> str:
         """The prompt text that stands for one image (where users and chat templates put images)."""
@@ -118,3 +133,8 @@ class MultimodalModel(ABC):
         given token indices, and the offset of the positions after it (generated token ``n`` of the
         sequence gets position ``n + offset`` on all three axes). None: plain positions."""
         return None
+
+
+def size_field(size: Any, name: str) -> int | None:
+    """A field of an image processor's ``size`` or ``crop_size``: a dict, or transformers' ``SizeDict``."""
+    return size.get(name) if isinstance(size, dict) else getattr(size, name, None)

@@ -85,6 +85,13 @@ class Gemma3ForConditionalGeneration(VisionLanguageModel):
         return int(hf_config.mm_tokens_per_image)
 
     @classmethod
+    def largest_image(cls, hf_config: Any, image_processor: Any) -> tuple[int, int]:
+        """The tower's square, or with pan-and-scan on, a strip of as many squares as the crops it may cut."""
+        side = int(hf_config.vision_config.image_size)
+        crops = int(getattr(image_processor, "pan_and_scan_max_num_crops", 0) or 0)
+        return (side, side * crops) if getattr(image_processor, "do_pan_and_scan", False) and crops else (side, side)
+
+    @classmethod
     def image_prompt(cls, hf_config: Any, tokenizer: Any, items: Sequence[ImageItem]) -> str:
         boi, image, eoi = tokenizer.convert_ids_to_tokens(
             [int(hf_config.boi_token_index), cls.image_token(hf_config), int(hf_config.eoi_token_index)])

@@ -77,6 +77,12 @@ class LlavaNextForConditionalGeneration(LlavaForConditionalGeneration):
         height, width, _, _ = feature_grid(hf_config, item["image_sizes"].tolist())
         return side * side + height * (width + 1)  # the whole image, then each kept row and its newline
 
+    @classmethod
+    def largest_image(cls, hf_config: Any, image_processor: Any) -> tuple[int, int]:
+        """The grid resolution of most tiles: an image of that size keeps them all, unpadded."""
+        height, width = max(hf_config.image_grid_pinpoints, key=lambda hw: hw[0] * hw[1])
+        return int(height), int(width)
+
     # -- engine -----------------------------------------------------------------------------------
     def encode_images(self, items: Sequence[ImageItem]) -> list[torch.Tensor]:
         tiles = torch.cat([item["pixel_values"] for item in items])  # [sum of tiles, C, S, S]

@@ -10,12 +10,13 @@ position) + (frame, row, column), and the text after it resumes past the image's
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from pagoda.interfaces.model import BuildContext
-from pagoda.interfaces.multimodal import ImageItem
+from pagoda.interfaces.multimodal import ImageItem, size_field
 from pagoda.layers.mrope import MRotaryEmbedding
 from pagoda.layers.rotary import rope_config_from_hf
 from pagoda.models import spec
@@ -67,6 +68,16 @@ class Qwen2_5_VLForConditionalGeneration(VisionLanguageModel):
     def item_tokens(cls, hf_config: Any, item: ImageItem) -> int:
         return int(item["image_grid_thw"].prod()) // int(hf_config.vision_config.spatial_merge_size) ** 2
 
+    @classmethod
+    def largest_image(cls, hf_config: Any, image_processor: Any) -> tuple[int, int]:
+        """The image of most merged patches within the processor's ``max_pixels`` (larger ones are resized
+        down to at most as many tokens): ``a x b`` units of ``patch_size * merge_size`` pixels, ``a * b``
+        as large as ``max_pixels`` allows, ``a`` and ``b`` as close as can be."""
+        max_pixels = getattr(image_processor, "max_pixels", None) or size_field(image_processor.size, "longest_edge")
+        unit = int(hf_config.vision_config.patch_size) * int(hf_config.vision_config.spatial_merge_size)
+        units = int(max_pixels) // unit**2
+        rows = math.isqrt(units)
+        return rows * unit, units // rows * unit
 
     # -- engine -----------------------------------------------------------------------------------
     def encode_images(self, items: Sequence[ImageItem]) -> list[torch.Tensor]:

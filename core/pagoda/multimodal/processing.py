@@ -96,8 +96,7 @@ class ImageProcessor:
 
     def image_items(self, image: Any) -> list[ImageItem]:
         """One image -> its encoder items (transformers' image processor, then the model's split)."""
-        processed = self.image_processor(images=[image], return_tensors="pt")
-        return self.model_cls.split_image(self.hf_config, processed)
+        return self.model_cls.image_items(self.hf_config, self.image_processor, image)
 
     def place(self, ids: list[int], items: list[ImageItem]) -> list[MultimodalItem]:
         """Match the items, in order, to consecutive runs of the placeholder token in ``ids``."""

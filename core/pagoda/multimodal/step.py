@@ -22,7 +22,6 @@ from pagoda.multimodal.encoder_cache import EncoderCache
 from pagoda.runner.features import StepFeature
 
 if TYPE_CHECKING:
-    from pagoda.config import EngineConfig
     from pagoda.interfaces.scheduler import SchedulerOutput
     from pagoda.multimodal_inputs import MultimodalItem
     from pagoda.request import Request
@@ -31,13 +30,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pagoda")
 
-MIN_ENCODER_CACHE_ROWS = 8192
 STEP_HOLDER = "\0step"  # pins the items of the step being built (no request id is empty-prefixed)
-
-
-def encoder_cache_rows(config: "EngineConfig") -> int:
-    """The encoder cache's budget of rows: a step's worth of tokens, at least 8192 (a few large images)."""
-    return max(config.max_num_batched_tokens or 0, MIN_ENCODER_CACHE_ROWS)
 
 
 @dataclass(frozen=True)

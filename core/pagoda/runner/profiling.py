@@ -3,7 +3,9 @@
 The dummy step runs ``max_num_batched_tokens`` prompt tokens spread over as many sequences as
 the scheduler may batch, writes them into a small temporary KV cache (whose bytes are not
 counted), and computes logits for ``max_num_seqs`` rows as the sampler would. It runs under
-``Platform.peak_memory_during``: platforms that do not measure (CPU) never run it.
+``Platform.peak_memory_during``: platforms that do not measure (CPU) never run it. For a
+vision-language model the step first encodes the largest images it may reach, with a full encoder
+cache (:mod:`pagoda.runner.encoder_profile`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
+from pagoda.runner.encoder_profile import EncoderProfile
 
 
 def profile_activation_bytes(
@@ -26,8 +29,10 @@ def profile_activation_bytes(
     block_size: int,
     num_layers: int,
     max_model_len: int,
+    encoder: EncoderProfile | None = None,
 ) -> int:
-    """Peak device bytes one step of the largest batch needs beyond weights and KV cache."""
+    """Peak device bytes one step of the largest batch needs beyond weights and KV cache (``encoder``: the
+    vision encoder's part, for a vision-language model)."""
     num_tokens = max(1, max_num_batched_tokens)
     num_seqs = max(min(max_num_seqs, num_tokens), math.ceil(num_tokens / max(1, max_model_len)))
     cache_bytes = 0
@@ -41,6 +46,7 @@ def profile_activation_bytes(
                   for _ in range(num_layers)]
         cache_bytes = sum(c.numel() * c.element_size() for c in caches)
         with platform.inference_context():
+            held = encoder.hold(model, device) if encoder is not None else []  # noqa: F841 - kept to the end
             hidden = dummy_forward(model, attention, metadata, caches, device)
             if hasattr(model, "compute_logits"):  # pooling models (encoders) have no LM head
                 rows = torch.arange(max_num_seqs, device=device) % num_tokens  # the sampler's rows

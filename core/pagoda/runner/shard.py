@@ -22,6 +22,7 @@ from pagoda.loader import ModelSource, load_model
 from pagoda.models.spec import attention_spec, num_kv_cache_layers
 from pagoda.plugins import get_plugin_manager
 from pagoda.quantization.select import resolve_quantization
+from pagoda.runner.encoder_profile import encoder_profile
 from pagoda.runner.profiling import profile_activation_bytes
 
 logger = logging.getLogger("pagoda")
@@ -100,7 +101,8 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     tuned = ctx.ops.tune(model, tp)
     if tuned and tp.rank == 0:
         logger.info("%s", tuned)
-    kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp)
+    kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp,
+                                              str(source.path))
     capacity = num_blocks * config.block_size
     if capacity < max_model_len:
         if tp.rank == 0:
@@ -120,11 +122,13 @@ def model_class(hf_config) -> type[CausalLM]:
     return registry.get(architectures[0])  # raises: names the available ones and the register_models hook
 
 
-def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None, tp: TensorParallel = SINGLE):
+def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None, tp: TensorParallel = SINGLE,
+                      model_path: str | None = None):
     """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use);
     returns the per-layer cache tensors and the number of blocks.
 
-    The budget leaves room for the activations of the largest step, measured with ``model``.
+    The budget leaves room for the activations of the largest step, measured with ``model`` (and for a
+    vision-language model, its encoder on the largest images, read through ``model_path``'s processor).
     Tensor-parallel ranks agree on the smallest block count (the scheduler hands out block ids).
     """
     layers = num_kv_cache_layers(hf_config)
@@ -133,8 +137,9 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
     activation_bytes = 0
     if model is not None and config.kv_cache_memory is None:
         budget_tokens = step_token_budget(config, max_model_len)
+        encoder = encoder_profile(config, model, model_path, hf_config, budget_tokens) if model_path else None
         activation_bytes = profile_activation_bytes(model, attention, platform, budget_tokens, config.max_num_seqs,
-                                                    config.block_size, layers, max_model_len)
+                                                    config.block_size, layers, max_model_len, encoder)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     if config.runner == "pooling":  # blocks are one step's scratch: the largest step's worth suffices
