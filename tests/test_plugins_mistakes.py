@@ -68,16 +68,16 @@ class Squatter:
         register("none", type("SquatNone", (UnquantizedMethod,), {}))
 
 
-class Int8(UnquantizedMethod):
+class Int3(UnquantizedMethod):
     """A third-party weight-only method, eager to be chosen."""
 
     priority = 100
 
 
-class Int8Plugin:
+class Int3Plugin:
     @hookimpl
     def register_quantization_methods(self, register) -> None:
-        register("int8", Int8)
+        register("int3", Int3)
 
 
 class Typo:
@@ -336,7 +336,7 @@ def test_the_cli_flag_and_the_variable_allow_overrides(cli_plugins, capsys, monk
 
 # -- one meaning of auto -----------------------------------------------------------------------
 def test_quantization_auto_never_picks_a_plugin_for_an_unquantized_checkpoint(tiny: str, use, caplog) -> None:
-    pm = use(manager(int8=Int8Plugin()))
+    pm = use(manager(int3=Int3Plugin()))
     assert pm.registry("quantization").select("auto", platform=CpuPlatform())[0] == "none"
     with caplog.at_level(logging.INFO):
         tokens(LLM(tiny, quantization="auto", max_num_seqs=2))
@@ -410,14 +410,14 @@ def test_a_missing_first_party_backend_is_a_clean_cli_error_with_the_install_hin
     ("--guided-decoding-backend", "guided decoding backend"),
 ])
 def test_every_registry_flag_names_what_exists(cli_plugins, capsys, flag: str, kind: str) -> None:
-    cli_plugins(int8=Int8Plugin())
+    cli_plugins(int3=Int3Plugin())
     with pytest.raises(SystemExit):
         cli_main.main(["generate", "Hello", flag, "nope"])
     assert f"argument {flag}: Unknown {kind} 'nope'. Available: " in capsys.readouterr().err
 
 
 def test_serve_parser_flags_and_help_list_the_registered_names(cli_plugins, capsys) -> None:
-    cli_plugins(int8=Int8Plugin())
+    cli_plugins(int3=Int3Plugin())
     for flag, kind in (("--tool-call-parser", "tool-call parser"), ("--reasoning-parser", "reasoning parser")):
         with pytest.raises(SystemExit):
             cli_main.main(["serve", flag, "nope"])
@@ -425,7 +425,7 @@ def test_serve_parser_flags_and_help_list_the_registered_names(cli_plugins, caps
     with pytest.raises(SystemExit):
         cli_main.main(["generate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "--quantization {auto,int8,none}" in help_text and "--scheduler {auto,fcfs,priority}" in help_text
+    assert "--quantization {auto,int3,none}" in help_text and "--scheduler {auto,fcfs,priority}" in help_text
     assert "--allow-plugin-overrides NAMES" in help_text
 
 
