@@ -42,8 +42,9 @@ class GroupedIntMethod(QuantizationMethod):
             return None  # CPUs run the torch path
         capability = torch.cuda.get_device_capability(device)
         if capability < MIN_CAPABILITY:
-            return (f"{cls.__name__.removesuffix('Method').lower()} needs compute capability >= 7.5 for its kernels "
-                    f"({platform.describe()} is sm_{capability[0]}{capability[1]})")
+            name = cls.__name__.removesuffix("Method").lower()
+            return (f"{name} needs compute capability >= 7.5 (the tensor-core dot of its kernels); "
+                    f"{platform.describe()} is sm_{capability[0]}{capability[1]}")
         return None
 
     def create_weights(self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype) -> None:

@@ -106,3 +106,13 @@ def test_dummy_weights_from_a_config(tmp_path: Path, layout: Layout) -> None:
     assert layer.int4_qweight.shape == (128, 64 // 8) and layer.int4_group == layout.group
     out = llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 3
+
+
+def test_a_checkpoint_without_g_idx_names_the_missing_tensors(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    quant, _, _ = write_tiny_llama(tmp_path, Layout("gptq", 4, 32, act_order=True))
+    tensors = load_file(str(quant / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if not k.endswith(".g_idx")}, str(quant / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"lacks 14 tensor\(s\) .*model.layers.0.mlp.down_proj.g_idx"):
+        LLM(model=str(quant), **CPU)

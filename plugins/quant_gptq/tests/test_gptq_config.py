@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from int_quantizer import Layout, quantization_config
 
 from pagoda.errors import ModelLoadError
+from pagoda.platforms.cpu import CpuPlatform
 from pagoda_quant_gptq.config import GroupedIntConfig, gptq_config, wna16_config
+from pagoda_quant_gptq.method import GptqMethod, Wna16Method
 
 
 def test_gptq_configs_as_exported() -> None:
@@ -85,3 +88,23 @@ def test_wna16_refuses_activations_and_mixed_schemes() -> None:
 def test_a_dense_config_says_what_is_needed(read) -> None:
     with pytest.raises(ModelLoadError, match="needs a .* checkpoint, but config.json has no quantization_config"):
         read(None)
+
+
+class _Gpu:
+    """A CUDA platform as the methods' check sees it."""
+
+    def device(self) -> torch.device:
+        return torch.device("cuda", 0)
+
+    def describe(self) -> str:
+        return "Tesla V100-SXM2-16GB"
+
+
+@pytest.mark.parametrize("capability, reason", [((7, 0), "gptq needs compute capability >= 7.5 (the tensor-core "
+                                                         "dot of its kernels); Tesla V100-SXM2-16GB is sm_70"),
+                                                ((7, 5), None), ((9, 0), None)])
+def test_gpus_too_old_for_the_kernels_are_refused(monkeypatch: pytest.MonkeyPatch, capability, reason) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert GptqMethod.check(_Gpu()) == reason
+    assert Wna16Method.check(_Gpu()) == (reason and reason.replace("gptq", "wna16"))
+    assert GptqMethod.check(CpuPlatform()) is None
