@@ -12,7 +12,7 @@ Per linear layer with ``K`` inputs, ``N`` outputs, ``G`` groups, ``p = 32 / bits
 | - | ``weight_shape`` | ``[2]`` (read, not used) | - |
 
 Tensor parallelism: packed weights split along their axes like any weight; scales and zero points
-are never split along the inputs (a row-parallel rank keeps every group and picks those of its
+are never split along the inputs (a row-parallel rank loads every group and keeps those of its
 rows: with act-order any row may belong to any group). ``g_idx`` follows the rows; fused layers
 keep one per shard (``shard_indexed``), which must agree: the layer has one input order.
 """
@@ -20,6 +20,7 @@ keep one per shard (``shard_indexed``), which must agree: the layer has one inpu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+
 import torch
 from torch import nn
 
