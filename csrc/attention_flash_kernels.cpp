@@ -7,15 +7,32 @@
 namespace {
 
 // [.., D] with a contiguous last dimension, every other stride a multiple of 8 elements and the data
-// 16-byte aligned: the kernels move 16-byte chunks of rows.
+// aligned to 8 elements: the kernels move chunks of 8 elements of rows (16 bytes, or 8 of an FP8 cache).
 void check_rows(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "flash_attention: ", name, " must be a CUDA tensor");
   TORCH_CHECK(t.stride(-1) == 1, "flash_attention: ", name, " must be contiguous in its last dimension");
   for (int64_t d = 0; d + 1 < t.dim(); ++d) {
     TORCH_CHECK(t.stride(d) % 8 == 0, "flash_attention: ", name, " strides must be multiples of 8 elements");
   }
-  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0, "flash_attention: ", name,
-              " must be 16-byte aligned");
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % (8 * t.element_size()) == 0, "flash_attention: ",
+              name, " must be aligned to 8 elements");
+}
+
+// The cache's format: the query's dtype, or an FP8 one whose scales must be given.
+pagoda::KVFormat cache_format(const at::Tensor& query, const at::Tensor& kv_cache,
+                              const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale) {
+  const auto type = kv_cache.scalar_type();
+  if (type != at::kFloat8_e4m3fn && type != at::kFloat8_e5m2) {
+    TORCH_CHECK(type == query.scalar_type(), "flash_attention: kv_cache must hold the query's dtype or FP8 "
+                "(float8_e4m3fn, float8_e5m2), not ", type);
+    return pagoda::KVFormat::kModel;
+  }
+  for (const auto* scale : {&k_scale, &v_scale}) {
+    TORCH_CHECK(scale->has_value() && (*scale)->is_cuda() && (*scale)->scalar_type() == at::kFloat &&
+                    (*scale)->numel() == 1,
+                "flash_attention: an FP8 kv_cache needs k_scale and v_scale, one-element float32 CUDA tensors");
+  }
+  return type == at::kFloat8_e5m2 ? pagoda::KVFormat::kE5M2 : pagoda::KVFormat::kE4M3;
 }
 
 void check_int32(const at::Tensor& t, const char* name, int64_t dim) {
@@ -29,13 +46,14 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
                      const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse,
-                     int64_t short_query_len) {
+                     int64_t short_query_len, const c10::optional<at::Tensor>& k_scale,
+                     const c10::optional<at::Tensor>& v_scale) {
   using namespace pagoda;
   TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes(), "flash_attention: query and out must be [num_tokens, num_heads, head_size]");
   TORCH_CHECK(kv_cache.dim() == 5 && kv_cache.size(0) == 2 && kv_cache.size(4) == query.size(2),
               "flash_attention: kv_cache must be [2, num_blocks, block_size, num_kv_heads, head_size]");
-  TORCH_CHECK(query.scalar_type() == kv_cache.scalar_type() && out.scalar_type() == kv_cache.scalar_type(),
-              "flash_attention: query, out and kv_cache must share a dtype");
+  TORCH_CHECK(out.scalar_type() == query.scalar_type(), "flash_attention: query and out must share a dtype");
+  const KVFormat kv_format = cache_format(query, kv_cache, k_scale, v_scale);
   TORCH_CHECK(query.scalar_type() == at::kHalf || query.scalar_type() == at::kBFloat16,
               "flash_attention: dtype ", query.scalar_type(), " is not float16 or bfloat16");
   check_rows(query, "query");
@@ -97,6 +115,9 @@ void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor&
   args.block_size = static_cast<int>(kv_cache.size(2));
   args.scale = static_cast<float>(scale);
   args.window = static_cast<int>(window > 0 ? window : 0);
+  args.kv_format = kv_format;
+  args.k_scale = kv_format == KVFormat::kModel ? nullptr : k_scale->data_ptr<float>();
+  args.v_scale = kv_format == KVFormat::kModel ? nullptr : v_scale->data_ptr<float>();
 
   const DType dtype = query.scalar_type() == at::kHalf ? DType::kFloat16 : DType::kBFloat16;
   const c10::cuda::OptionalCUDAGuard guard(query.device());

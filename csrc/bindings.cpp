@@ -30,10 +30,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("n"), py::arg("k"), py::arg("group_size"), py::arg("split_k") = 0, py::arg("device") = 0);
 #endif
 #ifndef USE_ROCM
+  m.def("reshape_and_cache_fp8", &reshape_and_cache_fp8, "write key/value scaled into an FP8 paged cache",
+        py::arg("key"), py::arg("value"), py::arg("kv_cache"), py::arg("slot_mapping"), py::arg("k_scale"),
+        py::arg("v_scale"));
   m.def("flash_attention", &flash_attention, "paged attention on tensor cores: split-KV decodes, then prefills",
         py::arg("out"), py::arg("query"), py::arg("kv_cache"), py::arg("block_tables"), py::arg("query_start_loc"),
         py::arg("seq_lens"), py::arg("num_decodes"), py::arg("scale"), py::arg("window"), py::arg("num_splits"),
-        py::arg("part_out") = py::none(), py::arg("part_lse") = py::none(), py::arg("short_query_len") = 0);
+        py::arg("part_out") = py::none(), py::arg("part_lse") = py::none(), py::arg("short_query_len") = 0,
+        py::arg("k_scale") = py::none(), py::arg("v_scale") = py::none());
   m.def("flash_decode_programs_per_sm", &flash_decode_programs_per_sm,
         "decode programs resident per SM (occupancy) for a head size and dtype", py::arg("head_size"),
         py::arg("half"), py::arg("device") = 0);

@@ -32,6 +32,13 @@ at::Tensor dense_gemv(const at::Tensor& x, const at::Tensor& weight, const c10::
 void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& kv_cache,
                        const at::Tensor& slot_mapping);
 
+#ifndef USE_ROCM  // kernels/cache_fp8.cu uses cuda_fp8.h (nvidia_only in manifest.txt)
+// The same into an FP8 cache (float8_e4m3fn or float8_e5m2): key / k_scale and value / v_scale saturated to
+// the format's largest finite value, rounded to nearest even; k_scale, v_scale one-element float32 CUDA tensors.
+void reshape_and_cache_fp8(const at::Tensor& key, const at::Tensor& value, at::Tensor& kv_cache,
+                           const at::Tensor& slot_mapping, const at::Tensor& k_scale, const at::Tensor& v_scale);
+#endif
+
 // AWQ int4 GEMV for 1..8 tokens: x [m, K] fp16/bf16 (row stride free) @ dequant(W) -> [m, N] in x's dtype;
 // qweight int32 [K, N/8], qzeros int32 [K/group, N/8] (AutoAWQ nibble order), scales fp16 [K/group, N].
 at::Tensor awq_gemv(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qzeros,
@@ -59,12 +66,14 @@ std::vector<int64_t> awq_tiles_plan(int64_t m, int64_t n, int64_t k, int64_t gro
 // then prefills; or, with short_query_len > 0 (every sequence has at most that many query tokens: a
 // verify step), all sequences on the decode kernel, the scratch then [num_tokens, ...]. query/out [num_tokens, num_heads, head_size]; kv_cache [2, num_blocks, block_size,
 // num_kv_heads, head_size]; block_tables [num_seqs, max_blocks], query_start_loc [num_seqs + 1] and
-// seq_lens [num_seqs] int32; window 0: none. No host synchronisation.
+// seq_lens [num_seqs] int32; window 0: none. An FP8 kv_cache (float8_e4m3fn / float8_e5m2) holds key / k_scale
+// and value / v_scale (one-element float32 tensors, required then). No host synchronisation.
 void flash_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& kv_cache,
                      const at::Tensor& block_tables, const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
                      int64_t num_decodes, double scale, int64_t window, int64_t num_splits,
                      const c10::optional<at::Tensor>& part_out, const c10::optional<at::Tensor>& part_lse,
-                     int64_t short_query_len);
+                     int64_t short_query_len, const c10::optional<at::Tensor>& k_scale,
+                     const c10::optional<at::Tensor>& v_scale);
 // Decode programs resident per SM on `device` for this head size and dtype (0: unknown).
 int64_t flash_decode_programs_per_sm(int64_t head_size, bool half, int64_t device);
 #endif

@@ -3,7 +3,8 @@
 //
 // Layouts (strides in elements, the last dimension contiguous, rows 16-byte aligned):
 //   query / out   [num_tokens, num_heads, head_size]
-//   cache halves  [num_blocks, block_size, num_kv_heads, head_size] (K at k_cache, V at v_cache)
+//   cache halves  [num_blocks, block_size, num_kv_heads, head_size] (K at k_cache, V at v_cache), in the
+//                 query's dtype or FP8 (kv_format; strides in elements of the cache, rows 8-byte aligned)
 //   block_tables  [num_seqs, max_blocks] int32, query_start_loc [num_seqs + 1] int32, seq_lens [num_seqs] int32
 // Sequence i owns query tokens query_start_loc[i]..query_start_loc[i+1], the last of its seq_lens[i]
 // context positions (causal). The first num_decodes sequences have one query token each, at tokens
@@ -30,6 +31,12 @@ struct FlashAttentionArgs {
   int num_heads, num_kv_heads, head_size, block_size;
   float scale;
   int window;  // sliding window in tokens (a query sees keys pos - window + 1 .. pos); 0: none
+  // kModel: the cache holds the query's dtype. FP8 (e4m3/e5m2): it holds key / k_scale and value / v_scale
+  // (float32 scalars on the device), widened to the query's dtype in shared memory, the scales folded into
+  // the softmax scale and the output.
+  KVFormat kv_format;
+  const float* k_scale;
+  const float* v_scale;
 };
 
 // Head sizes with compiled kernels (both entry points) and the tile sizes the Python side needs.

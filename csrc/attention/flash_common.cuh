@@ -16,6 +16,7 @@
 #include "../compat.h"
 #include "../kernels/common.h"            // allow_shared_memory
 #include "../kernels/dependent_launch.h"  // launch_dependent, wait_for_prior_grids
+#include "../kernels/fp8.cuh"             // the FP8 KV cache's conversions
 
 // The instructions below exist from sm_80 on; for older targets the kernels compile to a trap so
 // that one extension still builds for every architecture of TORCH_CUDA_ARCH_LIST.
@@ -50,6 +51,45 @@ PAGODA_INLINE void cp_async16(void* dst, const void* src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
 #endif
+}
+
+// 8 bytes global -> shared (zeros when !valid), the same way: an FP8 cache's chunk of 8 elements.
+PAGODA_INLINE void cp_async8(void* dst, const void* src, bool valid) {
+#if PAGODA_FLASH_ENABLED
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int src_bytes = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(addr), "l"(src), "r"(src_bytes));
+#endif
+}
+
+// ---- the FP8 KV cache -------------------------------------------------------------------------------
+// A chunk is 8 elements of a cache row: 16 bytes of the query's dtype, or 8 FP8 bytes. An FP8 chunk is
+// copied into the first half of the 16-byte tile slot its 16-bit elements fill, and the thread that copied
+// it widens it in place (once its copies are complete, before the barrier that publishes the tile): the
+// tiles, their swizzle and every fragment load stay those of a 16-bit cache.
+template <bool kFp8>
+PAGODA_INLINE void cp_async_chunk(void* dst, const void* src, bool valid) {
+  if constexpr (kFp8) {
+    cp_async8(dst, src, valid);
+  } else {
+    cp_async16(dst, src, valid);
+  }
+}
+
+template <typename T>
+PAGODA_INLINE void widen_fp8_chunk(uint16_t* slot, KVFormat format) {
+  const uint2 eight = *reinterpret_cast<const uint2*>(slot);
+  *reinterpret_cast<uint4*>(slot) = fp8x8_to<T>(eight, format);
+}
+
+// (k_scale, v_scale) of an FP8 cache, (1, 1) otherwise (read where the kernel may read what earlier ones wrote).
+template <bool kFp8>
+PAGODA_INLINE float2 kv_scales(const float* k_scale, const float* v_scale) {
+  if constexpr (kFp8) {
+    return make_float2(*k_scale, *v_scale);
+  } else {
+    return make_float2(1.0f, 1.0f);
+  }
 }
 
 PAGODA_INLINE void cp_async_commit() {

@@ -12,6 +12,10 @@
 // it writes its normalised fp32 partial output and log2-sum-exp, and flash_decode_reduce_kernel
 // combines the splits with weights 2^(lse_s - max lse).
 //
+// An FP8 cache (kFp8) is copied a chunk of 8 bytes at a time into the same tiles and widened to T in
+// place by the lane that copied it (flash_common.cuh), k_scale folded into the softmax scale, v_scale
+// into the output.
+//
 // The slice bounds come from seq_lens on the device, so any num_splits is correct; the launch
 // shape depends on (num_decodes, num_splits) only: CUDA-graph safe, no host synchronisation.
 #include <algorithm>
@@ -54,12 +58,14 @@ struct TileLane {
 // cp.async this lane's share of the 16-key K and V tile at key0 (zeros from key_hi on). A tile
 // within one cache block (every tile when the block size is a multiple of 16 and the slice starts
 // 16-aligned) reads the block table once and steps rows by the token stride; otherwise each row
-// finds its block.
-template <int D>
-PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const uint16_t* v_base,
+// finds its block. Offsets are in cache elements (kElem bytes each: 1 for an FP8 cache, whose chunks
+// land in the first half of their slots; widen_kv_tile then fills the slots).
+template <int D, bool kFp8>
+PAGODA_INLINE void load_kv_tile(uint16_t* stage, const char* k_base, const char* v_base,
                                 const int32_t* bt_row, int key0, int key_hi, const FastDiv& block,
                                 int64_t stride_block, int64_t stride_token, const TileLane<D>& t) {
   using L = TileLane<D>;
+  constexpr int kElem = kFp8 ? 1 : 2;
   uint16_t* k_tile = stage;
   uint16_t* v_tile = stage + kDecodeKeys * D;
   const uint32_t page_index = block.div(static_cast<uint32_t>(key0));
@@ -68,15 +74,15 @@ PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const u
     // every row of the tile is inside this cache block, so rows past key_hi are mapped addresses too
     const int64_t row0 = static_cast<int64_t>(__ldg(bt_row + page_index)) * stride_block +
                          static_cast<int64_t>(in_page + t.r0) * stride_token + t.c * 8;
-    const uint16_t* k_src = k_base + row0;
-    const uint16_t* v_src = v_base + row0;
-    const int64_t step = L::kRowStep * stride_token;
+    const char* k_src = k_base + row0 * kElem;
+    const char* v_src = v_base + row0 * kElem;
+    const int64_t step = L::kRowStep * stride_token * kElem;
 #pragma unroll
     for (int pass = 0; pass < L::kPasses; ++pass) {
       const int r = t.r0 + pass * L::kRowStep;
       const bool valid = key0 + r < key_hi;
-      cp_async16(k_tile + swizzle<D>(r, t.c), k_src + pass * step, valid);
-      cp_async16(v_tile + swizzle<D>(r, t.c), v_src + pass * step, valid);
+      cp_async_chunk<kFp8>(k_tile + swizzle<D>(r, t.c), k_src + pass * step, valid);
+      cp_async_chunk<kFp8>(v_tile + swizzle<D>(r, t.c), v_src + pass * step, valid);
     }
     return;
   }
@@ -85,12 +91,24 @@ PAGODA_INLINE void load_kv_tile(uint16_t* stage, const uint16_t* k_base, const u
     const int r = t.r0 + pass * L::kRowStep;
     const bool valid = key0 + r < key_hi;
     const int64_t row = valid ? paged_row(bt_row, key0 + r, block, stride_block, stride_token) + t.c * 8 : 0;
-    cp_async16(k_tile + swizzle<D>(r, t.c), k_base + row, valid);
-    cp_async16(v_tile + swizzle<D>(r, t.c), v_base + row, valid);
+    cp_async_chunk<kFp8>(k_tile + swizzle<D>(r, t.c), k_base + row * kElem, valid);
+    cp_async_chunk<kFp8>(v_tile + swizzle<D>(r, t.c), v_base + row * kElem, valid);
   }
 }
 
-template <typename T, int D, int STAGES>
+// In place: this lane's FP8 chunks of a K and V tile (its copies complete) widened to T.
+template <typename T, int D>
+PAGODA_INLINE void widen_kv_tile(uint16_t* stage, const TileLane<D>& t, KVFormat format) {
+  using L = TileLane<D>;
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+    const int r = t.r0 + pass * L::kRowStep;
+    widen_fp8_chunk<T>(stage + swizzle<D>(r, t.c), format);
+    widen_fp8_chunk<T>(stage + kDecodeKeys * D + swizzle<D>(r, t.c), format);
+  }
+}
+
+template <typename T, int D, int STAGES, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads)
     flash_decode_kernel(FlashAttentionArgs p, DecodeRange range, FastDiv block_div, int num_splits,
                         float* part_out, float* part_lse) {
@@ -140,15 +158,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   cp_async_commit();
 
-  const auto* k_base = static_cast<const uint16_t*>(p.k_cache) + kv_head * p.cache_stride_head;
-  const auto* v_base = static_cast<const uint16_t*>(p.v_cache) + kv_head * p.cache_stride_head;
+  constexpr int kElem = kFp8 ? 1 : 2;  // bytes of a cache element
+  const char* k_base = static_cast<const char*>(p.k_cache) + kv_head * p.cache_stride_head * kElem;
+  const char* v_base = static_cast<const char*>(p.v_cache) + kv_head * p.cache_stride_head * kElem;
   const int32_t* bt_row = p.block_tables + seq * p.block_table_stride;
   auto tile_key0 = [&](int i) { return key_lo + (warp + i * kDecodeWarps) * kDecodeKeys; };
   const TileLane<D> tile_lane(lane);
   auto issue = [&](int i) {
     if (i < my_tiles) {
-      load_kv_tile<D>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, tile_key0(i), key_hi,
-                      block_div, p.cache_stride_block, p.cache_stride_token, tile_lane);
+      load_kv_tile<D, kFp8>(ring + (i % STAGES) * Tile::kStageElems, k_base, v_base, bt_row, tile_key0(i), key_hi,
+                            block_div, p.cache_stride_block, p.cache_stride_token, tile_lane);
     }
     cp_async_commit();  // possibly empty: keeps the group count uniform
   };
@@ -167,7 +186,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // m: scaled (log2 domain)
-  const float scale = p.scale * kLog2e;
+  const float2 kv_scale = kv_scales<kFp8>(p.k_scale, p.v_scale);  // FP8: folded into the scores and the output
+  const float scale = p.scale * kLog2e * kv_scale.x;
   int row_pos[2];  // the positions of this lane's rows' query tokens (lane / 4 and lane / 4 + 8)
 #pragma unroll
   for (int half = 0; half < 2; ++half) row_pos[half] = first_pos + (first_row + lane / 4 + 8 * half) / group;
@@ -180,6 +200,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     __syncwarp();  // every lane is done with the stage the next issue overwrites
     issue(i + STAGES - 1);
     cp_async_wait<STAGES - 1>();  // tile i
+    if constexpr (kFp8) widen_kv_tile<T, D>(ring + (i % STAGES) * Tile::kStageElems, tile_lane, p.kv_format);
     __syncwarp();
     const uint16_t* k_tile = ring + (i % STAGES) * Tile::kStageElems;
     const uint16_t* v_tile = k_tile + kDecodeKeys * D;
@@ -257,7 +278,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       sum += weight * merge_l[w * kDecodeRows + r];
       acc.x += weight * part.x, acc.y += weight * part.y, acc.z += weight * part.z, acc.w += weight * part.w;
     }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float inv = sum > 0.0f ? kv_scale.y / sum : 0.0f;
     const int f = first_row + r, token = q_start + f / group, head = kv_head * group + f % group;
     if (num_splits == 1) {
       uint2 packed;
@@ -373,12 +394,12 @@ auto with_decode_stages(Fn&& fn) {
   }
 }
 
-template <typename T, int D, int STAGES>
+template <typename T, int D, int STAGES, bool kFp8>
 void launch_decode_stages(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                           float* part_lse, cudaStream_t stream) {
   const int bytes = DecodeTile<D, STAGES>::kSmemBytes;
-  auto kernel = flash_decode_kernel<T, D, STAGES>;
-  allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(bytes);
+  auto kernel = flash_decode_kernel<T, D, STAGES, kFp8>;
+  allow_shared_memory<flash_decode_kernel<T, D, STAGES, kFp8>>(bytes);
   const int rows = range.query_p * (args.num_heads / args.num_kv_heads);  // (token, q head) rows a kv head
   const dim3 grid(range.num_seqs * ((rows + kDecodeRows - 1) / kDecodeRows), args.num_kv_heads, num_splits);
   const FastDiv block_div(static_cast<uint32_t>(args.block_size > 0 ? args.block_size : 1));
@@ -392,32 +413,32 @@ void launch_decode_stages(const FlashAttentionArgs& args, const DecodeRange& ran
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kFp8>
 void launch_decode(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                    float* part_lse, cudaStream_t stream) {
   with_decode_stages<D>([&](auto stages) {
-    launch_decode_stages<T, D, decltype(stages)::value>(args, range, num_splits, part_out, part_lse, stream);
+    launch_decode_stages<T, D, decltype(stages)::value, kFp8>(args, range, num_splits, part_out, part_lse, stream);
   });
 }
 
-template <typename T>
+template <typename T, bool kFp8>
 void launch_decode_head(const FlashAttentionArgs& args, const DecodeRange& range, int num_splits, float* part_out,
                         float* part_lse, cudaStream_t stream) {
   switch (args.head_size) {
-    case 64: return launch_decode<T, 64>(args, range, num_splits, part_out, part_lse, stream);
-    case 128: return launch_decode<T, 128>(args, range, num_splits, part_out, part_lse, stream);
+    case 64: return launch_decode<T, 64, kFp8>(args, range, num_splits, part_out, part_lse, stream);
+    case 128: return launch_decode<T, 128, kFp8>(args, range, num_splits, part_out, part_lse, stream);
 #ifndef PAGODA_FLASH_MINIMAL  // CI's compile check builds fewer head sizes
-    case 256: return launch_decode<T, 256>(args, range, num_splits, part_out, part_lse, stream);
+    case 256: return launch_decode<T, 256, kFp8>(args, range, num_splits, part_out, part_lse, stream);
 #endif
     default: return;  // the torch layer checks flash_supports_head_size first
   }
 }
 
 template <typename T, int D, int STAGES>
-int programs_per_sm_stages() {
-  allow_shared_memory<flash_decode_kernel<T, D, STAGES>>(DecodeTile<D, STAGES>::kSmemBytes);
+int programs_per_sm_stages() {  // an FP8 cache's kernel has the same shared memory and launch shape
+  allow_shared_memory<flash_decode_kernel<T, D, STAGES, false>>(DecodeTile<D, STAGES>::kSmemBytes);
   int programs = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&programs, flash_decode_kernel<T, D, STAGES>, kDecodeThreads,
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&programs, flash_decode_kernel<T, D, STAGES, false>, kDecodeThreads,
                                                     DecodeTile<D, STAGES>::kSmemBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -452,10 +473,13 @@ int flash_decode_programs_per_sm(DType dtype, int head_size) {
 void launch_flash_decode(DType dtype, const FlashAttentionArgs& args, const DecodeRange& range, int num_splits,
                          float* part_out, float* part_lse, cudaStream_t stream) {
   if (range.num_seqs <= 0 || range.num_tokens <= 0) return;
+  const bool fp8 = args.kv_format != KVFormat::kModel;
   if (dtype == DType::kBFloat16) {
-    flash::launch_decode_head<bf16_t>(args, range, num_splits, part_out, part_lse, stream);
+    fp8 ? flash::launch_decode_head<bf16_t, true>(args, range, num_splits, part_out, part_lse, stream)
+        : flash::launch_decode_head<bf16_t, false>(args, range, num_splits, part_out, part_lse, stream);
   } else if (dtype == DType::kFloat16) {
-    flash::launch_decode_head<half_t>(args, range, num_splits, part_out, part_lse, stream);
+    fp8 ? flash::launch_decode_head<half_t, true>(args, range, num_splits, part_out, part_lse, stream)
+        : flash::launch_decode_head<half_t, false>(args, range, num_splits, part_out, part_lse, stream);
   }
 }
 

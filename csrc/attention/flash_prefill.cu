@@ -14,7 +14,9 @@
 // products, their row addresses read from a table (RowTable) the warps fill one tile ahead. A warp
 // skips the tiles none of its rows may see and masks only the tiles that the causal diagonal or the
 // sliding window cut for its rows; keys past the range are zero-filled. docs/attention_flash.md counts
-// the loop's instructions in SASS.
+// the loop's instructions in SASS. An FP8 cache (kFp8) is copied 8 bytes a chunk into the same tiles and
+// widened in place by the thread that copied it before the barrier that publishes the tile
+// (flash_common.cuh); k_scale is folded into the softmax scale, v_scale into the output.
 //
 // Grid: x = num_prefill_tokens / BM + num_prefills (an upper bound on the query blocks of all
 // prefills; each program finds its (sequence, block) by binary search over query_start_loc and
@@ -137,23 +139,24 @@ struct RowTable {
 // Warp `warp` writes the table entries of its kPerWarp keys of the tile at key0 (the block table read
 // and the division for one key per lane); keys at or past key_hi get the K half's base address (a
 // mapped address: their copies read nothing and zero-fill).
-template <int D, int BN, int THREADS>
+template <int D, int BN, int THREADS, bool kFp8>
 PAGODA_INLINE void write_key_rows(uint64_t* slot, const FlashAttentionArgs& p, const KeySource& src,
                                   const FastDiv& block, int key0, int warp, int lane) {
   using Table = RowTable<D, BN, THREADS>;
+  constexpr uint64_t kElem = kFp8 ? 1 : 2;  // bytes of a cache element
   if (lane >= Table::kPerWarp) return;
   const int r = warp * Table::kPerWarp + lane, pos = key0 + r;
   uint64_t address = reinterpret_cast<uint64_t>(p.k_cache);
   if (pos < src.key_hi) {
     const int64_t row = paged_row(src.bt_row, pos, block, p.cache_stride_block, p.cache_stride_token);
-    address += 2 * static_cast<uint64_t>(row + src.head_offset);
+    address += kElem * static_cast<uint64_t>(row + src.head_offset);
   }
   slot[Table::index(r)] = address;
 }
 
 // cp.async keys key0..key0+BN-1 into one stage: the K tile, then the V tile (row addresses from the
 // table slot of this tile).
-template <int D, int BN, int THREADS>
+template <int D, int BN, int THREADS, bool kFp8>
 PAGODA_INLINE void load_kv_stage(uint16_t* stage, const FlashAttentionArgs& p, const uint64_t* slot, int key0,
                                  int key_hi, int tid) {
   using Lane = CopyLane<D, THREADS>;
@@ -172,9 +175,22 @@ PAGODA_INLINE void load_kv_stage(uint16_t* stage, const FlashAttentionArgs& p, c
   for (int pass = 0; pass < Table::kPasses; ++pass) {
     const bool valid = key0 + t.row + pass * Lane::kRowsPerPass < key_hi;
     uint16_t* dst = stage + t.at + pass * Lane::kRowsPerPass * D;
-    const uint64_t k_src = rows[pass] + t.chunk * 16;
-    cp_async16(dst, reinterpret_cast<const void*>(k_src), valid);
-    cp_async16(dst + BN * D, reinterpret_cast<const void*>(k_src + v_minus_k), valid);
+    const uint64_t k_src = rows[pass] + t.chunk * (kFp8 ? 8 : 16);
+    cp_async_chunk<kFp8>(dst, reinterpret_cast<const void*>(k_src), valid);
+    cp_async_chunk<kFp8>(dst + BN * D, reinterpret_cast<const void*>(k_src + v_minus_k), valid);
+  }
+}
+
+// In place: this thread's FP8 chunks of a stage's K and V tiles (its copies complete) widened to T.
+template <typename T, int D, int BN, int THREADS>
+PAGODA_INLINE void widen_kv_stage(uint16_t* stage, int tid, KVFormat format) {
+  using Lane = CopyLane<D, THREADS>;
+  const Lane t(tid);
+#pragma unroll
+  for (int pass = 0; pass < BN / Lane::kRowsPerPass; ++pass) {
+    uint16_t* slot = stage + t.at + pass * Lane::kRowsPerPass * D;
+    widen_fp8_chunk<T>(slot, format);
+    widen_fp8_chunk<T>(slot + BN * D, format);
   }
 }
 
@@ -327,14 +343,14 @@ PAGODA_INLINE void attend_tile(float (&o)[RT][D / 8][4], float (&m)[RT][2], floa
 // 16-byte chunks of the rows below `rows` (the block's valid rows) where `map` puts them.
 template <typename T, int D, int RT>
 PAGODA_INLINE void store_rows(const FlashAttentionArgs& p, const RowMap& map, float (&o)[RT][D / 8][4],
-                              const float (&l)[RT][2], uint16_t* s_q, int row0, int rows, int lane) {
+                              const float (&l)[RT][2], uint16_t* s_q, int row0, int rows, int lane, float v_scale) {
   __syncwarp();  // the warp's lanes are done reading these Q rows (ldmatrix) before any lane overwrites them
 #pragma unroll
   for (int i = 0; i < RT; ++i) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float sum = quad_sum(l[i][half]);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0f ? v_scale / sum : 0.0f;
       const int r = row0 + 16 * i + lane / 4 + 8 * half;
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
@@ -355,7 +371,7 @@ PAGODA_INLINE void store_rows(const FlashAttentionArgs& p, const RowMap& map, fl
   }
 }
 
-template <typename T, int D, bool kPacked>
+template <typename T, int D, bool kPacked, bool kFp8>
 __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMinBlocks)
     flash_prefill_kernel(FlashAttentionArgs p, FastDiv block_div, int seq_lo, int seq_hi) {
 #if PAGODA_FLASH_ENABLED
@@ -391,18 +407,19 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpSize, 0);  // uniform, as above
 
   const KeySource src{p.block_tables + seq * p.block_table_stride, kv_head * p.cache_stride_head, key_hi};
-  write_key_rows<D, BN, THREADS>(s_rows, p, src, block_div, key_lo, warp, threadIdx.x % kWarpSize);
-  write_key_rows<D, BN, THREADS>(s_rows + BN, p, src, block_div, key_lo + BN, warp, threadIdx.x % kWarpSize);
+  write_key_rows<D, BN, THREADS, kFp8>(s_rows, p, src, block_div, key_lo, warp, threadIdx.x % kWarpSize);
+  write_key_rows<D, BN, THREADS, kFp8>(s_rows + BN, p, src, block_div, key_lo + BN, warp, threadIdx.x % kWarpSize);
   load_q_tile<D, THREADS>(s_q, p, map, rows);
   __syncthreads();  // the row table of tiles 0 and 1
-  load_kv_stage<D, BN, THREADS>(s_kv, p, s_rows, key_lo, key_hi, threadIdx.x);
+  load_kv_stage<D, BN, THREADS, kFp8>(s_kv, p, s_rows, key_lo, key_hi, threadIdx.x);
   cp_async_commit();
 
   const int row0 = Tile::kWarpRows * warp;                     // this warp's first row in the block
   // positions of this warp's first and last valid rows (a warp past `rows` has none: sees nothing)
   const int warp_first = pos_base + (m0 + row0) / pack;
   const int warp_last = row0 < rows ? pos_base + (m0 + min(row0 + Tile::kWarpRows, rows) - 1) / pack : -1;
-  const float scale = p.scale * kLog2e;
+  const float2 kv_scale = kv_scales<kFp8>(p.k_scale, p.v_scale);  // FP8: folded into the scores and the output
+  const float scale = p.scale * kLog2e * kv_scale.x;
   const uint32_t q_tile = smem_addr(s_q), kv_tiles = smem_addr(s_kv);
   if (q_tile % (2 * D) != 0) __trap();  // frag_addr's XOR needs tiles aligned to a row (2 * D bytes)
 
@@ -420,9 +437,10 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
     const int key0 = key_lo + tile * BN;
     const int tid = opaque_thread_index(), lane = tid % kWarpSize;
     cp_async_wait<0>();  // this tile's K and V (and Q)
+    if constexpr (kFp8) widen_kv_stage<T, D, BN, THREADS>(s_kv + (tile & 1) * Tile::kStageElems, tid, p.kv_format);
     __syncthreads();     // ... from every thread; every warp is done with the other stage and table slot
     if (tile + 1 < num_tiles) {
-      load_kv_stage<D, BN, THREADS>(s_kv + ((tile + 1) & 1) * Tile::kStageElems, p, s_rows + ((tile + 1) & 1) * BN,
+      load_kv_stage<D, BN, THREADS, kFp8>(s_kv + ((tile + 1) & 1) * Tile::kStageElems, p, s_rows + ((tile + 1) & 1) * BN,
                                     key0 + BN, key_hi, tid);
       cp_async_commit();
     }
@@ -442,23 +460,23 @@ __global__ void __launch_bounds__(PrefillTile<D>::kThreads, PrefillTile<D>::kMin
     }
     // the slot this tile's copies used last read before this tile's barrier: refill it for tile + 2
     if (tile + 2 < num_tiles) {
-      write_key_rows<D, BN, THREADS>(s_rows + (tile & 1) * BN, p, src, block_div, key0 + 2 * BN, warp, lane);
+      write_key_rows<D, BN, THREADS, kFp8>(s_rows + (tile & 1) * BN, p, src, block_div, key0 + 2 * BN, warp, lane);
     }
   }
 
   const int lane = threadIdx.x % kWarpSize;
-  store_rows<T, D, RT>(p, map, o, l, s_q, row0, rows, lane);
+  store_rows<T, D, RT>(p, map, o, l, s_q, row0, rows, lane, kv_scale.y);
 #else
   __trap();  // built for an architecture without mma.sync bf16/cp.async: check() refuses < sm_80
 #endif
 }
 
-template <typename T, int D, bool kPacked>
+template <typename T, int D, bool kPacked, bool kFp8>
 void launch_prefill_packing(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens,
                             cudaStream_t stream) {
   const int bytes = PrefillTile<D>::kSmemBytes;
-  auto kernel = flash_prefill_kernel<T, D, kPacked>;
-  allow_shared_memory<flash_prefill_kernel<T, D, kPacked>>(bytes);
+  auto kernel = flash_prefill_kernel<T, D, kPacked, kFp8>;
+  allow_shared_memory<flash_prefill_kernel<T, D, kPacked, kFp8>>(bytes);
   const int pack = kPacked ? args.num_heads / args.num_kv_heads : 1;
   const dim3 grid(static_cast<unsigned>(num_tokens * pack / kPrefillBlockM + (seq_hi - seq_lo)),
                   kPacked ? args.num_kv_heads : args.num_heads);
@@ -470,23 +488,23 @@ void launch_prefill_packing(const FlashAttentionArgs& args, int seq_lo, int seq_
 // a short query then fills a block's rows for its whole group, one program a kv head reading each key
 // tile once, where one q head a program leaves most rows empty and reads the keys `group` times.
 // H200, 2026-11-27: short chunks after 1-4k cached tokens 1.9-3.6x faster at batch 16-256, long prefills unchanged.
-template <typename T, int D>
+template <typename T, int D, bool kFp8>
 void launch_prefill(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens, cudaStream_t stream) {
   if (args.num_heads > args.num_kv_heads) {
-    launch_prefill_packing<T, D, true>(args, seq_lo, seq_hi, num_tokens, stream);
+    launch_prefill_packing<T, D, true, kFp8>(args, seq_lo, seq_hi, num_tokens, stream);
   } else {
-    launch_prefill_packing<T, D, false>(args, seq_lo, seq_hi, num_tokens, stream);
+    launch_prefill_packing<T, D, false, kFp8>(args, seq_lo, seq_hi, num_tokens, stream);
   }
 }
 
-template <typename T>
+template <typename T, bool kFp8>
 void launch_prefill_head(const FlashAttentionArgs& args, int seq_lo, int seq_hi, int64_t num_tokens,
                          cudaStream_t stream) {
   switch (args.head_size) {
-    case 64: return launch_prefill<T, 64>(args, seq_lo, seq_hi, num_tokens, stream);
-    case 128: return launch_prefill<T, 128>(args, seq_lo, seq_hi, num_tokens, stream);
+    case 64: return launch_prefill<T, 64, kFp8>(args, seq_lo, seq_hi, num_tokens, stream);
+    case 128: return launch_prefill<T, 128, kFp8>(args, seq_lo, seq_hi, num_tokens, stream);
 #ifndef PAGODA_FLASH_MINIMAL  // CI's compile check builds one head size
-    case 256: return launch_prefill<T, 256>(args, seq_lo, seq_hi, num_tokens, stream);
+    case 256: return launch_prefill<T, 256, kFp8>(args, seq_lo, seq_hi, num_tokens, stream);
 #endif
     default: return;  // the torch layer checks flash_supports_head_size first
   }
@@ -499,10 +517,13 @@ bool flash_supports_head_size(int head_size) { return head_size == 64 || head_si
 void launch_flash_prefill(DType dtype, const FlashAttentionArgs& args, int num_decodes, int num_seqs,
                           int64_t num_prefill_tokens, cudaStream_t stream) {
   if (num_seqs <= num_decodes || num_prefill_tokens <= 0) return;
+  const bool fp8 = args.kv_format != KVFormat::kModel;
   if (dtype == DType::kBFloat16) {
-    flash::launch_prefill_head<bf16_t>(args, num_decodes, num_seqs, num_prefill_tokens, stream);
+    fp8 ? flash::launch_prefill_head<bf16_t, true>(args, num_decodes, num_seqs, num_prefill_tokens, stream)
+        : flash::launch_prefill_head<bf16_t, false>(args, num_decodes, num_seqs, num_prefill_tokens, stream);
   } else if (dtype == DType::kFloat16) {
-    flash::launch_prefill_head<half_t>(args, num_decodes, num_seqs, num_prefill_tokens, stream);
+    fp8 ? flash::launch_prefill_head<half_t, true>(args, num_decodes, num_seqs, num_prefill_tokens, stream)
+        : flash::launch_prefill_head<half_t, false>(args, num_decodes, num_seqs, num_prefill_tokens, stream);
   }
 }
 

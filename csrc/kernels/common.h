@@ -11,6 +11,10 @@ namespace pagoda {
 // The element types every kernel here supports; the torch layer maps at::ScalarType onto it.
 enum class DType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// How a paged KV cache stores keys and values: in the model's dtype, or scaled to an FP8 format
+// (x / scale, saturated, nearest even; read back as stored * scale). FP8 kernels are NVIDIA-only.
+enum class KVFormat : int { kModel = 0, kE4M3 = 1, kE5M2 = 2 };
+
 template <typename T>
 struct TypeTag {
   using type = T;

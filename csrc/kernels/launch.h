@@ -52,4 +52,11 @@ void launch_reshape_and_cache(DType dtype, const void* key, const void* value, v
                               const int64_t* slot_mapping, KVStrides strides, int64_t value_offset,
                               int64_t num_tokens, int num_kv_heads, int head_size, cudaStream_t stream);
 
+// The same into an FP8 cache of bytes (kernels/cache_fp8.cu, NVIDIA only): x / scale saturated and rounded
+// to `format`; k_scale and v_scale are float32 scalars on the device. head_size and the strides even.
+void launch_reshape_and_cache_fp8(DType dtype, KVFormat format, const void* key, const void* value, void* kv_cache,
+                                  const int64_t* slot_mapping, KVStrides strides, int64_t value_offset,
+                                  int64_t num_tokens, int num_kv_heads, int head_size, const float* k_scale,
+                                  const float* v_scale, cudaStream_t stream);
+
 }  // namespace pagoda

@@ -123,9 +123,15 @@ class CsrcOps(CustomOps):
         k_scale: torch.Tensor | None = None,
         v_scale: torch.Tensor | None = None,
     ) -> None:
-        if not (_same_kernel_dtype(key, value, kv_cache) and kv_cache.is_contiguous()
-                and key.stride(-1) == 1 and value.stride(-1) == 1):
+        """The csrc KV write; into an FP8 cache (scales given) the NVIDIA kernel where it is built; else torch's."""
+        rows = kv_cache.is_contiguous() and key.stride(-1) == 1 and value.stride(-1) == 1
+        if k_scale is not None and v_scale is not None:
+            if rows and _fp8_write_fits(key, value, kv_cache) and hasattr(self.kernels, "reshape_and_cache_fp8"):
+                return self.kernels.reshape_and_cache_fp8(key, value, kv_cache, slot_mapping.long().contiguous(),
+                                                          k_scale, v_scale)
             return super().reshape_and_cache(key, value, kv_cache, slot_mapping, k_scale, v_scale)
+        if not (_same_kernel_dtype(key, value, kv_cache) and rows):
+            return super().reshape_and_cache(key, value, kv_cache, slot_mapping)
         self.kernels.reshape_and_cache(key, value, kv_cache, slot_mapping.long().contiguous())
 
     def fused_moe(
@@ -166,3 +172,11 @@ def _same_kernel_dtype(*tensors: torch.Tensor) -> bool:
         and first.dtype in KERNEL_DTYPES
         and all(t.dtype == first.dtype and t.device == first.device for t in tensors)
     )
+
+
+def _fp8_write_fits(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """The FP8 KV write kernel's inputs: key/value on the cache's GPU in one kernel dtype, an FP8 cache, even
+    head size and strides (it converts pairs of values)."""
+    return (_same_kernel_dtype(key, value) and kv_cache.device == key.device
+            and kv_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+            and key.shape[-1] % 2 == 0 and all(s % 2 == 0 for s in (*key.stride()[:2], *value.stride()[:2])))

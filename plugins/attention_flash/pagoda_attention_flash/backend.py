@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from pagoda.attention.split_kv import StepPlan, balance_waves, choose_num_splits, decode_scratch
-from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, AttentionSpec
+from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
 from pagoda_attention_flash import kernels
 
@@ -37,7 +37,7 @@ class FlashAttentionBackend(AttentionBackend):
     """FlashAttention-2-style kernels: tiled prefill over cached prefixes, GQA split-KV decode.
 
     Same metadata contract as ``triton``: ``forward`` writes this step's K/V (the platform's csrc
-    KV write), then one op runs the decodes (tokens ``:num_decodes``) and the prefills, or, in a step
+    KV write; into an FP8 cache divided by the layer's scales), then one op runs the decodes (tokens ``:num_decodes``) and the prefills, or, in a step
     of short queries only (speculative decoding's verify steps), every sequence on the decode kernel. Graph
     safety: launch shapes depend on the token count, ``num_decodes`` and ``num_splits`` (chosen in
     ``prepare()`` from ``metadata.max_seq_len``, an upper bound, or ``force_num_splits``); the
@@ -52,6 +52,7 @@ class FlashAttentionBackend(AttentionBackend):
     priority = 60
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", *KV_CACHE_FORMATS)  # FP8: widened in shared memory
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
@@ -68,6 +69,8 @@ class FlashAttentionBackend(AttentionBackend):
             reason = _spec_reason(spec) or _shared_memory_reason(platform, spec)
         if reason is None:
             reason = kernels.extension()[1]  # last: the first call may compile the kernels
+        if reason is None and spec is not None and spec.kv_quantized:
+            reason = kernels.fp8_cache_reason()
         return reason
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
@@ -94,12 +97,13 @@ class FlashAttentionBackend(AttentionBackend):
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         plan = metadata.extra if isinstance(metadata.extra, FlashStepPlan) else self.prepare(metadata).extra
-        m = metadata
-        self.ops.reshape_and_cache(key, value, kv_cache, m.slot_mapping)
+        m, scales = metadata, self.cache_scales()
+        self.ops.reshape_and_cache(key, value, kv_cache, m.slot_mapping,
+                                   *((scales.k_scale, scales.v_scale) if scales is not None else ()))
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)  # [num_tokens, num_heads, head_size]
         kernels.flash_attention(out, query, kv_cache, m.block_tables, m.query_start_loc, m.seq_lens, m.num_decodes,
                                 self.spec.scale, self.spec.sliding_window, plan.num_splits, plan.decode_scratch,
-                                plan.short_query_len)
+                                plan.short_query_len, scales)
         return out
 
 

@@ -11,6 +11,8 @@ from types import ModuleType
 
 import torch
 
+from pagoda.interfaces.attention import KVScales
+
 OP = "flash_attention"
 
 
@@ -28,6 +30,14 @@ def extension() -> tuple[ModuleType | None, str | None]:
     if not hasattr(ext, OP):
         return None, "the installed csrc kernels predate csrc/attention; reinstall pagoda-platform-cuda"
     return ext, None
+
+
+def fp8_cache_reason() -> str | None:
+    """Why the built kernels cannot serve an FP8 KV cache (None: they can)."""
+    ext, reason = extension()
+    if ext is not None and not hasattr(ext, "reshape_and_cache_fp8"):
+        return "the installed csrc kernels predate the FP8 KV cache; reinstall pagoda-platform-cuda"
+    return reason
 
 
 @functools.cache
@@ -57,15 +67,19 @@ def flash_attention(
     num_splits: int,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     short_query_len: int = 0,
+    kv_scales: KVScales | None = None,  # an FP8 cache's scales (required for one)
 ) -> None:
     """Split-KV decode of the first ``num_decodes`` sequences, then (chunked) prefill of the rest; or,
     with ``short_query_len`` (every sequence has at most that many query tokens, as in a verify step),
-    every sequence on the decode kernel, causal within its query (``scratch`` then per token)."""
+    every sequence on the decode kernel, causal within its query (``scratch`` then per token). An FP8
+    ``kv_cache`` holds keys and values divided by ``kv_scales``' (widened to the query's dtype in the kernels)."""
     ext, reason = extension()
     if ext is None:
         raise RuntimeError(f"flash attention kernels unavailable: {reason}")
     if not rows_aligned(query):
         query = query.contiguous()
     part_out, part_lse = scratch if scratch is not None else (None, None)
+    scales = {} if kv_scales is None else {"k_scale": kv_scales.k_scale, "v_scale": kv_scales.v_scale}
     ext.flash_attention(out, query, kv_cache, block_tables, query_start_loc, seq_lens, num_decodes, scale,
-                        window or 0, num_splits if scratch is not None else 1, part_out, part_lse, short_query_len)
+                        window or 0, num_splits if scratch is not None else 1, part_out, part_lse, short_query_len,
+                        **scales)

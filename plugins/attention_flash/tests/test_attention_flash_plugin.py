@@ -143,3 +143,18 @@ def test_verify_steps_go_to_the_decode_kernel(query_lens, short) -> None:
         assert plan.num_splits > 1 and plan.decode_scratch[1].shape == (tokens, 32, plan.num_splits)
     else:
         assert plan.num_splits == 1 and plan.decode_scratch is None
+
+
+def test_fp8_kv_cache_is_stored_where_the_kernels_have_it(gpu) -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    assert {"fp8", "fp8_e4m3", "fp8_e5m2"} <= set(FlashAttentionBackend.kv_cache_dtypes)
+    for kv in ("fp8", "fp8_e5m2"):  # cuda_fp8.h converts both on every sm_80+ GPU
+        spec = replace(SPEC, kv_cache_dtype=kv)
+        gpu.setattr(kernels, "extension", lambda: (SimpleNamespace(reshape_and_cache_fp8=None), None))
+        assert FlashAttentionBackend.check(_FakeGpu(), spec) is None
+        gpu.setattr(kernels, "extension", lambda: (SimpleNamespace(), None))  # built before the FP8 cache existed
+        assert FlashAttentionBackend.check(_FakeGpu(), spec) == (
+            "the installed csrc kernels predate the FP8 KV cache; reinstall pagoda-platform-cuda")
+        assert FlashAttentionBackend.check(_FakeGpu(), SPEC) is None  # a 16-bit cache still runs there
