@@ -18,5 +18,6 @@ FAMILIES = {
     "moe": "fused MoE Triton kernel vs the per-expert torch reference at Mixtral shapes",
     "awq": "AWQ int4 linear kernels (tiles, GEMV, Triton, dequant) vs the bf16 matmul",
     "fp8": "FP8 linear (per-token quant + scaled matmul, fused producers) vs the bf16 matmul",
+    "int8": "INT8 W8A8 linear (per-token quant + int8 GEMM, fused producers) vs the bf16 matmul",
     "sampler": "greedy argmax and sampled steps (temperature, top-k, top-p) over a 128k vocabulary",
 }

@@ -8,6 +8,9 @@ blocks in shuffled order).
 - decode: one query token per sequence, batch 1..256 at context 1k..32k; CUDA-graph replays where the
   backend supports graphs; the floor is the KV bytes at the copy rate.
 - verify: speculative verify steps (4-token queries; 16 tokens after 1008 cached), as decode.
+
+``--kv-cache-dtype fp8`` (or ``fp8_e5m2``) times the backends over an FP8 cache (scales 1.0): the KV bytes,
+and so the decode floor, halve; ``gbs`` then shows whether the kernels keep the same share of the copy rate.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ PREFILL_TOKENS = 16384
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", help="comma-separated attention backends (default: every one usable here)")
     p.add_argument("--parts", default=",".join(PARTS), help="comma-separated of: %(default)s")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+                   help="the cache's element type: auto (bf16) or an FP8 format, stored scaled (default %(default)s)")
 
 
 def unavailable(args: argparse.Namespace) -> str | None:
@@ -41,12 +46,13 @@ def unavailable(args: argparse.Namespace) -> str | None:
     return None
 
 
-def spec(small: bool):
+def spec(small: bool, kv_cache_dtype: str = "auto"):
     from pagoda.interfaces.attention import AttentionSpec
 
     if small:
-        return AttentionSpec(4, 2, 64, 64**-0.5, 16, torch.bfloat16 if on_gpu() else torch.float32)
-    return AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16)
+        return AttentionSpec(4, 2, 64, 64**-0.5, 16, torch.bfloat16 if on_gpu() else torch.float32,
+                             kv_cache_dtype=kv_cache_dtype)
+    return AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16, kv_cache_dtype=kv_cache_dtype)
 
 
 def platform():
@@ -58,7 +64,8 @@ def platform():
 def backends(args: argparse.Namespace) -> dict[str, type]:
     from pagoda.plugins import get_plugin_manager
 
-    registry, context = get_plugin_manager().registry("attention"), {"platform": platform(), "spec": spec(args.small)}
+    registry = get_plugin_manager().registry("attention")
+    context = {"platform": platform(), "spec": spec(args.small, args.kv_cache_dtype)}
     names = args.backends.split(",") if args.backends else [  # on a GPU the torch reference is too slow to time
         n for n in registry.names() if not registry.reason_against(n, **context) and not (on_gpu() and n == "torch")]
     if not names:
@@ -89,7 +96,7 @@ def paged_batch(s, seqs: list[tuple[int, int]]):
         seq_lens=torch.tensor([n for _, n in seqs], dtype=torch.int32, device=dev),
         max_query_len=max(q for q, _ in seqs), max_seq_len=max(n for _, n in seqs),
         num_decodes=next((i for i, (q, _) in enumerate(seqs) if q != 1), len(seqs)))
-    cache = torch.randn(2, sum(needed), bs, s.num_kv_heads, s.head_size, dtype=s.dtype, device=dev)
+    cache = torch.randn(2, sum(needed), bs, s.num_kv_heads, s.head_size, dtype=s.dtype, device=dev).to(s.cache_dtype)
     q = torch.randn(tokens, s.num_heads, s.head_size, dtype=s.dtype, device=dev)
     k, v = (torch.randn(tokens, s.num_kv_heads, s.head_size, dtype=s.dtype, device=dev) for _ in range(2))
     return q, k, v, cache, metadata
@@ -132,7 +139,7 @@ def streaming(args, report: Report, s, part: str, cases: list[tuple[int, int, in
     """Decode or verify rows: ``cases`` of (batch, query tokens, context); floor = the KV bytes."""
     for batch, q_len, ctx in cases:
         us = time_backends(args, s, [(q_len, ctx)] * batch, graphed=True)
-        kv_bytes = 2 * batch * ctx * s.num_kv_heads * s.head_size * s.dtype.itemsize
+        kv_bytes = 2 * batch * ctx * s.num_kv_heads * s.head_size * s.cache_dtype.itemsize
         report.add(make_row({"part": part, "batch": batch, "q_len": q_len, "ctx": ctx}, us,
                             floor_us=report.rates.floor_us(nbytes=kv_bytes),
                             gbs={name: round(kv_bytes / t / 1e3) for name, t in us.items()}))
@@ -153,7 +160,7 @@ def verify_cases(small: bool) -> list[tuple[int, int, int]]:
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
-    s, parts = spec(args.small), args.parts.split(",")
+    s, parts = spec(args.small, args.kv_cache_dtype), args.parts.split(",")
     torch.manual_seed(0)
     if "prefill" in parts:
         prefill(args, report, s)

@@ -106,3 +106,24 @@ def test_moe_small_under_the_triton_interpreter(tmp_path) -> None:
     for row in rows:
         assert row["peer"] == "reference" and row["max_rel_err"] < 1e-4  # float32 on a CPU
         assert 1 <= row["experts_hit"] <= 8
+
+
+def test_attention_small_over_an_fp8_cache(tmp_path) -> None:
+    """--kv-cache-dtype fp8: the backends time over an e4m3 cache, whose KV bytes (the decode floor) halve."""
+    assert main(["attention", "--small", "--backends", "torch", "--parts", "decode", "--kv-cache-dtype", "fp8",
+                 "--out", str(tmp_path / "a.json")]) == 0
+    result = _result(tmp_path / "a.json", "attention")
+    assert result["args"]["kv_cache_dtype"] == "fp8"
+    row = result["rows"][0]
+    kv_bytes = 2 * row["case"]["batch"] * row["case"]["ctx"] * 2 * 64 * 1  # 2 kv heads of 64, one byte each
+    assert row["gbs"]["torch"] == round(kv_bytes / row["us"]["torch"] / 1e3)
+
+
+def test_int8_small_on_a_cpu(tmp_path) -> None:
+    pytest.importorskip("pagoda_quant_fp8")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU smoke case")
+    assert main(["int8", "--small", "--out", str(tmp_path / "i.json")]) == 0
+    rows = _result(tmp_path / "i.json", "int8")["rows"]
+    assert [r["case"]["m"] for r in rows] == [1, 17, 64]
+    assert all(r["peer"] == "bf16" and {"int8_int_mm", "int8_linear", "quant"} <= set(r["us"]) for r in rows)
