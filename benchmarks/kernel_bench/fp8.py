@@ -74,8 +74,9 @@ def timed(calls: dict) -> dict[str, float]:
     return us
 
 
-def block_speedup(layer_name: str, m: int, k: int, layer, bf16_us: float) -> dict:
-    """The input's producer in bf16 and fused with the FP8 quantization, and the producer + layer speedup."""
+def block_speedup(layer_name: str, m: int, k: int, layer, bf16_us: float, label: str = "fp8_fused") -> dict:
+    """The input's producer in bf16 and fused with the layer's (FP8 or INT8) quantization, and the producer +
+    layer speedup."""
     if layer_name not in PRODUCERS:
         return {}
     from pagoda.interfaces.quantization import QuantizedInput
@@ -92,7 +93,7 @@ def block_speedup(layer_name: str, m: int, k: int, layer, bf16_us: float) -> dic
     q = fused()
     q = q if isinstance(q, QuantizedInput) else q[0]  # the norms also return the residual
     producer_bf16, producer_fused, mm = time_us(bf16, True), time_us(fused, True), time_us(lambda: layer(q), True)
-    return {"producer_us": {"bf16": round(producer_bf16, 2), "fp8_fused": round(producer_fused, 2)},
+    return {"producer_us": {"bf16": round(producer_bf16, 2), label: round(producer_fused, 2)},
             "block_speedup": round((producer_bf16 + bf16_us) / (producer_fused + mm), 3)}
 
 

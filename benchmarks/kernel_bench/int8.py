@@ -17,7 +17,8 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernel_bench.fp8 import PRODUCERS, SHAPES, timed
+from benchmarks.kernel_bench import fp8
+from benchmarks.kernel_bench.fp8 import SHAPES, timed
 from benchmarks.kernel_bench.report import Report, make_row
 from benchmarks.kernel_bench.timing import device, on_gpu, time_us
 
@@ -68,24 +69,7 @@ def matmul_calls(x: torch.Tensor, w: torch.Tensor, layer) -> dict:
 
 def block_speedup(layer_name: str, m: int, k: int, layer, bf16_us: float) -> dict:
     """The input's producer in bf16 and fused with the INT8 quantization, and the producer + layer speedup."""
-    if layer_name not in PRODUCERS or not on_gpu():
-        return {}
-    from pagoda.interfaces.quantization import QuantizedInput
-    from pagoda_platform_cuda.platform import CudaPlatform
-
-    ops, quant, eps = CudaPlatform().custom_ops(), layer.input_quantizer, 1e-5
-    w = torch.ones(k, device="cuda", dtype=torch.bfloat16)
-    if PRODUCERS[layer_name] == "norm":
-        x, res = torch.randn(2, m, k, device="cuda", dtype=torch.bfloat16)
-        bf16, fused = (lambda: ops.fused_add_rms_norm(x, res, w, eps)), (lambda: quant.fused_add_rms_norm(ops, x, res, w, eps))
-    else:
-        x = torch.randn(m, 2 * k, device="cuda", dtype=torch.bfloat16)
-        bf16, fused = (lambda: ops.silu_and_mul(x)), (lambda: quant.silu_and_mul(ops, x))
-    q = fused()
-    q = q if isinstance(q, QuantizedInput) else q[0]  # the norms also return the residual
-    producer_bf16, producer_fused, mm = time_us(bf16, True), time_us(fused, True), time_us(lambda: layer(q), True)
-    return {"producer_us": {"bf16": round(producer_bf16, 2), "int8_fused": round(producer_fused, 2)},
-            "block_speedup": round((producer_bf16 + bf16_us) / (producer_fused + mm), 3)}
+    return fp8.block_speedup(layer_name, m, k, layer, bf16_us, label="int8_fused") if on_gpu() else {}
 
 
 def run(args: argparse.Namespace, report: Report) -> None:
