@@ -64,7 +64,7 @@ def profiled(model, ctx, profile: EncoderProfile) -> tuple[list[list], list[torc
 def test_the_profile_encodes_a_step_s_worth_of_the_largest_image(vlm):
     family, folder, model, ctx = vlm
     config = EngineConfig(model=str(folder), max_num_batched_tokens=BUDGET, max_num_seqs=4)
-    profile = encoder_profile(config, model, str(folder), model.config, BUDGET)
+    profile = encoder_profile(config, model, str(folder), model.config, BUDGET, 256)
     cls = type(model)
     items = cls.image_items(model.config, cls.load_image_processor(str(folder), model.config), Image.new("RGB", (9, 9)))
     per_image = len(items)
@@ -79,10 +79,10 @@ def test_the_profile_encodes_a_step_s_worth_of_the_largest_image(vlm):
 def test_the_image_limit_bounds_the_profiled_images(vlm):
     family, folder, model, ctx = vlm
     config = EngineConfig(model=str(folder), max_num_seqs=2, limit_mm_per_prompt={"image": 1})
-    (call,), _ = profiled(model, ctx, encoder_profile(config, model, str(folder), model.config, BUDGET))
+    (call,), _ = profiled(model, ctx, encoder_profile(config, model, str(folder), model.config, BUDGET, 256))
     assert sum(type(model).item_tokens(model.config, item) for item in call) == 2 * LARGEST[family]  # one image per sequence
     config = EngineConfig(model=str(folder), limit_mm_per_prompt={"image": 0})
-    calls, held = profiled(model, ctx, encoder_profile(config, model, str(folder), model.config, BUDGET))
+    calls, held = profiled(model, ctx, encoder_profile(config, model, str(folder), model.config, BUDGET, 256))
     assert calls == [] and len(held) == 1
 
 
@@ -90,11 +90,21 @@ def test_a_folder_without_an_image_processor_profiles_the_text_step(tmp_path, ca
     save_tiny_vlm("llava", tmp_path)
     (tmp_path / "preprocessor_config.json").unlink()
     model, ctx = load_pagoda(tmp_path)
-    profile = encoder_profile(EngineConfig(), model, str(tmp_path), model.config, BUDGET)
+    profile = encoder_profile(EngineConfig(), model, str(tmp_path), model.config, BUDGET, 256)
     calls, held = profiled(model, ctx, profile)
     assert calls == [] and len(held) == 1
     assert "left out of the memory profile" in caplog.text
 
 
 def test_text_models_have_no_encoder_profile(tmp_path):
-    assert encoder_profile(EngineConfig(), torch.nn.Linear(2, 2), str(tmp_path), None, BUDGET) is None
+    assert encoder_profile(EngineConfig(), torch.nn.Linear(2, 2), str(tmp_path), None, BUDGET, 256) is None
+
+
+def test_the_largest_image_fits_the_context(tmp_path):
+    """Qwen2.5-VL's largest image (24 tokens here) is shrunk to a prompt's max_model_len (10 tokens)."""
+    save_tiny_vlm("qwen2_5_vl", tmp_path)
+    model, _ = load_pagoda(tmp_path)
+    profile = encoder_profile(EngineConfig(), model, str(tmp_path), model.config, BUDGET, max_model_len=10)
+    items = profile.largest_items(model)
+    tokens = type(model).item_tokens(model.config, items[0])
+    assert 4 <= tokens <= 10 and len(items) == math.ceil(BUDGET / tokens) + 1

@@ -21,6 +21,7 @@ from pagoda.config import EngineConfig, encoder_cache_rows
 from pagoda.interfaces.multimodal import ImageItem, MultimodalModel
 
 logger = logging.getLogger("pagoda")
+SHRINK_TRIES = 4  # images whose tokens do not shrink with their size (fixed-size processors) stop there
 
 
 @dataclass
@@ -30,6 +31,7 @@ class EncoderProfile:
     model_path: str
     hf_config: Any
     step_tokens: int  # the step's token budget
+    max_model_len: int  # the longest prompt: no image fills more tokens
     max_images: int | None  # images one step may carry at most (limit_mm_per_prompt x max_num_seqs)
     cache_rows: int  # the encoder cache's budget
 
@@ -37,15 +39,26 @@ class EncoderProfile:
         """The items of as many of the largest images as one step may reach (none if images are off)."""
         cls, config = type(model), self.hf_config
         processor = cls.load_image_processor(self.model_path, config)
-        from PIL import Image
-
-        height, width = cls.largest_image(config, processor)
-        items = cls.image_items(config, processor, Image.new("RGB", (width, height)))
-        tokens = sum(cls.item_tokens(config, item) for item in items)
+        items, tokens = self.largest_fitting(cls, processor, *cls.largest_image(config, processor))
         images = math.ceil(self.step_tokens / tokens) + 1  # a step's tokens, an image cut at each end
         if self.max_images is not None:
             images = min(images, self.max_images)
         return items * images
+
+    def largest_fitting(self, cls: type[MultimodalModel], processor: Any, height: int,
+                        width: int) -> tuple[list[ImageItem], int]:
+        """The items of a blank ``height x width`` image, shrunk while its tokens exceed ``max_model_len``
+        (a prompt never holds more: larger images are refused before they are encoded); and their tokens."""
+        from PIL import Image
+
+        for _ in range(SHRINK_TRIES):
+            items = cls.image_items(self.hf_config, processor, Image.new("RGB", (width, height)))
+            tokens = sum(cls.item_tokens(self.hf_config, item) for item in items)
+            if tokens <= self.max_model_len:
+                break
+            scale = math.sqrt(self.max_model_len / tokens)  # token counts grow with the area
+            height, width = max(1, int(height * scale)), max(1, int(width * scale))
+        return items, tokens
 
     def hold(self, model: MultimodalModel, device: torch.device) -> list[torch.Tensor]:
         """Fill a cache-sized tensor, then encode the largest images (their activations peak here); returns
@@ -63,11 +76,11 @@ class EncoderProfile:
         return [cache, *model.encode_images(inputs)] if inputs else [cache]
 
 
-def encoder_profile(config: EngineConfig, model: Any, model_path: str, hf_config: Any,
-                    step_tokens: int) -> EncoderProfile | None:
+def encoder_profile(config: EngineConfig, model: Any, model_path: str, hf_config: Any, step_tokens: int,
+                    max_model_len: int) -> EncoderProfile | None:
     """The encoder's profile for a vision-language model (None for a text-only one)."""
     if not isinstance(model, MultimodalModel):
         return None
     limit = (config.limit_mm_per_prompt or {}).get("image")
     max_images = None if limit is None else limit * config.max_num_seqs
-    return EncoderProfile(model_path, hf_config, step_tokens, max_images, encoder_cache_rows(config))
+    return EncoderProfile(model_path, hf_config, step_tokens, max_model_len, max_images, encoder_cache_rows(config))

@@ -137,7 +137,8 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
     activation_bytes = 0
     if model is not None and config.kv_cache_memory is None:
         budget_tokens = step_token_budget(config, max_model_len)
-        encoder = encoder_profile(config, model, model_path, hf_config, budget_tokens) if model_path else None
+        encoder = (encoder_profile(config, model, model_path, hf_config, budget_tokens, max_model_len)
+                   if model_path else None)
         activation_bytes = profile_activation_bytes(model, attention, platform, budget_tokens, config.max_num_seqs,
                                                     config.block_size, layers, max_model_len, encoder)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
