@@ -29,8 +29,8 @@ def tiny(tmp_path_factory) -> str:
 
 
 def engine(model: str, **kwargs) -> LLM:
-    return LLM(model, skip_tokenizer_init=True, attention_backend="torch", max_num_seqs=4, max_num_batched_tokens=32,
-               **{"kv_cache_memory": 1 << 20, **kwargs})
+    return LLM(model, skip_tokenizer_init=True, max_num_seqs=4, max_num_batched_tokens=32,
+               **{"kv_cache_memory": 1 << 20, "attention_backend": "torch", **kwargs})
 
 
 def prompt_logprobs(llm: LLM) -> torch.Tensor:
@@ -102,3 +102,41 @@ def test_a_per_head_scale_is_refused(tiny: str, tmp_path: Path) -> None:
     bad = with_scales(tiny, tmp_path, {"model.layers.0.self_attn.k_scale": torch.ones(2)})
     with pytest.raises(ModelLoadError, match=r"k_scale must hold one per-tensor scale, not a tensor of shape \[2\]"):
         engine(bad, kv_cache_dtype="fp8")
+
+
+@pytest.fixture(scope="module")
+def tiny_head64(tmp_path_factory) -> str:
+    """A tiny bf16 Llama whose heads the GPU kernels take (head size 64; flash: 64, 128 or 256)."""
+    import transformers
+
+    from tiny_models import VOCAB, save_word_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-llama-head64")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.08)
+    model.save_pretrained(path)
+    save_word_tokenizer(path)
+    return str(path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["fp8", "fp8_e5m2"])
+@pytest.mark.parametrize("backend", ["flash", "triton"])
+def test_gpu_backends_stay_within_the_bound_of_a_bf16_cache(tiny_head64: str, backend: str, kv_dtype: str) -> None:
+    """The same bound on the GPU kernels, in bfloat16, against their own bf16 cache."""
+    pytest.importorskip(f"pagoda_attention_{backend}")
+    if backend == "triton" and kv_dtype == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("triton converts e4m3 from compute capability 8.9 on")
+    settings = dict(attention_backend=backend, dtype="bfloat16", kv_cache_memory=64 << 20)
+    exact = prompt_logprobs(engine(tiny_head64, **settings))
+    diff = (prompt_logprobs(engine(tiny_head64, kv_cache_dtype=kv_dtype, **settings)) - exact).abs()
+    worst, mean = BOUNDS[kv_dtype]
+    assert 0 < diff.max() < worst and diff.mean() < mean
+    torch_ref = prompt_logprobs(engine(tiny_head64, kv_cache_dtype=kv_dtype, dtype="bfloat16"))
+    assert (prompt_logprobs(engine(tiny_head64, kv_cache_dtype=kv_dtype, **settings)) - torch_ref).abs().max() < worst

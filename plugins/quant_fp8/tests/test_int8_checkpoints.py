@@ -97,6 +97,27 @@ def test_engine_detects_int8_and_generates_on_cpu(llama, tmp_path: Path) -> None
     assert [o.outputs[0].token_ids for o in outs] == [greedy(model, ctx, p)[0] for p in PROMPTS]
 
 
+@pytest.mark.gpu
+def test_gpu_engine_generates_like_the_cpu_path(llama, tmp_path: Path) -> None:
+    """On a GPU the engine runs the Triton GEMM and the fused quantizers; in float32 its greedy tokens equal
+    the CPU path's (torch._int_mm) and its logprobs agree to the int8 rounding of a few activations."""
+    from pagoda import LLM, SamplingParams
+
+    write_fp8(llama, tmp_path, "int8-channel-token", PROMPTS)
+    runs = []
+    for platform in ("cpu", "cuda"):
+        llm = LLM(model=str(tmp_path), platform=platform, skip_tokenizer_init=True, dtype="float32",
+                  attention_backend="torch")  # the tiny model's head size 12 is below the GPU kernels' sizes
+        assert llm.engine.core.parts.model.model.layers[0].mlp.down_proj.quant_method.backend == (
+            "torch" if platform == "cpu" else "triton")
+        runs.append(llm.generate([{"prompt_token_ids": p} for p in PROMPTS],
+                                 SamplingParams(max_tokens=8, temperature=0, logprobs=0), use_tqdm=False))
+    for cpu, gpu in zip(*runs):
+        assert gpu.outputs[0].token_ids == cpu.outputs[0].token_ids
+        lp = [torch.tensor([next(iter(d.values())).logprob for d in o.outputs[0].logprobs]) for o in (cpu, gpu)]
+        assert (lp[0] - lp[1]).abs().max() < 0.05
+
+
 def test_fp8_kv_cache_scales_of_an_int8_checkpoint(llama, tmp_path: Path) -> None:
     """kv_cache_scheme's k_scale / v_scale are loaded into the attention layers and used with --kv-cache-dtype fp8."""
     from pagoda import LLM, SamplingParams
