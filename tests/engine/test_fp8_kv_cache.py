@@ -140,3 +140,19 @@ def test_gpu_backends_stay_within_the_bound_of_a_bf16_cache(tiny_head64: str, ba
     assert 0 < diff.max() < worst and diff.mean() < mean
     torch_ref = prompt_logprobs(engine(tiny_head64, kv_cache_dtype=kv_dtype, dtype="bfloat16"))
     assert (prompt_logprobs(engine(tiny_head64, kv_cache_dtype=kv_dtype, **settings)) - torch_ref).abs().max() < worst
+
+
+def test_calibrated_scales_are_the_same_at_tp2(tiny: str) -> None:
+    """Ranks agree on the largest magnitudes before storing: the layer's scales, as one rank computes them (to
+    the float32 sums of the layers before, in another order), so the logprobs equal TP=1's."""
+    runs = []
+    for tp in (1, 2):
+        llm = engine(tiny, kv_cache_dtype="fp8", calculate_kv_scales=True, tensor_parallel_size=tp)
+        try:
+            runs.append(prompt_logprobs(llm))
+            scales = [(a.kv_scales.k_scale.item(), a.kv_scales.v_scale.item()) for a in attention_layers(llm)]
+            runs.append(torch.tensor(scales))
+        finally:
+            llm.shutdown()
+    torch.testing.assert_close(runs[3], runs[1], rtol=1e-6, atol=0)
+    torch.testing.assert_close(runs[2], runs[0], rtol=0, atol=2e-4)

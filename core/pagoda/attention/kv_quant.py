@@ -33,8 +33,13 @@ def dequantize_kv(stored: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype)
 
 
 def calibrate(scales: KVScales, key: torch.Tensor, value: torch.Tensor, dtype: torch.dtype) -> None:
-    """Set ``scales`` from this step's ``key``/``value`` (in place, on the device: no host sync)."""
-    target = format_max(dtype) / CALIBRATION_HEADROOM
-    for scale, x in ((scales.k_scale, key), (scales.v_scale, value)):
-        amax = x.abs().amax().float() if x.numel() else torch.zeros((), device=x.device)
-        scale.copy_((amax / target).clamp_(min=MIN_SCALE))
+    """Set ``scales`` from this step's ``key``/``value`` (in place, on the device: no host sync), before they
+    are stored. Tensor-parallel ranks hold different heads: ``scales.agree`` takes the largest magnitudes over
+    the ranks, so every rank stores with the layer's scales, as one rank would."""
+    amax = torch.stack([x.abs().amax().float() if x.numel() else torch.zeros((), device=x.device)
+                        for x in (key, value)])  # [2]
+    if scales.agree is not None:
+        scales.agree(amax)
+    scale = (amax / (format_max(dtype) / CALIBRATION_HEADROOM)).clamp_(min=MIN_SCALE)
+    scales.k_scale.copy_(scale[0])
+    scales.v_scale.copy_(scale[1])

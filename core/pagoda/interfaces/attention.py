@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 
@@ -67,6 +67,7 @@ class KVScales:
         self.k_scale = torch.ones((), dtype=torch.float32, device=device)
         self.v_scale = torch.ones((), dtype=torch.float32, device=device)
         self.calibrating = False  # the layer observes the next step's keys and values to set the scales
+        self.agree: Callable[[torch.Tensor], object] | None = None  # tensor-parallel ranks: max over them, in place
 
 
 @dataclass
