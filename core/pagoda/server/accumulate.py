@@ -17,6 +17,7 @@ class Choice:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
     finish_reason: str | None = None
+    stop_reason: int | str | None = None  # the stop string or token id that ended it
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # of the request's prompt, when asked for
 
     def add(self, delta: CompletionOutput) -> None:
@@ -25,7 +26,7 @@ class Choice:
         if delta.logprobs is not None:
             self.logprobs = (self.logprobs or []) + delta.logprobs
         if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
+            self.finish_reason, self.stop_reason = delta.finish_reason, delta.stop_reason
 
 
 async def collect(merged: AsyncIterator[tuple[int, RequestOutput]], n: int) -> dict[int, Choice]:

@@ -11,7 +11,7 @@ from pagoda.server.openapi import ERRORS
 from pagoda.server.protocol import DetokenizeRequest, TokenizeRequest
 from pagoda.server.responses import (DetokenizeResponse, ErrorResponse, HealthResponse, ModelList, TokenizeResponse,
                                      VersionResponse)
-from pagoda.server.routes_chat import render_prompt
+from pagoda.server.chat_prompt import render_prompt
 from pagoda.server.state import ServerState
 
 router = APIRouter()
