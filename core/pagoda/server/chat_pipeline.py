@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
 from pagoda.outputs import RequestOutput
 from pagoda.sampling_params import SamplingParams
@@ -23,6 +23,10 @@ from pagoda.server.state import ServerState, engine_error, sampling_params
 from pagoda.server.streaming import merge
 from pagoda.tools.choice import ChoiceParser
 from pagoda.tools.plan import choice_parser_factory
+
+if TYPE_CHECKING:
+    from pagoda.lora_request import LoRARequest
+    from pagoda.multimodal_inputs import MultimodalItem
 
 ParserFactory = Optional[Callable[[], ChoiceParser]]
 
@@ -41,8 +45,21 @@ class ChatRun:
     make_parser: ParserFactory  # each choice's reasoning / tool-call parser (None: plain content)
 
 
-async def start_chat(state: ServerState, body: ChatCompletionRequest, prefix: str = "chatcmpl") -> ChatRun:
-    """Validate ``body`` and send it to the engine; a 400/404/503 :class:`APIError` for what cannot run."""
+@dataclass
+class PreparedChat:
+    """A chat request checked and rendered, not sent yet."""
+
+    model: str
+    lora: "LoRARequest | None"
+    text: str  # the rendered prompt
+    prompt_ids: list[int]
+    images: "list[MultimodalItem] | None"
+    params: SamplingParams
+    make_parser: ParserFactory
+
+
+async def prepare_chat(state: ServerState, body: ChatCompletionRequest) -> PreparedChat:
+    """Validate ``body`` and render its prompt; a 400/404/503 :class:`APIError` for what cannot run."""
     model, lora = await state.resolve_model(body.model)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     requested = sampling_params(body, max_tokens, top_logprobs(body))  # first: the 400s of unsupported fields
@@ -53,12 +70,19 @@ async def start_chat(state: ServerState, body: ChatCompletionRequest, prefix: st
                                             plan.template_tools)
     state.validate_prompt(ids)
     state.check_limits(params, [len(ids)])
+    make_parser = choice_parser_factory(plan, state.reasoning_parser, state.tokenizer, params.guided_decoding)
+    return PreparedChat(model, lora, text, ids, images, params, make_parser)
+
+
+async def start_chat(state: ServerState, body: ChatCompletionRequest, prefix: str = "chatcmpl") -> ChatRun:
+    """Validate ``body`` and send it to the engine; a 400/404/503 :class:`APIError` for what cannot run."""
+    chat = await prepare_chat(state, body)
     state.check_available()
     request_id = state.engine.next_request_id(prefix)
-    outputs = state.engine.generate(request_id, ids, params, text, body.priority,
-                                    beam=beam_search_params(body, params), lora_request=lora, mm_items=images)
-    make_parser = choice_parser_factory(plan, state.reasoning_parser, state.tokenizer, params.guided_decoding)
-    return ChatRun(model, request_id, int(time.time()), ids, params, outputs, make_parser)
+    outputs = state.engine.generate(request_id, chat.prompt_ids, chat.params, chat.text, body.priority,
+                                    beam=beam_search_params(body, chat.params), lora_request=chat.lora,
+                                    mm_items=chat.images)
+    return ChatRun(chat.model, request_id, int(time.time()), chat.prompt_ids, chat.params, outputs, chat.make_parser)
 
 
 def parsed_message(choice: Choice, make_parser: ParserFactory) -> tuple[dict, Optional[str]]:

@@ -93,6 +93,11 @@ def sse(payload: dict) -> bytes:
     return b"data: " + data + b"\n\n"
 
 
+def sse_event(kind: str, payload: dict) -> bytes:
+    """A server-sent event with an ``event:`` line naming its type (the Responses and Messages APIs' streams)."""
+    return b"event: " + kind.encode() + b"\n" + sse(payload)
+
+
 SSE_DONE = b"data: [DONE]\n\n"
 
 

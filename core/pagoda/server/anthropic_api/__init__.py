@@ -1,0 +1,1 @@
+"""Anthropic's Messages API over the chat pipeline (docs/api_anthropic.md)."""

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API over the chat pipeline (docs/api_responses.md)."""
