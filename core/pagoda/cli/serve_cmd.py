@@ -40,6 +40,11 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
     g.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a request still running SECONDS after it arrived (queueing included) and free its "
                         "KV blocks; its client gets 504 (on a stream: an error event, then [DONE]). Off by default")
+    g.add_argument("--responses-store-size", type=int, default=1000, metavar="N",
+                   help="/v1/responses: finished responses kept for GET and previous_response_id, the oldest dropped "
+                        "first (0: none kept; store=true is then a 400)")
+    g.add_argument("--responses-store-ttl", type=float, default=3600.0, metavar="SECONDS",
+                   help="/v1/responses: seconds a stored response is kept after it finished (default 3600)")
     _add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
     _add_lora_args(p.add_argument_group("LoRA adapters (docs/lora.md; with --enable-lora)"))
     add_engine_args(p, get_plugin_manager())
@@ -96,6 +101,9 @@ def check_args(args: argparse.Namespace):
         raise ValueError(f"--api-server-count must be >= 1, got {args.api_server_count}")
     if args.max_n_per_request < 1:
         raise ValueError(f"--max-n-per-request must be >= 1, got {args.max_n_per_request}")
+    if args.responses_store_size < 0 or not args.responses_store_ttl > 0:
+        raise ValueError("--responses-store-size must be >= 0 and --responses-store-ttl > 0 seconds, got "
+                         f"{args.responses_store_size} and {args.responses_store_ttl}")
     if args.request_timeout is not None and not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be > 0 seconds (leave it out for no limit), got {args.request_timeout}")
     config = engine_config(args, args.model)
@@ -155,7 +163,8 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
                          config.tokenizer, config.skip_tokenizer_init, core.address, core.pid, core.info,
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
                          args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating,
-                         MediaConfig.from_engine(config))
+                         MediaConfig.from_engine(config), responses_store_size=args.responses_store_size,
+                         responses_store_ttl=args.responses_store_ttl)
     parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
                                                                 ("reasoning parser", args.reasoning_parser)) if name)
 

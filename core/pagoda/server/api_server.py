@@ -40,6 +40,8 @@ class ApiServerSpec:
     enable_lora: bool = False  # --enable-lora: requests may name LoRA adapters in ``model``
     allow_runtime_lora_updating: bool = False  # --allow-runtime-lora-updating
     media: MediaConfig = field(default_factory=MediaConfig)  # where images may come from, how large (docs/multimodal.md)
+    responses_store_size: int = 1000  # --responses-store-size: stored /v1/responses kept (docs/api_responses.md)
+    responses_store_ttl: float = 3600.0  # --responses-store-ttl: seconds a stored response is kept once finished
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -53,6 +55,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     from pagoda.server.images import ServerImages
     from pagoda.server.launcher import make_server
     from pagoda.server.metrics import ServerMetrics
+    from pagoda.server.responses_api.store import ResponseStore
 
     tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
     alive = core_alive or (lambda: pid_alive(spec.core_pid))
@@ -60,8 +63,9 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
                          request_timeout=spec.request_timeout)
     lora = LoRAServing(spec.enable_lora, spec.allow_runtime_lora_updating, shared=spec.api_server_count > 1)
+    store = ResponseStore(spec.responses_store_size, spec.responses_store_ttl, spec.api_server_count)
     app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request, spec.tool_call_parser,
-                    spec.reasoning_parser, lora, ServerImages(spec.model, tokenizer, spec.media))
+                    spec.reasoning_parser, lora, ServerImages(spec.model, tokenizer, spec.media), store)
     server = make_server(app, engine, spec.host, spec.port, spec.shutdown_timeout, spec.log_level, on_ready)
     freeze_startup_objects()
     server.run(sockets=[sock])
