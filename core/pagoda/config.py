@@ -11,8 +11,9 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # auto: the model dtype
 # mp: spawn one worker process per extra rank on this host; torchrun: the ranks were started by
-# torchrun (one host or several), rank 0 runs the engine; auto: torchrun when its variables are set
-EXECUTOR_BACKENDS = ("auto", "mp", "torchrun")
+# torchrun (one host or several), rank 0 runs the engine; ray: the ranks are actors of a Ray cluster
+# (one host or several); auto: torchrun when its variables are set, else mp
+EXECUTOR_BACKENDS = ("auto", "mp", "torchrun", "ray")
 RUNNERS = ("auto", "generate", "pooling")  # pooling: embeddings/scores, no generation (docs/pooling.md)
 MODALITIES = ("image",)  # what limit_mm_per_prompt may limit
 DEFAULT_MAX_IMAGE_BYTES = 20 << 20  # 20 MiB, OpenAI's limit per image
@@ -47,6 +48,10 @@ class EngineConfig:
     platform: str = "auto"
     overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
+    pipeline_parallel_size: int = 1  # stages that split the layers, each tensor_parallel_size ranks (docs/distributed.md)
+    pp_layer_partition: list[int] | str | None = None  # layers per stage, e.g. [10, 6] or "10,6"; None: an even split
+    data_parallel_size: int = 1  # engine cores, each with its own ranks and devices (docs/distributed.md)
+    data_parallel_rank: int | None = None  # this engine is replica k of data_parallel_size (its devices: the k-th group)
     distributed_executor_backend: str = "auto"  # how the ranks start: see EXECUTOR_BACKENDS
     disable_custom_all_reduce: bool = False  # tensor-parallel sums over the backend (NCCL) alone, as in vLLM
     guided_decoding_backend: str = "auto"  # grammar engine of requests that set guided_decoding (docs/structured_output.md)
@@ -94,8 +99,26 @@ class EngineConfig:
                  self.disable_custom_all_reduce, "True or False")
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
+        self._validate_parallel()
         self._validate_lora()
         self._validate_media()
+
+    def _validate_parallel(self) -> None:
+        for name in ("pipeline_parallel_size", "data_parallel_size"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, name, value, "an integer >= 1")
+        self.pp_layer_partition = _layer_counts(self.pp_layer_partition)
+        if self.pp_layer_partition is not None and len(self.pp_layer_partition) != self.pipeline_parallel_size:
+            raise ValueError(f"pp_layer_partition gives {len(self.pp_layer_partition)} stages but "
+                             f"pipeline_parallel_size is {self.pipeline_parallel_size}; give one layer count per stage")
+        rank = self.data_parallel_rank
+        _require(rank is None or (isinstance(rank, int) and 0 <= rank < self.data_parallel_size), "data_parallel_rank",
+                 rank, f"None or an integer in [0, data_parallel_size) = [0, {self.data_parallel_size})")
+
+    @property
+    def world_size(self) -> int:
+        """The ranks of one engine core: pipeline stages x tensor-parallel ranks."""
+        return self.pipeline_parallel_size * self.tensor_parallel_size
 
     def _validate_lora(self) -> None:
         _require(isinstance(self.max_loras, int) and self.max_loras >= 1, "max_loras", self.max_loras, "an integer >= 1")
@@ -139,6 +162,19 @@ def encoder_cache_rows(config: EngineConfig) -> int:
     """The budget of a vision-language model's encoder cache, in rows (image tokens): a step's worth of
     tokens, at least 8192 (a few large images; docs/multimodal.md)."""
     return max(config.max_num_batched_tokens or 0, MIN_ENCODER_CACHE_ROWS)
+
+
+def _layer_counts(value: list[int] | str | None) -> list[int] | None:
+    """``pp_layer_partition`` as a list of layer counts ("10,6" -> [10, 6]); ValueError for anything else."""
+    if value is None:
+        return None
+    try:
+        counts = [int(x) for x in value.split(",")] if isinstance(value, str) else [int(x) for x in value]
+    except (TypeError, ValueError):
+        counts = []
+    _require(bool(counts) and min(counts) >= 1, "pp_layer_partition", value,
+             'layer counts >= 1, one per pipeline stage, e.g. "10,6" or [10, 6]')
+    return counts
 
 
 def _is_pow2(n: int) -> bool:

@@ -72,9 +72,10 @@ CONFIGS = {
 }
 
 
-def make_tiny_model(path, family: str, eos: int | None = None):
+def make_tiny_model(path, family: str, eos: int | None = None, config=None):
+    """The family's tiny model (or one of ``config``, an HF config) saved under ``path`` with the word tokenizer."""
     torch.manual_seed(1234)
-    config = CONFIGS[family]()
+    config = config if config is not None else CONFIGS[family]()
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # larger weights than the default init make greedy decoding less flat
         for p in model.parameters():

@@ -31,6 +31,7 @@ import msgspec
 from pagoda.config import EngineConfig
 from pagoda.beam.groups import BeamGroups
 from pagoda.engine_core.parts import EngineParts, build_engine_parts
+from pagoda.engine_core.pipeline import PipelineLoop
 from pagoda.runner.model_runner import PendingStep, RunnerOutput
 from pagoda.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.sampling.sampler import needs_tokens_before_launch
@@ -85,6 +86,7 @@ class EngineCore:
                                 refuse=_beam_search_refusal(self.config))
         self.stats = StepStats()
         self._inflight: InflightStep | None = None
+        self.pipeline = PipelineLoop(self, parts.pp.size) if parts.pp.size > 1 else None  # P steps in flight
         self.trace = Trace.from_env("core")  # PAGODA_TRACE_DIR: step and first-token timings
         self._allocator_events = CountDeltas(parts.platform.allocator_counts) if self.trace is not None else None
 
@@ -106,6 +108,9 @@ class EngineCore:
         check_runner(self.config.runner, add.pooling_params)
         if add.request_id in self.requests or self.beams.owns(add.request_id):
             raise RequestError(f"request id {add.request_id!r} is already in use")
+        if self.pipeline is not None and add.params.guided_decoding is not None:
+            raise RequestError("guided decoding does not run under pipeline parallelism yet; drop guided_decoding "
+                               "(response_format, tools), or serve with pipeline_parallel_size 1")
         add.params.check_vocab(self.vocab_size)
         self._check_adapter(add)
         whole_image_runs = check_images(add, self.parts.model) if add.mm_items else False
@@ -141,11 +146,14 @@ class EngineCore:
             self._release(request_id)
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests) or self._inflight is not None or self.beams.active
+        return (bool(self.requests) or self._inflight is not None or self.beams.active
+                or (self.pipeline is not None and self.pipeline.busy))
 
     # -- the loop ----------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         """Schedule and launch one step; return the outputs of the step(s) whose tokens were read."""
+        if self.pipeline is not None:
+            return self.pipeline.step()
         start = time.monotonic()
         outputs: list[EngineCoreOutput] = []
         if self.speculator is not None:
@@ -390,6 +398,8 @@ def _beam_search_refusal(config: EngineConfig) -> str | None:
     """Why this engine cannot run beam search, or None."""
     if config.tensor_parallel_size > 1:
         return "beam search does not run under tensor parallelism yet; use tensor_parallel_size 1"
+    if config.pipeline_parallel_size > 1:
+        return "beam search does not run under pipeline parallelism yet; use pipeline_parallel_size 1"
     return None
 
 

@@ -1,27 +1,30 @@
 """The engine core's parts, built from an EngineConfig: platform, model shard, KV cache manager,
-tokenizer and scheduler, plus the worker ranks under tensor parallelism.
+tokenizer and scheduler, plus the worker ranks under tensor and pipeline parallelism.
 
 Every rank builds its :class:`~pagoda.runner.shard.ModelShard` alike; the driver (rank 0) also
-builds the tokenizer and the scheduler.
+builds the tokenizer and the scheduler (under pipeline parallelism one per micro-batch in flight:
+:class:`~pagoda.scheduler.virtual_engines.VirtualEngines`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 import torch
 
 from pagoda.config import EngineConfig, step_token_budget
-from pagoda.errors import PagodaError
+from pagoda.errors import ConfigError, PagodaError
 from pagoda.interfaces import AttentionBackend, CausalLM, Platform, Scheduler, SchedulerConfig
-from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, WHOLE, PipelineParallel, TensorParallel
 from pagoda.kv_cache.manager import KVCacheManager
 from pagoda.loader import ModelSource, load_hf_config, load_tokenizer, resolve_model
-from pagoda.models.spec import check_tensor_parallel
+from pagoda.models.spec import check_tensor_parallel, pipeline_stages
 from pagoda.plugins import get_plugin_manager
 from pagoda.pooling.config import PoolerConfig, configure_runner
 from pagoda.runner.shard import build_model_shard, model_class, select_platform
+from pagoda.scheduler.virtual_engines import VirtualEngines
 from pagoda.spec_decode.engine import check_proposer_tensor_parallel
 from pagoda.speculative_config import parse_speculative_config
 
@@ -43,8 +46,9 @@ class EngineParts:
     kv_cache: KVCacheManager
     scheduler: Scheduler
     tp: TensorParallel = SINGLE
-    workers: object = None  # pagoda.executor.workers.WorkerGroup of the other ranks (tensor_parallel_size > 1)
+    workers: object = None  # pagoda.executor.workers.WorkerGroup of the other ranks (world_size > 1)
     pooler_config: PoolerConfig | None = None  # runner "pooling": how hidden states are pooled (docs/pooling.md)
+    pp: PipelineParallel = WHOLE  # the driver's pipeline stage (the first), with its layers
 
 
 def build_engine_parts(config: EngineConfig) -> EngineParts:
@@ -54,12 +58,17 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     hf_config = load_hf_config(source)
     config, pooler = configure_runner(config, model_class(hf_config), hf_config, source.path)
     workers = None
-    if config.tensor_parallel_size > 1:
+    if config.world_size > 1:
         from pagoda.executor.workers import start_workers
 
         check_tensor_parallel(hf_config, config.tensor_parallel_size)  # before any process starts
         check_proposer_tensor_parallel(config)
+        check_pipeline_parallel(config, hf_config, model_class(hf_config))
         workers = start_workers(config, platform)
+    elif config.data_parallel_rank:  # one rank: this replica's device
+        from pagoda.executor.workers import device_offset
+
+        platform.set_device(device_offset(config))
     try:
         parts = _build_driver_parts(config, platform, source, hf_config, workers)
         parts.pooler_config = pooler
@@ -71,16 +80,43 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
 
 
 def _build_driver_parts(config, platform, source, hf_config, workers) -> EngineParts:
-    tp = workers.tp if workers is not None else SINGLE
+    tp, pp = (workers.tp, workers.pp) if workers is not None else (SINGLE, WHOLE)
     tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
-    shard = build_model_shard(config, platform, source, hf_config, tp)
+    shard = build_model_shard(config, platform, source, hf_config, tp, pp)
     kv_cache = KVCacheManager(shard.num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
     schedulers = get_plugin_manager().registry("scheduler")
     scheduler_name, _ = schedulers.select(config.scheduler)
-    scheduler = schedulers.create(scheduler_name, _scheduler_config(config, shard.max_model_len), kv_cache)
+    scheduler_config = _scheduler_config(config, shard.max_model_len)
+    if pp.size == 1:
+        scheduler = schedulers.create(scheduler_name, scheduler_config, kv_cache)
+    else:  # one scheduler per micro-batch in flight, sharing the seats and the KV cache
+        seats = -(-config.max_num_seqs // pp.size)
+        scheduler = VirtualEngines([schedulers.create(scheduler_name, dataclasses.replace(scheduler_config,
+                                                                                          max_num_seqs=seats), kv_cache)
+                                    for _ in range(pp.size)])
     logger.info("Pagoda engine: %s", startup_line(config, platform, shard, scheduler_name, kv_cache.num_blocks, tp))
-    return EngineParts(config, platform, source, hf_config, tokenizer, shard.dtype, shard.max_model_len,
-                       shard.attention, shard.model, shard.kv_caches, kv_cache, scheduler, tp, workers)
+    parts = EngineParts(config, platform, source, hf_config, tokenizer, shard.dtype, shard.max_model_len,
+                        shard.attention, shard.model, shard.kv_caches, kv_cache, scheduler, tp, workers)
+    parts.pp = shard.pp
+    return parts
+
+
+def check_pipeline_parallel(config: EngineConfig, hf_config, model_cls: type) -> None:
+    """ValueError or ConfigError, before any process starts, unless the model and the engine's other choices run
+    in ``pipeline_parallel_size`` stages."""
+    pp = config.pipeline_parallel_size
+    if pp == 1:
+        return
+    if not getattr(model_cls, "supports_pipeline_parallel", False):
+        raise ConfigError(f"{model_cls.__name__} does not run under pipeline parallelism (pipeline_parallel_size "
+                          f"{pp}); the families built on the Llama decoder do (Llama, Mistral, Mixtral, Qwen2, Qwen3, "
+                          "Qwen3-MoE, Phi-3); use tensor_parallel_size to split this one")
+    pipeline_stages(hf_config, pp, config.pp_layer_partition)  # names the sizes that do not fit
+    for what, used in (("speculative decoding (speculative_config)", config.speculative_config is not None),
+                       ("LoRA adapters (enable_lora)", config.enable_lora)):
+        if used:
+            raise ConfigError(f"{what} does not run under pipeline parallelism yet; drop it, or use "
+                              "pipeline_parallel_size 1")
 
 
 def startup_line(config: EngineConfig, platform: Platform, shard, scheduler: str, num_blocks: int,
@@ -104,7 +140,14 @@ def startup_line(config: EngineConfig, platform: Platform, shard, scheduler: str
     parts.append(f"max_model_len {shard.max_model_len}")
     if tp.size > 1:
         parts.append(f"tensor parallel {tp.size} ranks")
+    if shard.pp.size > 1:
+        parts.append(f"pipeline parallel {shard.pp.size} stages ({_stage_layers(config, shard)})")
     return " | ".join(parts)
+
+
+def _stage_layers(config: EngineConfig, shard) -> str:
+    stages = pipeline_stages(shard.model.config, shard.pp.size, config.pp_layer_partition)
+    return ", ".join(f"layers {start}-{end - 1}" for start, end in stages)
 
 
 def _guided_backend(name: str) -> str:

@@ -82,9 +82,23 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
     g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
                    help="split every layer over this many devices (one process per device; docs/distributed.md)")
+    g.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1,
+                   help="split the layers into this many stages, each on its own device(s) (tensor-parallel-size "
+                        "each); stages pass activations on and run micro-batches at once (docs/distributed.md)")
+    g.add_argument("--pp-layer-partition", default=None, metavar="N,N,...",
+                   help="decoder layers per pipeline stage, in order (e.g. 10,6 for 16 layers over 2 stages); "
+                        "default: an even split, which needs the stages to divide the layers")
+    g.add_argument("--data-parallel-size", "-dp", type=int, default=1,
+                   help="run this many engine cores (replicas), each with its own devices "
+                        "(tensor x pipeline parallel size each); the API server balances requests over them")
+    g.add_argument("--data-parallel-rank", type=int, default=None, metavar="K",
+                   help="external load balancing: this server runs only replica K of --data-parallel-size (on "
+                        "the K-th group of devices); start one server per replica and balance in front of them")
     g.add_argument("--distributed-executor-backend", default="auto", choices=EXECUTOR_BACKENDS,
-                   help="how tensor-parallel ranks start: mp (worker processes on this host), torchrun (started "
-                        "by torchrun, on one host or several); auto: torchrun when launched by it, else mp")
+                   help="how the ranks of a tensor- or pipeline-parallel engine start: mp (worker processes on "
+                        "this host), torchrun (started by torchrun, on one host or several), ray (actors of a "
+                        "Ray cluster, one host or several: pip install 'pagoda[ray]'); auto: torchrun when "
+                        "launched by it, else mp")
     g.add_argument("--disable-custom-all-reduce", action="store_true",
                    help="sum the tensor-parallel ranks' partial results over NCCL (RCCL) alone; by default ranks "
                         "of one host sum small messages (decode steps) with the platform's own all-reduce over "
@@ -108,13 +122,13 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
     """Build (and validate) an EngineConfig from parsed flags.
 
-    Under torchrun, every rank runs the same command; ranks > 0 become tensor-parallel workers
+    Under torchrun, every rank runs the same command; ranks > 0 become worker ranks
     here (before any command loads a model or opens a port) and exit when the engine stops.
     """
     config = _engine_config(args, model)
     from pagoda.executor.workers import launched_by_torchrun, use_torchrun
 
-    if config.tensor_parallel_size > 1 and launched_by_torchrun() and use_torchrun(config):
+    if config.world_size > 1 and launched_by_torchrun() and use_torchrun(config):
         import os
 
         if int(os.environ["RANK"]) > 0:
@@ -147,6 +161,10 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         platform=args.platform,
         overlap_steps=args.overlap_steps,
         tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        pp_layer_partition=args.pp_layer_partition,
+        data_parallel_size=args.data_parallel_size,
+        data_parallel_rank=args.data_parallel_rank,
         distributed_executor_backend=args.distributed_executor_backend,
         disable_custom_all_reduce=args.disable_custom_all_reduce,
         guided_decoding_backend=args.guided_decoding_backend,

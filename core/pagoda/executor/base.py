@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pagoda.config import EngineConfig
-from pagoda.interfaces.parallel import TensorParallel
+from pagoda.interfaces.parallel import WHOLE, PipelineParallel, TensorParallel
 from pagoda.runner.features import StepFeature
 from pagoda.runner.graphs import use_graphs
 from pagoda.runner.model_runner import ModelRunner, PendingStep
@@ -71,7 +71,7 @@ class UniprocExecutor(Executor):
 def make_executor(parts: "EngineParts") -> Executor:
     """The driver's executor: its runner, plus the worker ranks when there are any."""
     runner = make_runner(parts.config, parts.platform, parts.attention, parts.model, parts.kv_caches,
-                         parts.max_model_len, parts.tp, driver_features(parts))
+                         parts.max_model_len, parts.tp, driver_features(parts), parts.pp)
     if parts.workers is None:
         return UniprocExecutor(runner)
     from pagoda.executor.multiproc import MultiprocExecutor
@@ -81,9 +81,9 @@ def make_executor(parts: "EngineParts") -> Executor:
 
 def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBackend, model: CausalLM,
                 kv_caches: list[torch.Tensor], max_model_len: int, tp: TensorParallel,
-                features: list[StepFeature]) -> ModelRunner:
+                features: list[StepFeature], pp: PipelineParallel = WHOLE) -> ModelRunner:
     """A ModelRunner with its step features and its graphs captured (each rank calls this the same way)."""
-    runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp, features)
+    runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp, features, pp)
     if use_graphs(config, platform, attention):
         runner.capture_graphs(max_model_len, config.max_num_seqs)
     return runner

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def driver_features(parts: "EngineParts") -> list[StepFeature]:
     """The features of the driver's runner."""
     features: list[StepFeature] = []
-    guided = guided_sampling_for(parts)  # rank 0 samples, so only its runner applies grammars
+    guided = guided_sampling_for(parts) if parts.pp.size == 1 else None  # rank 0 samples: its runner applies grammars
     if guided is not None:
         features.append(guided)
     if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)

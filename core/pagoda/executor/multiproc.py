@@ -2,7 +2,9 @@
 
 Each step is encoded once (:class:`~pagoda.executor.messages.StepEncoder`), sent to every
 worker, then launched on rank 0's own runner; the ranks meet in the layers' collectives. The
-tokens come from rank 0 (its PendingStep), so the engine core's overlapped loop is unchanged.
+tokens come from rank 0 (its PendingStep), so the engine core's overlapped loop is unchanged;
+under pipeline parallelism rank 0 runs the first stage and the tokens come back from the last
+(:class:`~pagoda.executor.pipeline.RemoteStep`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Callable
 from pagoda.runner.model_runner import ModelRunner, PendingStep
 from pagoda.executor import messages
 from pagoda.executor.base import Executor
+from pagoda.executor.pipeline import RemoteStep, ResultReader
 from pagoda.executor.workers import WorkerGroup
 from pagoda.interfaces.scheduler import SchedulerOutput
 
@@ -24,6 +27,8 @@ class MultiprocExecutor(Executor):
         self.runner = runner
         self.workers = workers
         self.encoder = messages.StepEncoder()
+        self.results = ResultReader(workers.results, workers.check) if runner.pp.size > 1 else None
+        self.steps = 0  # steps launched (the last pipeline stage numbers its results alike)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -34,6 +39,12 @@ class MultiprocExecutor(Executor):
         self.workers.check()
         self.workers.send(messages.encode(self.encoder.step(out, block_tables, prev is not None)))
         pending = self._guarded(lambda: self.runner.launch(out, block_tables, prev))
+        self.steps += 1
+        if self.results is not None:  # pipeline parallel: the last stage samples
+            pending = RemoteStep(pending.requests, self.results, self.steps - 1)
+            read = pending._read
+            pending._read = lambda: self._guarded(read)
+            return pending
         wait = pending._wait
         pending._wait = lambda: self._guarded(wait)  # the device (and its collectives) are waited on here
         return pending
@@ -59,7 +70,7 @@ class MultiprocExecutor(Executor):
             self.profiler.stop(keep=False)
             self._tell_workers(messages.Profile(None, keep=False))  # the ranks that failed answer "not running"
         if errors:
-            raise RuntimeError(f"profiling failed on a tensor-parallel rank: {errors[0]}")
+            raise RuntimeError(f"profiling failed on a worker rank: {errors[0]}")
 
     def _tell_workers(self, message: messages.Profile) -> list[str]:
         """Send every worker ``message``; what went wrong on each that failed."""

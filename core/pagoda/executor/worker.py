@@ -2,8 +2,10 @@
 
 It runs the same ModelRunner as the driver on the same scheduled steps (rebuilt by
 :class:`~pagoda.executor.messages.StepMirror`), so every rank issues the same collectives in
-the same order; the tokens it samples are replaced by rank 0's (``ModelRunner`` broadcasts them,
-except in steps of plain greedy rows: ``Sampler.picks_alike``).
+the same order; the tokens it samples are replaced by its tensor-parallel rank 0's (``ModelRunner``
+broadcasts them, except in steps of plain greedy rows: ``Sampler.picks_alike``). Under pipeline
+parallelism a rank runs its stage's layers; rank 0 of the last stage sends each step's tokens to the
+driver (:mod:`pagoda.executor.pipeline`).
 Errors go to the driver (rank, text) before the process exits with status 1.
 """
 
@@ -20,10 +22,11 @@ import torch.distributed as dist
 import zmq
 
 from pagoda.config import EngineConfig
-from pagoda.interfaces.parallel import TensorParallel, join_world
+from pagoda.interfaces.parallel import PipelineParallel, TensorParallel, join_groups
 from pagoda.runner.torch_profiler import RankProfiler
 from pagoda.executor import messages
-from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout, fast_sums
+from pagoda.executor.pipeline import ResultSender
+from pagoda.executor.workers import WorkerSpec, check_platform, dist_timeout, fast_sums, parallel_sizes
 
 logger = logging.getLogger("pagoda.worker")
 POLL_MS = 1000  # how often an idle worker checks that the driver is alive
@@ -39,15 +42,17 @@ def run_spawned_worker(spec: WorkerSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     torch.set_num_threads(spec.num_threads)
     plugin_manager.configure(*spec.plugins)
-    channels = WorkerChannels(spec.rank, spec.step_address, spec.error_address)
+    channels = WorkerChannels(spec.rank, spec.step_address, spec.error_address, spec.result_address)
     try:
         platform = select_platform(spec.config)
         platform.set_device(spec.local_rank)
         channels.hello()
         dist.init_process_group(platform.dist_backend(), init_method=spec.init_method, rank=spec.rank,
                                 world_size=spec.world_size, timeout=dist_timeout())
-        tp = join_world(platform, spec.rank, spec.world_size, fast_sums(spec.config, True))
-        serve_steps(spec.config, platform, tp, channels, spec.parent_pid)
+        config = spec.config
+        tp, pp = join_groups(platform, spec.rank, config.tensor_parallel_size, config.pipeline_parallel_size,
+                             fast_sums(config, True))
+        serve_steps(config, platform, tp, pp, channels, spec.parent_pid, spec.rank)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
         raise SystemExit(1) from None
@@ -60,21 +65,23 @@ def run_torchrun_worker(config: EngineConfig) -> int:
     from pagoda.runner.shard import select_platform
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if world != config.tensor_parallel_size:
-        raise SystemExit(f"torchrun started {world} processes but --tensor-parallel-size is "
-                         f"{config.tensor_parallel_size}; they must be equal")
+    if world != config.world_size:
+        raise SystemExit(f"torchrun started {world} processes but {parallel_sizes(config)} makes "
+                         f"{config.world_size} ranks; they must be equal")
     platform = select_platform(config)
     check_platform(config, platform, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     platform.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(platform.dist_backend(), init_method="env://", rank=rank, world_size=world,
                             timeout=dist_timeout())
-    addresses: list = [None, None]
+    addresses: list = [None, None, None]
     dist.broadcast_object_list(addresses, src=0)
     channels = WorkerChannels(rank, *addresses)
     try:
         channels.hello()
         one_host = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world
-        serve_steps(config, platform, join_world(platform, rank, world, fast_sums(config, one_host)), channels, None)
+        tp, pp = join_groups(platform, rank, config.tensor_parallel_size, config.pipeline_parallel_size,
+                             fast_sums(config, one_host))
+        serve_steps(config, platform, tp, pp, channels, None, rank)
     except BaseException as exc:  # noqa: BLE001 - reported to the driver, then exit 1
         channels.report(exc)
         return 1
@@ -84,10 +91,12 @@ def run_torchrun_worker(config: EngineConfig) -> int:
 
 
 class WorkerChannels:
-    """A DEALER for the driver's steps and a PUSH for this worker's errors."""
+    """A DEALER for the driver's steps, a PUSH for this worker's errors and (made when this rank sends them:
+    :meth:`open_results`) a PUSH for the last pipeline stage's sampled tokens."""
 
-    def __init__(self, rank: int, step_address: str, error_address: str) -> None:
+    def __init__(self, rank: int, step_address: str, error_address: str, result_address: str) -> None:
         self.rank = rank
+        self.result_address = result_address
         self.context = zmq.Context()
         self.steps = self.context.socket(zmq.DEALER)
         self.steps.setsockopt(zmq.IDENTITY, str(rank).encode())
@@ -96,13 +105,20 @@ class WorkerChannels:
         self.errors = self.context.socket(zmq.PUSH)
         self.errors.setsockopt(zmq.LINGER, 2000)
         self.errors.connect(error_address)
+        self.results: zmq.Socket | None = None
+
+    def open_results(self) -> ResultSender:
+        self.results = self.context.socket(zmq.PUSH)
+        self.results.setsockopt(zmq.LINGER, 0)
+        self.results.connect(self.result_address)
+        return ResultSender(self.results)
 
     def hello(self) -> None:
         self.steps.send(b"hello")
 
     def report(self, exc: BaseException) -> None:
         text = f"{type(exc).__name__}: {exc}"
-        logger.error("Tensor-parallel rank %d failed: %s", self.rank, text, exc_info=not isinstance(exc, SystemExit))
+        logger.error("Rank %d failed: %s", self.rank, text, exc_info=not isinstance(exc, SystemExit))
         try:
             self.errors.send(msgspec.msgpack.encode([self.rank, text]), zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -111,6 +127,8 @@ class WorkerChannels:
     def close(self) -> None:
         self.steps.close(0)
         self.errors.close()
+        if self.results is not None:
+            self.results.close(0)
         self.context.term()
 
 
@@ -123,8 +141,8 @@ def _profile(profiler: RankProfiler, message: messages.Profile) -> bytes:
     return b""
 
 
-def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: WorkerChannels,
-                parent_pid: int | None) -> None:
+def serve_steps(config: EngineConfig, platform, tp: TensorParallel, pp: PipelineParallel, channels: WorkerChannels,
+                parent_pid: int | None, rank: int) -> None:
     """Build this rank's shard and runner like the driver, then run steps until told to stop."""
     from pagoda.runner.shard import build_model_shard
     from pagoda.executor.base import make_runner
@@ -132,14 +150,18 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
     from pagoda.loader import load_hf_config, resolve_model
 
     source = resolve_model(config.model)
-    shard = build_model_shard(config, platform, source, load_hf_config(source), tp)
+    shard = build_model_shard(config, platform, source, load_hf_config(source), tp, pp)
     runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp,
-                         rank_features(config, shard.model, platform, shard.dtype))
-    mirror, pending, profiler = messages.StepMirror(), None, RankProfiler(tp.rank)
+                         rank_features(config, shard.model, platform, shard.dtype), shard.pp)
+    results = channels.open_results() if shard.pp.size > 1 and shard.pp.is_last and tp.rank == 0 else None
+    mirror, pending, profiler, step = messages.StepMirror(), None, RankProfiler(rank), 0
     while True:
+        if results is not None and results.launched and not channels.steps.poll(0):
+            results.send_oldest()  # no newer step to launch first: the oldest step's tokens go to the driver
+            continue
         if not channels.steps.poll(POLL_MS):
             if parent_pid is not None and os.getppid() != parent_pid:
-                logger.warning("Tensor-parallel rank %d: the driver is gone, exiting", tp.rank)
+                logger.warning("Rank %d: the driver is gone, exiting", rank)
                 return
             continue
         message = messages.decode(channels.steps.recv(copy=False))
@@ -152,6 +174,9 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, channels: Wo
             runner.release(request_id)
         out, tables = mirror.apply(message)
         pending = runner.launch(out, tables, pending if message.has_prev else None)
+        if results is not None:
+            results.add(step, pending)
+        step += 1
     del pending
     profiler.close()
     runner.drop_graphs()

@@ -1,16 +1,22 @@
 """The worker ranks seen from the driver (rank 0): how they start, how steps reach them, how their
 failures surface.
 
-Two ways to start (``EngineConfig.distributed_executor_backend``):
+An engine has ``pipeline_parallel_size x tensor_parallel_size`` ranks; global rank ``r`` is
+tensor-parallel rank ``r % T`` of pipeline stage ``r // T`` (:func:`pagoda.interfaces.parallel.join_groups`).
+Three ways to start (``EngineConfig.distributed_executor_backend``):
 
-- ``mp``: the driver spawns ranks 1..N-1 as processes on this host (rank r on device r);
+- ``mp``: the driver spawns ranks 1..N-1 as processes on this host (rank r on device r, after the
+  devices of the data-parallel replicas before this one);
 - ``torchrun``: torchrun started every rank (on one host or several); rank 0 runs the engine,
-  the others enter :func:`pagoda.executor.worker.run_torchrun_worker` from the CLI.
+  the others enter :func:`pagoda.executor.worker.run_torchrun_worker` from the CLI;
+- ``ray``: ranks 1..N-1 are actors of a Ray cluster, placed by a placement group
+  (:mod:`pagoda.executor.ray_workers`).
 
 Channels: the model's collectives run on the torch.distributed group (the Platform names the
 backend: NCCL/RCCL on GPUs, gloo on CPU). Step messages go from a ZeroMQ ROUTER on the driver to
 one DEALER per worker; a PULL socket collects worker errors, read by a watcher thread that also
-watches the worker processes (``mp``). A failure makes the next step raise
+watches the worker processes (``mp``, ``ray``); under pipeline parallelism another PULL socket takes
+the last stage's sampled tokens (:mod:`pagoda.executor.pipeline`). A failure makes the next step raise
 :class:`WorkerFailedError`; if the driver is stuck in a collective with a dead rank, the watcher
 aborts the group, and exits the process after ``FAIL_GRACE_S`` if even that does not free it.
 """
@@ -35,7 +41,7 @@ import zmq
 
 from pagoda import envs
 from pagoda.config import EngineConfig
-from pagoda.interfaces.parallel import TensorParallel, join_world
+from pagoda.interfaces.parallel import WHOLE, PipelineParallel, TensorParallel, join_groups
 from pagoda.errors import PagodaError
 from pagoda.executor import messages
 from pagoda.interfaces.platform import Platform
@@ -50,7 +56,7 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT
 
 
 class WorkerFailedError(PagodaError, RuntimeError):
-    """A tensor-parallel rank died or failed: the engine cannot run steps any more."""
+    """A tensor- or pipeline-parallel rank died or failed: the engine cannot run steps any more."""
 
 
 @dataclass
@@ -64,6 +70,7 @@ class WorkerSpec:
     init_method: str  # torch.distributed init method ("env://" under torchrun)
     step_address: str
     error_address: str
+    result_address: str  # pipeline parallelism: where the last stage sends the sampled tokens
     plugins: tuple  # the driver's (allow, block) plugin lists
     parent_pid: int | None  # exit when this process is gone (mp); None under torchrun
     num_threads: int
@@ -87,89 +94,107 @@ def launched_by_torchrun() -> bool:
 
 def use_torchrun(config: EngineConfig) -> bool:
     if config.distributed_executor_backend == "auto":
-        return launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) == config.tensor_parallel_size
+        return launched_by_torchrun() and int(os.environ["WORLD_SIZE"]) == config.world_size
     return config.distributed_executor_backend == "torchrun"
+
+
+def parallel_sizes(config: EngineConfig) -> str:
+    """The sizes that make the ranks, as a user set them (for messages)."""
+    tp, pp = config.tensor_parallel_size, config.pipeline_parallel_size
+    return f"tensor_parallel_size {tp}" if pp == 1 else f"tensor_parallel_size {tp} x pipeline_parallel_size {pp}"
+
+
+def device_offset(config: EngineConfig) -> int:
+    """The first local device of this engine's ranks: data-parallel replica k uses the k-th group of
+    ``world_size`` devices."""
+    return (config.data_parallel_rank or 0) * config.world_size
 
 
 def check_platform(config: EngineConfig, platform: Platform, local_ranks: int) -> str:
     """The collective backend, after checking the platform can hold ``local_ranks`` ranks here."""
-    n = config.tensor_parallel_size
+    sizes = parallel_sizes(config)
     backend = platform.dist_backend()
     if backend is None:
-        raise ValueError(f"tensor_parallel_size {n} needs collectives, but the {platform.device_type} platform "
-                         f"({type(platform).__name__}) has no torch.distributed backend; use tensor_parallel_size 1")
+        raise ValueError(f"{sizes} needs collectives, but the {platform.device_type} platform "
+                         f"({type(platform).__name__}) has no torch.distributed backend; use one rank")
     available = platform.device_count()
     if local_ranks > available:
-        raise ValueError(f"tensor_parallel_size {n} puts {local_ranks} ranks on this host, but it has only "
-                         f"{available} {platform.device_type} device(s); lower tensor_parallel_size, or spread the "
-                         "ranks over hosts with torchrun (docs/distributed.md)")
+        raise ValueError(f"{sizes} puts {local_ranks} ranks on this host, but it has only "
+                         f"{available} {platform.device_type} device(s); lower the sizes, or spread the "
+                         "ranks over hosts with Ray or torchrun (docs/distributed.md)")
     return backend
 
 
 def start_workers(config: EngineConfig, platform: Platform) -> "WorkerGroup":
     """Start (or, under torchrun, join) the other ranks; returns once the group is formed."""
+    if config.distributed_executor_backend == "ray":
+        from pagoda.executor.ray_workers import start_ray_workers
+
+        return start_ray_workers(config, platform)
     if use_torchrun(config):
         return _join_torchrun(config, platform)
     return _spawn(config, platform)
 
 
-def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
-    n = config.tensor_parallel_size
-    backend = check_platform(config, platform, n)
-    group = WorkerGroup.bind("127.0.0.1", n)
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
-    manager = get_plugin_manager()
-    context = multiprocessing.get_context("spawn")
-    for rank in range(1, n):
-        spec = WorkerSpec(config, rank, n, rank, init_method, group.step_address, group.error_address,
-                          manager.settings, os.getpid(), torch.get_num_threads(),
-                          logging.getLogger().getEffectiveLevel())
-        from pagoda.executor.worker import run_spawned_worker
+def worker_spec(config: EngineConfig, group: "WorkerGroup", rank: int, local_rank: int, init_method: str,
+                parent_pid: int | None) -> WorkerSpec:
+    """What rank ``rank`` needs to join this driver's group."""
+    return WorkerSpec(config, rank, config.world_size, local_rank, init_method, group.step_address,
+                      group.error_address, group.result_address, get_plugin_manager().settings, parent_pid,
+                      torch.get_num_threads(), logging.getLogger().getEffectiveLevel())
 
-        proc = context.Process(target=run_spawned_worker, args=(spec,), name=f"pagoda-tp-rank{rank}", daemon=True)
+
+def _spawn(config: EngineConfig, platform: Platform) -> "WorkerGroup":
+    n, offset = config.world_size, device_offset(config)
+    backend = check_platform(config, platform, offset + n)
+    group = WorkerGroup.bind("127.0.0.1", n, config.pipeline_parallel_size)
+    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    context = multiprocessing.get_context("spawn")
+    from pagoda.executor.worker import run_spawned_worker
+
+    for rank in range(1, n):
+        spec = worker_spec(config, group, rank, offset + rank, init_method, os.getpid())
+        proc = context.Process(target=run_spawned_worker, args=(spec,), name=f"pagoda-rank{rank}", daemon=True)
         proc.start()
         group.procs[rank] = proc
-    group.start_watcher()
-    try:
-        group.wait_for_hellos()
-        platform.set_device(0)
-        dist.init_process_group(backend, init_method=init_method, rank=0, world_size=n, timeout=dist_timeout())
-    except BaseException:
-        group.shutdown()
-        raise
-    group.tp = join_world(platform, 0, n, fast_sums(config, True))
-    logger.info("Tensor parallel: %d ranks on this host (%s), workers %s", n, backend,
+    group.join_as_driver(config, platform, backend, init_method, offset, fast_sums(config, True))
+    logger.info("%s: %d ranks on this host (%s), workers %s", parallel_sizes(config), n, backend,
                 ", ".join(str(p.pid) for p in group.procs.values()))
     return group
 
 
 def _join_torchrun(config: EngineConfig, platform: Platform) -> "WorkerGroup":
-    n, rank = config.tensor_parallel_size, int(os.environ.get("RANK", "0"))
+    n, rank = config.world_size, int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "0"))
     if world != n or rank != 0:
-        raise ValueError(f"under torchrun, tensor_parallel_size ({n}) must equal WORLD_SIZE ({world}) and the engine "
-                         f"runs on rank 0 (this is rank {rank}); see docs/distributed.md")
-    backend = check_platform(config, platform, int(os.environ.get("LOCAL_WORLD_SIZE", n)))
+        raise ValueError(f"under torchrun, {parallel_sizes(config)} ({n} ranks) must equal WORLD_SIZE ({world}) and "
+                         f"the engine runs on rank 0 (this is rank {rank}); see docs/distributed.md")
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", n))
+    backend = check_platform(config, platform, local)
     platform.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, init_method="env://", rank=0, world_size=n, timeout=dist_timeout())
-    group = WorkerGroup.bind(_host_ip(), n)
-    dist.broadcast_object_list([group.step_address, group.error_address], src=0)  # once, at start
-    group.tp = join_world(platform, 0, n, fast_sums(config, int(os.environ.get("LOCAL_WORLD_SIZE", n)) == n))
+    group = WorkerGroup.bind(_host_ip(), n, config.pipeline_parallel_size)
+    dist.broadcast_object_list([group.step_address, group.error_address, group.result_address], src=0)  # once
+    group.tp, group.pp = join_groups(platform, 0, config.tensor_parallel_size, config.pipeline_parallel_size,
+                                     fast_sums(config, local == n))
     group.start_watcher()
     group.wait_for_hellos()
-    logger.info("Tensor parallel: %d ranks started by torchrun (%s)", n, backend)
+    logger.info("%s: %d ranks started by torchrun (%s)", parallel_sizes(config), n, backend)
     return group
 
 
 class WorkerGroup:
     """The driver's handle on ranks 1..N-1."""
 
-    def __init__(self, context: zmq.Context, steps: zmq.Socket, errors: zmq.Socket, host: str, world_size: int):
-        self.context, self.steps, self.errors = context, steps, errors
-        self.step_address = f"tcp://{host}:{steps.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}"
-        self.error_address = f"tcp://{host}:{errors.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}"
-        self.world_size = world_size
+    def __init__(self, context: zmq.Context, steps: zmq.Socket, errors: zmq.Socket, results: zmq.Socket, host: str,
+                 world_size: int, stages: int = 1):
+        self.context, self.steps, self.errors, self.results = context, steps, errors, results
+        self.step_address, self.error_address, self.result_address = (
+            f"tcp://{host}:{s.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(':', 1)[1]}" for s in (steps, errors, results))
+        self.world_size, self.stages = world_size, stages
         self.tp: TensorParallel | None = None
+        self.pp: PipelineParallel = WHOLE
+        # rank -> its process (mp), or a handle with the same methods (pagoda.executor.ray_workers.RayRank)
         self.procs: dict[int, multiprocessing.process.BaseProcess] = {}
         self.identities: list[bytes] = []
         self.failure: str | None = None
@@ -179,16 +204,33 @@ class WorkerGroup:
         self._watcher: threading.Thread | None = None
 
     @classmethod
-    def bind(cls, host: str, world_size: int) -> "WorkerGroup":
+    def bind(cls, host: str, world_size: int, stages: int = 1) -> "WorkerGroup":
         context = zmq.Context()
         steps = context.socket(zmq.ROUTER)
         steps.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises, never drops silently
         steps.setsockopt(zmq.LINGER, 0)
         steps.bind_to_random_port(f"tcp://{'*' if host != '127.0.0.1' else host}")
-        errors = context.socket(zmq.PULL)
-        errors.setsockopt(zmq.LINGER, 0)
-        errors.bind_to_random_port(f"tcp://{'*' if host != '127.0.0.1' else host}")
-        return cls(context, steps, errors, host, world_size)
+        pulls = [context.socket(zmq.PULL) for _ in range(2)]  # worker errors; the last stage's sampled tokens
+        for pull in pulls:
+            pull.setsockopt(zmq.LINGER, 0)
+            pull.bind_to_random_port(f"tcp://{'*' if host != '127.0.0.1' else host}")
+        return cls(context, steps, *pulls, host, world_size, stages)
+
+    def join_as_driver(self, config: EngineConfig, platform: Platform, backend: str, init_method: str, device: int,
+                       fast: bool) -> None:
+        """Rank 0's part of the start-up, once the other ranks were started: wait for their hellos, form the
+        process group on ``device``, then the tensor-parallel group and pipeline stage."""
+        self.start_watcher()
+        try:
+            self.wait_for_hellos()
+            platform.set_device(device)
+            dist.init_process_group(backend, init_method=init_method, rank=0, world_size=self.world_size,
+                                    timeout=dist_timeout())
+            self.tp, self.pp = join_groups(platform, 0, config.tensor_parallel_size, config.pipeline_parallel_size,
+                                           fast)
+        except BaseException:
+            self.shutdown()
+            raise
 
     # -- start-up --------------------------------------------------------------------------------
     def wait_for_hellos(self) -> None:
@@ -203,7 +245,7 @@ class WorkerGroup:
         while len(got) < self.world_size - 1:
             self.check()
             if time.monotonic() > deadline:
-                raise WorkerFailedError(f"only {len(got)} of {self.world_size - 1} tensor-parallel workers {what} "
+                raise WorkerFailedError(f"only {len(got)} of {self.world_size - 1} worker ranks {what} "
                                         f"within {timeout_s:.0f} s")
             if self.steps.poll(100):
                 identity, frame = self.steps.recv_multipart()
@@ -212,7 +254,7 @@ class WorkerGroup:
 
     def start_watcher(self) -> None:
         atexit.register(self.shutdown)  # a front end that exits without shutting the engine down
-        self._watcher = threading.Thread(target=self._watch, name="pagoda-tp-watcher", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="pagoda-rank-watcher", daemon=True)
         self._watcher.start()
 
     # -- steps -----------------------------------------------------------------------------------
@@ -221,7 +263,7 @@ class WorkerGroup:
             try:
                 self.steps.send_multipart([identity, frame], copy=False)
             except zmq.ZMQError as exc:
-                self._fail(f"tensor-parallel worker {identity.decode()} is unreachable ({exc})")
+                self._fail(f"worker rank {identity.decode()} is unreachable ({exc})")
                 self.check()
 
     def check(self) -> None:
@@ -235,7 +277,7 @@ class WorkerGroup:
         while self.failure is None and time.monotonic() < deadline:  # the watcher may not have seen it yet
             time.sleep(0.05)
         if self.failure is None:
-            self._fail(f"a tensor-parallel step failed: {type(exc).__name__}: {exc}")
+            self._fail(f"a step failed: {type(exc).__name__}: {exc}")
         return WorkerFailedError(self.failure)
 
     # -- failures --------------------------------------------------------------------------------
@@ -244,16 +286,24 @@ class WorkerGroup:
             try:
                 if self.errors.poll(WATCH_MS):
                     rank, text = msgspec.msgpack.decode(self.errors.recv())
-                    self._fail(f"tensor-parallel rank {rank} failed: {text}")
+                    self._fail(f"{self.rank_name(rank)} failed: {text}")
             except zmq.ZMQError:
                 return  # closed by shutdown
             for rank, proc in self.procs.items():
                 if proc.exitcode is not None and not self._closed:
-                    self._fail(f"tensor-parallel rank {rank} (pid {proc.pid}) exited {_exit_reason(proc.exitcode)}")
+                    self._fail(f"{self.rank_name(rank)} (pid {proc.pid}) exited {_exit_reason(proc.exitcode)}")
             stuck = self.busy_since is not None and self.failure is not None
             if stuck and time.monotonic() - max(self.busy_since, self._failed_at) > FAIL_GRACE_S:
                 logger.critical("%s; the driver is stuck in a collective with it: exiting", self.failure)
                 os._exit(1)
+
+    def rank_name(self, rank: int) -> str:
+        """How errors name a rank: ``tensor-parallel rank 1``, or with pipeline stages ``rank 3 (pipeline stage 1,
+        tensor-parallel rank 1)``."""
+        if self.stages == 1:
+            return f"tensor-parallel rank {rank}"
+        tp_size = self.world_size // self.stages
+        return f"rank {rank} (pipeline stage {rank // tp_size}, tensor-parallel rank {rank % tp_size})"
 
     def _fail(self, reason: str) -> None:
         if self.failure is not None or self._closed:
@@ -288,8 +338,8 @@ class WorkerGroup:
                 proc.join(3)
         if self._watcher is not None:
             self._watcher.join(1)
-        self.steps.close(0)
-        self.errors.close(0)
+        for sock in (self.steps, self.errors, self.results):
+            sock.close(0)
         self.context.term()
 
 

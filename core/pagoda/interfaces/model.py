@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable
 import torch
 from torch import nn
 
-from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, WHOLE, PipelineParallel, TensorParallel
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -24,13 +24,24 @@ if TYPE_CHECKING:
 @dataclass
 class BuildContext:
     """What a model needs at construction: dtype, the linear-layer method, kernels, attention,
-    and the tensor-parallel rank its layers shard for (one rank of one by default)."""
+    the tensor-parallel rank its layers shard for (one rank of one by default) and the pipeline
+    stage whose layers it builds (all of them by default)."""
 
     dtype: torch.dtype
     quant_method: "QuantizationMethod"
     ops: "CustomOps"
     attention: "AttentionBackend"
     tp: TensorParallel = SINGLE
+    pp: PipelineParallel = WHOLE
+
+
+@dataclass
+class IntermediateTensors:
+    """What a pipeline stage other than the last returns and the next one starts from: the hidden states
+    and the residual stream after its last layer (``[num_tokens, hidden_size]`` each)."""
+
+    hidden: torch.Tensor
+    residual: torch.Tensor
 
 
 @dataclass
@@ -41,6 +52,7 @@ class ForwardContext:
     kv_caches: list[torch.Tensor] = field(default_factory=list)
     token_type_ids: torch.Tensor | None = None  # [num_tokens] int64 segment ids of text pairs (BERT); None: all 0
     multimodal: "MultimodalEmbeddings | None" = None  # the step's image rows to merge (multimodal models)
+    intermediate: IntermediateTensors | None = None  # pipeline stages after the first: what the stage before sent
 
 
 class CausalLM(nn.Module, ABC):
@@ -48,7 +60,14 @@ class CausalLM(nn.Module, ABC):
 
     ``__init__(hf_config, ctx)`` builds the layers from :mod:`pagoda.layers` (each linear layer
     delegates to ``ctx.quant_method``, each attention layer to ``ctx.attention``).
+
+    A family with ``supports_pipeline_parallel`` builds only ``ctx.pp``'s decoder layers (the others as
+    :class:`pagoda.layers.pipeline.MissingLayer`, whose checkpoint tensors are skipped), the embedding only on
+    the first stage and the final norm and LM head only on the last; ``forward`` on a stage before the last
+    returns :class:`IntermediateTensors`, and a stage after the first starts from ``fwd.intermediate``.
     """
+
+    supports_pipeline_parallel: ClassVar[bool] = False
 
     @abstractmethod
     def __init__(self, hf_config: "PretrainedConfig", ctx: BuildContext) -> None:
@@ -61,7 +80,8 @@ class CausalLM(nn.Module, ABC):
         positions: torch.Tensor,  # [num_tokens] int64
         fwd: ForwardContext,
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        """Run the decoder; returns final hidden states (after the last norm)."""
+        """Run the decoder; returns final hidden states (after the last norm), or on a pipeline stage before
+        the last its :class:`IntermediateTensors`."""
 
     @abstractmethod
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""TensorParallel: one rank's view of its tensor-parallel group, and the collectives layers use.
+"""TensorParallel: one rank's view of its tensor-parallel group, and the collectives layers use;
+PipelineParallel: its pipeline stage (which decoder layers it holds) and the sends between stages.
 
 Layers receive it through ``BuildContext.tp``. With ``size == 1`` (the default, :data:`SINGLE`)
 every collective returns its input untouched: a single-device engine runs no distributed code.
@@ -90,7 +91,7 @@ class TensorParallel:
     def broadcast(self, x: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Rank ``src``'s ``x`` on every rank, in place (the sampled tokens come from rank 0)."""
         if self.size > 1:
-            dist.broadcast(x, src=src, group=self.group)
+            dist.broadcast(x, group=self.group, group_src=src)  # src: a rank of this group, not of the world
         return x
 
     def max_floats(self, values: list[float], device: torch.device) -> list[float]:
@@ -103,14 +104,55 @@ class TensorParallel:
 
     def min_int(self, value: int, device: torch.device) -> int:
         """The smallest ``value`` over the ranks (e.g. KV cache blocks: every rank holds as many)."""
-        if self.size == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.int64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.group)
-        return int(t.item())
+        return _min_over(self.group, value, device) if self.size > 1 else value
 
 
 SINGLE = TensorParallel()
+
+
+@dataclass(frozen=True)
+class PipelineParallel:
+    """Stage ``rank`` of ``size`` pipeline stages: it holds decoder layers ``[start_layer, end_layer)`` (the first
+    stage also the embedding, the last the final norm and the LM head) and hands its last layer's hidden states
+    and residual to the same tensor-parallel rank of the next stage (``next_peer``, a global rank) over
+    torch.distributed point-to-point sends. With ``size == 1`` (the default, :data:`WHOLE`) it holds every layer
+    and sends nothing. ``world`` is the group every rank of the engine belongs to."""
+
+    rank: int = 0
+    size: int = 1
+    start_layer: int = 0
+    end_layer: int | None = None  # None: through the last layer
+    prev_peer: int | None = None
+    next_peer: int | None = None
+    world: Any = None
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank == self.size - 1
+
+    def layers(self, num_layers: int) -> range:
+        """The indices of the decoder layers this stage holds, of a model of ``num_layers``."""
+        return range(self.start_layer, num_layers if self.end_layer is None else self.end_layer)
+
+    def send(self, tensors: list[torch.Tensor]) -> list[Any]:
+        """Start sending ``tensors`` (contiguous) to the next stage; the works to wait on before they change."""
+        return [dist.isend(t, dst=self.next_peer) for t in tensors]
+
+    def recv(self, tensors: list[torch.Tensor]) -> None:
+        """Fill ``tensors`` with what the previous stage sent (on NCCL: the current stream waits for them)."""
+        for work in [dist.irecv(t, src=self.prev_peer) for t in tensors]:
+            work.wait()
+
+    def min_int(self, value: int, device: torch.device) -> int:
+        """The smallest ``value`` over every rank of the engine (KV cache blocks: every stage holds as many)."""
+        return _min_over(self.world, value, device) if self.size > 1 else value
+
+
+WHOLE = PipelineParallel()
 
 
 def join_world(platform, rank: int, size: int, fast_all_reduce: bool = True) -> TensorParallel:
@@ -119,4 +161,27 @@ def join_world(platform, rank: int, size: int, fast_all_reduce: bool = True) -> 
     for small messages, if it has one."""
     group = dist.group.WORLD
     return TensorParallel(rank, size, group, platform.fast_all_reduce(group, size) if fast_all_reduce else None)
+
+
+def join_groups(platform, rank: int, tp_size: int, pp_size: int,
+                fast_all_reduce: bool = True) -> tuple[TensorParallel, PipelineParallel]:
+    """This rank's tensor-parallel group and pipeline stage, for a world of ``pp_size x tp_size`` ranks where
+    global rank ``r`` is tensor-parallel rank ``r % tp_size`` of stage ``r // tp_size`` (every rank calls this
+    together). One stage: the world is the tensor-parallel group, as :func:`join_world`."""
+    if pp_size == 1:
+        return join_world(platform, rank, tp_size, fast_all_reduce), WHOLE
+    stage, tp_rank = divmod(rank, tp_size)
+    groups = [dist.new_group(list(range(s * tp_size, (s + 1) * tp_size))) for s in range(pp_size)]  # all, in order
+    group = groups[stage]
+    fast = platform.fast_all_reduce(group, tp_size) if fast_all_reduce and tp_size > 1 else None
+    prev_peer = rank - tp_size if stage > 0 else None
+    next_peer = rank + tp_size if stage < pp_size - 1 else None
+    return (TensorParallel(tp_rank, tp_size, group, fast),
+            PipelineParallel(stage, pp_size, prev_peer=prev_peer, next_peer=next_peer, world=dist.group.WORLD))
+def _min_over(group: Any, value: int, device: torch.device) -> int:
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return int(t.item())
+
+
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.12

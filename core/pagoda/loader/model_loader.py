@@ -56,9 +56,10 @@ def load_model(
         model = model_cls(hf_config, ctx)
     with torch.no_grad():
         if fmt == "dummy":
-            fill_dummy_weights(model, DUMMY_SEED + ctx.tp.rank)
-        else:  # tensor-parallel ranks read only their slices (lazily, where the format allows)
-            load_checkpoint(model, checkpoint_reader(source, fmt, hf_config, lazy=ctx.tp.size > 1), progress)
+            fill_dummy_weights(model, DUMMY_SEED + ctx.tp.rank + 1000 * ctx.pp.rank)
+        else:  # tensor-parallel ranks read only their slices, pipeline stages only their layers (lazily, where the
+            lazy = ctx.tp.size > 1 or ctx.pp.size > 1  # format allows)
+            load_checkpoint(model, checkpoint_reader(source, fmt, hf_config, lazy=lazy), progress)
         process_weights_after_loading(model)
     return model.to(device).eval()
 

@@ -13,12 +13,13 @@ from typing import Any, Callable, ClassVar, Iterable
 import torch
 from torch import nn
 
-from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext
+from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext, IntermediateTensors
 from pagoda.layers.activation import gated_activation
 from pagoda.layers.attention import Attention
 from pagoda.layers.embedding import LMHead, VocabEmbedding
 from pagoda.layers.linear import Linear, MergedLinear, QKVLinear
 from pagoda.layers.norm import RMSNorm
+from pagoda.layers.pipeline import on_stage, stage_layers
 from pagoda.layers.rotary import RotaryEmbedding, rope_config_from_hf
 from pagoda.models import spec
 from pagoda.models.weights import Experts, Stacked, WeightMapper
@@ -137,33 +138,43 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """Embedding, the decoder layers and the final norm (HF's ``model.`` prefix)."""
+    """Embedding, the decoder layers and the final norm (HF's ``model.`` prefix); on a pipeline stage
+    (``ctx.pp``) only that stage's part of them (:mod:`pagoda.layers.pipeline`)."""
 
     def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp,
                  rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype, ctx.tp, ctx.ops)
+        pp = self.pp = ctx.pp
+        self.embed_tokens = on_stage(pp.is_first, lambda: VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype,
+                                                                          ctx.tp, ctx.ops))
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
         self.rotary_emb = rotary = rotary or RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
-        self.layers = nn.ModuleList(
-            DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)) for i in range(n)
-        )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
-        next_norms = [*(layer.input_layernorm for layer in self.layers[1:]), self.norm]
-        for layer, next_norm in zip(self.layers, next_norms):  # each MLP's sum moves into the norm after it
-            next_norm.take_all_reduce_of(layer.mlp, ctx.tp)
+        self.layers = stage_layers(n, pp, lambda i: DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)))
+        self.own_layers = [self.layers[i] for i in pp.layers(n)]
+        self.norm = on_stage(pp.is_last, lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype))
+        # each MLP's sum moves into the norm after it (the stage's last MLP sums itself where the next stage has it)
+        next_norms = [*(layer.input_layernorm for layer in self.own_layers[1:]), self.norm if pp.is_last else None]
+        for layer, next_norm in zip(self.own_layers, next_norms):
+            if next_norm is not None:
+                next_norm.take_all_reduce_of(layer.mlp, ctx.tp)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The token embeddings the first layer takes: ``[T]`` -> ``[T, hidden]``."""
         return self.embed_tokens(input_ids)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext,
-                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """``inputs_embeds`` (``[T, hidden]``, e.g. with image rows merged) replaces ``embed(input_ids)``."""
-        x, residual = (self.embed(input_ids) if inputs_embeds is None else inputs_embeds), None  # [T, hidden]
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor | IntermediateTensors:
+        """``inputs_embeds`` (``[T, hidden]``, e.g. with image rows merged) replaces ``embed(input_ids)``. A
+        pipeline stage after the first starts from ``fwd.intermediate``; one before the last returns its own."""
+        if self.pp.is_first:
+            x, residual = (self.embed(input_ids) if inputs_embeds is None else inputs_embeds), None  # [T, hidden]
+        else:
+            x, residual = fwd.intermediate.hidden, fwd.intermediate.residual  # [T, hidden] each
         positions = self.rotary_emb.rope_positions(positions, fwd.metadata)  # LongRoPE: maybe its long rows
-        for layer in self.layers:
+        for layer in self.own_layers:
             x, residual = layer(positions, x, residual, fwd)
+        if not self.pp.is_last:
+            return IntermediateTensors(x, residual)
         x, _ = self.norm(x, residual)
         return x
 
@@ -182,15 +193,17 @@ class LlamaForCausalLM(CausalLM):
     experts: ClassVar[Experts] = {}  # MoE families: expert projection name -> gate/up/down (see weights.py)
     renames: ClassVar[dict[str, str]] = {}  # checkpoint name fragment -> Pagoda's
 
+    supports_pipeline_parallel: ClassVar[bool] = True
+
     def __init__(self, hf_config: Any, ctx: BuildContext) -> None:
         super().__init__(hf_config, ctx)
         self.config = hf_config
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp,
                                   self.build_rotary(hf_config, ctx))
-        tied = self.model.embed_tokens if self.tied else None
-        self.lm_head = LMHead(hf_config.vocab_size, hf_config.hidden_size, ctx.dtype, tied=tied, tp=ctx.tp,
-                              ops=ctx.ops)
+        tied = self.model.embed_tokens if self.tied and ctx.pp.is_first else None  # else its own copy (last stage)
+        self.lm_head = on_stage(ctx.pp.is_last, lambda: LMHead(hf_config.vocab_size, hf_config.hidden_size,
+                                                               ctx.dtype, tied=tied, tp=ctx.tp, ops=ctx.ops))
 
     @classmethod
     def decoder_options(cls, hf_config: Any) -> DecoderOptions:
@@ -214,9 +227,12 @@ class LlamaForCausalLM(CausalLM):
         return self.lm_head(hidden)  # [n, vocab] float32
 
     def weight_mapper(self) -> WeightMapper:
-        ignore = ("lm_head.weight",) if self.tied else ()
+        renames = self.renames
+        if self.tied and isinstance(self.lm_head, LMHead) and not self.lm_head.tied:  # the last of several stages
+            renames = {**renames, "model.embed_tokens.weight": "lm_head.weight"}
+        ignore = ("lm_head.weight",) if self.tied else ()  # tied: the embedding's tensor fills it
         return WeightMapper(self, self.stacked, skip=self.skip_weights, ignore=ignore, experts=self.experts,
-                            renames=self.renames)
+                            renames=renames)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return self.weight_mapper().load(weights)

@@ -130,3 +130,25 @@ def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size:
         logits_soft_cap=attention_soft_cap(hf_config),
         mixed_windows=has_mixed_windows(hf_config),
     )
+
+
+def pipeline_stages(hf_config: Any, pp_size: int, partition: list[int] | None = None) -> list[tuple[int, int]]:
+    """The decoder layers ``[start, end)`` of each of ``pp_size`` pipeline stages: ``partition`` (layers per
+    stage, in order) if given, else an even split. ValueError naming the sizes when they do not fit."""
+    n = num_kv_cache_layers(hf_config)
+    if partition is not None:
+        if len(partition) != pp_size or min(partition) < 1 or sum(partition) != n:
+            raise ValueError(f"pp_layer_partition {','.join(map(str, partition))} must give each of the "
+                             f"{pp_size} pipeline stages at least one layer and sum to num_hidden_layers ({n})")
+        counts = list(partition)
+    elif pp_size > n:
+        raise ValueError(f"pipeline_parallel_size {pp_size} exceeds num_hidden_layers ({n}): every stage needs a "
+                         f"layer; use a pipeline_parallel_size of at most {n}")
+    elif n % pp_size:
+        example = ",".join(str(n // pp_size + (i < n % pp_size)) for i in range(pp_size))
+        raise ValueError(f"pipeline_parallel_size {pp_size} does not divide num_hidden_layers ({n}); split the "
+                         f"layers yourself with pp_layer_partition (--pp-layer-partition {example})")
+    else:
+        counts = [n // pp_size] * pp_size
+    ends = [sum(counts[: i + 1]) for i in range(pp_size)]
+    return [(end - count, end) for end, count in zip(ends, counts)]

@@ -24,6 +24,7 @@ from torch import nn
 from pagoda.errors import ModelLoadError
 from pagoda.layers.attention import Attention, kv_scale_target
 from pagoda.layers.linear import LinearBase, copy_checked
+from pagoda.layers.pipeline import is_missing, missing_paths
 
 Stacked = dict[str, tuple[str, str]]  # checkpoint module name -> (fused module name, shard id)
 Experts = dict[str, str]  # checkpoint projection name inside experts.<e> -> "gate" | "up" | "down"
@@ -43,6 +44,7 @@ class WeightMapper:
         self.skip = tuple(skip)  # substrings of names that carry nothing to load (e.g. rotary caches)
         self.ignore = set(ignore)  # exact names to drop (e.g. lm_head.weight when tied)
         self.modules = dict(model.named_modules())
+        self.missing = missing_paths(model)  # layers another pipeline stage holds: their tensors are skipped
         self.shards_of = _shards_of(stacked)
         self.received: dict[str, set[str | None]] = {}
 
@@ -57,6 +59,8 @@ class WeightMapper:
         if name in self.ignore or any(s in name for s in self.skip):
             return
         name = self.rename(name)
+        if is_missing(name, self.missing):
+            return
         if not self._load_kv_scale(name, tensor):
             self.load_one(name, tensor)
 

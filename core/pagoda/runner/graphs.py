@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from pagoda.config import EngineConfig
 from pagoda.runner.batch import Shapes, StepInputs, layout, step_inputs, views
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
-from pagoda.interfaces.model import CausalLM, ForwardContext
+from pagoda.interfaces.model import CausalLM, ForwardContext, IntermediateTensors
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
 
@@ -38,10 +38,14 @@ def decode_shapes(size: int, width: int) -> Shapes:
 
 class DecodeGraphs:
     def __init__(self, model: CausalLM, attention: AttentionBackend, platform: Platform,
-                 kv_caches: list[torch.Tensor], block_size: int, max_model_len: int, max_num_seqs: int) -> None:
+                 kv_caches: list[torch.Tensor], block_size: int, max_model_len: int, max_num_seqs: int,
+                 link=None) -> None:
         self.model, self.attention, self.platform, self.kv_caches = model, attention, platform, kv_caches
         self.block_size, self.max_model_len = block_size, max_model_len
         self.sizes = [s for s in CAPTURE_SIZES if s <= max_num_seqs] or [1]
+        # a pipeline stage after the first (``link``: its runner.pipeline.StageLink) starts from the activations
+        # the stage before sent: received into these static rows before a replay
+        self.intermediate = link.buffers(self.sizes[-1]) if link is not None else None
         self.width = -(-max_model_len // block_size)  # block-table columns, fixed for every replay
         # One static device buffer and two host mirrors (pinned where the platform can), used in
         # turn: a step padded to ``size`` is written into a mirror in decode_shapes(size, width)
@@ -73,7 +77,8 @@ class DecodeGraphs:
                     slot_mapping=t["slot_mapping"], block_tables=t["block_tables"], query_start_loc=t["query_start_loc"],
                     seq_lens=t["seq_lens"], max_query_len=1, max_seq_len=self.max_model_len, num_decodes=size,
                 )
-                fwd = ForwardContext(self.attention.prepare(meta), self.kv_caches)
+                fwd = ForwardContext(self.attention.prepare(meta), self.kv_caches,
+                                     intermediate=self.intermediate_inputs(size))
                 run = lambda t=t, fwd=fwd: self.model(t["input_ids"], t["positions"], fwd)  # noqa: E731
                 run()  # warm-up: kernel compilation and workspaces happen outside the capture
                 self.platform.synchronize()
@@ -121,6 +126,12 @@ class DecodeGraphs:
             offsets, self._nbytes[size] = layout(shapes)
             self._host[mirror, size] = {k: v.numpy() for k, v in views(self.mirrors[mirror], shapes, offsets).items()}
         return self._host[mirror, size]
+
+    def intermediate_inputs(self, size: int) -> IntermediateTensors | None:
+        """The static activations a graph of ``size`` starts from (a pipeline stage after the first), or None."""
+        if self.intermediate is None:
+            return None
+        return IntermediateTensors(self.intermediate.hidden[:size], self.intermediate.residual[:size])
 
     def replay(self, size: int) -> torch.Tensor:
         """Hidden states ``[size, hidden]`` of the step staged at ``size``."""

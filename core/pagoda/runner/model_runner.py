@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
-from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, WHOLE, PipelineParallel, TensorParallel
 from pagoda.runner.batch import StepInputs, pack_host_inputs, stage
 from pagoda.runner.features import StepFeature, StepGraphs, overriding
+from pagoda.runner.pipeline import StageLink
 from pagoda.request import Request
 from pagoda.sampling.sampler import DeviceSample, Sampler, SamplerOutput, SamplingRow, prompt_logprobs
 from pagoda.interfaces.attention import AttentionBackend
@@ -53,6 +55,7 @@ class ModelRunner:
         seed: int,
         tp: TensorParallel = SINGLE,
         features: list[StepFeature] = (),
+        pp: PipelineParallel = WHOLE,
     ) -> None:
         self.model = model
         self.attention = attention
@@ -61,14 +64,17 @@ class ModelRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.tp = tp  # every rank runs the same steps; the tokens sampled on rank 0 are the step's
+        self.pp = pp  # a pipeline stage: activations from the stage before, to the stage after; the last samples
+        self.link = (StageLink(pp, model.config.hidden_size, attention.spec.dtype, self.device, tp.rank)
+                     if pp.size > 1 else None)
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
         self.step_graphs: list[StepGraphs] = []  # the decode graphs and the features' graphs, tried in order
         self.features = list(features)  # pagoda.runner.features: guided decoding, pooling, verifying drafts, ...
-        self._prepares, self._runs, self._readers, self._samplers, self.masks, self._releases = (
+        self._begins, self._prepares, self._runs, self._readers, self._samplers, self.masks, self._releases = (
             overriding(self.features, hook) for hook in
-            ("prepare_inputs", "run_step", "after_forward", "sample_step", "start_masks", "release"))
+            ("begin_step", "prepare_inputs", "run_step", "after_forward", "sample_step", "start_masks", "release"))
         self._unsampled: PendingStep | None = None  # a launched masked step whose sampling waits for its mask
         self._late_releases: list[str] = []  # requests finished while that step was unsampled (it still samples them)
 
@@ -78,7 +84,7 @@ class ModelRunner:
         from pagoda.runner.graphs import DecodeGraphs
 
         self.graphs = DecodeGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
-                                   max_model_len, max_num_seqs)
+                                   max_model_len, max_num_seqs, self.link if not self.pp.is_first else None)
         self.graphs.capture()
         for feature in self.features:
             feature.capture_graphs(self, max_model_len, max_num_seqs)
@@ -108,6 +114,10 @@ class ModelRunner:
         return before its sampling is queued, which waits for the mask (:meth:`PendingStep.queue_sampling`,
         called before the next forward pass at the latest).
         """
+        for feature in self._begins:  # e.g. a KV connector's loads, beside the steps that follow
+            feature.begin_step(self, out, block_tables)
+        if not out.requests:  # a step of KV transfers only
+            return PendingStep([], None, lambda: [], {})
         inputs = self._inputs(out, block_tables)
         with self.platform.inference_context():
             if self._unsampled is not None:  # the step before samples first: this forward pass may read its tokens
@@ -123,6 +133,8 @@ class ModelRunner:
             hidden = self._forward(inputs)  # [num_tokens (or the padded graph size), hidden]
             for feature in self._readers:  # e.g. an EAGLE proposer reads them
                 feature.after_forward(self, out, hidden, inputs.query_starts)
+            if not self.pp.is_last:  # the last stage samples; the engine core reads its tokens from there
+                return PendingStep([out.requests[i] for i in inputs.sample_rows], None, None, {})
             prompt_lps: dict = {}
             self._prompt_logprobs(out, hidden, inputs.query_starts, prompt_lps)
             if not inputs.sample_rows:
@@ -203,11 +215,29 @@ class ModelRunner:
         return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
+        """The step's hidden states (on a pipeline stage before the last: what it sent the next stage)."""
+        link = self.link
+        if link is not None:
+            link.wait_sends()  # a replay writes the outputs the last send may still read
         if inputs.graph_size is not None:
-            return (inputs.graphs or self.graphs).replay(inputs.graph_size)
-        metadata = self.attention.prepare(inputs.metadata)
-        fwd = ForwardContext(metadata, self.kv_caches, multimodal=inputs.multimodal)
-        return self.model(inputs.input_ids, inputs.positions, fwd)
+            graphs = inputs.graphs or self.graphs
+            if link is not None and not self.pp.is_first:
+                link.receive(inputs.graph_size, graphs.intermediate_inputs(inputs.graph_size))
+            start = time.monotonic()
+            hidden = graphs.replay(inputs.graph_size)
+        else:
+            metadata = self.attention.prepare(inputs.metadata)
+            fwd = ForwardContext(metadata, self.kv_caches, multimodal=inputs.multimodal)
+            if link is not None and not self.pp.is_first:
+                fwd.intermediate = link.receive(inputs.input_ids.shape[0])
+            start = time.monotonic()
+            hidden = self.model(inputs.input_ids, inputs.positions, fwd)
+        if link is not None:
+            if link.trace is not None:
+                link.trace.record(start)
+            if not self.pp.is_last:
+                link.send(hidden)
+        return hidden
 
     def release(self, request_id: str) -> None:
         """Forget per-request state (its seeded generator, cached sampling tensors, grammar matcher)

@@ -15,7 +15,8 @@ import math
 import torch
 
 from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata
-from pagoda.interfaces.model import CausalLM, ForwardContext
+from pagoda.interfaces.model import CausalLM, ForwardContext, IntermediateTensors
+from pagoda.interfaces.parallel import WHOLE, PipelineParallel
 from pagoda.interfaces.platform import Platform
 from pagoda.runner.encoder_profile import EncoderProfile
 
@@ -30,9 +31,11 @@ def profile_activation_bytes(
     num_layers: int,
     max_model_len: int,
     encoder: EncoderProfile | None = None,
+    pp: PipelineParallel = WHOLE,
 ) -> int:
     """Peak device bytes one step of the largest batch needs beyond weights and KV cache (``encoder``: the
-    vision encoder's part, for a vision-language model)."""
+    vision encoder's part, for a vision-language model; ``pp``: the pipeline stage ``model`` holds, which
+    starts from zero activations unless it is the first and computes logits only if it is the last)."""
     num_tokens = max(1, max_num_batched_tokens)
     num_seqs = max(min(max_num_seqs, num_tokens), math.ceil(num_tokens / max(1, max_model_len)))
     cache_bytes = 0
@@ -42,13 +45,14 @@ def profile_activation_bytes(
         device = platform.device()
         metadata = dummy_prefill_metadata(num_tokens, num_seqs, block_size, device)
         blocks = int(metadata.block_tables.max()) + 1
-        caches = [torch.empty(attention.kv_cache_shape(blocks), dtype=attention.spec.cache_dtype, device=device)
-                  for _ in range(num_layers)]
+        own = pp.layers(num_layers)
+        caches = [torch.empty(attention.kv_cache_shape(blocks if i in own else 0), dtype=attention.spec.cache_dtype,
+                              device=device) for i in range(num_layers)]
         cache_bytes = sum(c.numel() * c.element_size() for c in caches)
         with platform.inference_context():
             held = encoder.hold(model, device) if encoder is not None else []  # noqa: F841 - kept to the end
-            hidden = dummy_forward(model, attention, metadata, caches, device)
-            if hasattr(model, "compute_logits"):  # pooling models (encoders) have no LM head
+            hidden = dummy_forward(model, attention, metadata, caches, device, pp)
+            if hasattr(model, "compute_logits") and pp.is_last:  # pooling models (encoders) have no LM head
                 rows = torch.arange(max_num_seqs, device=device) % num_tokens  # the sampler's rows
                 torch.log_softmax(model.compute_logits(hidden[rows]), dim=-1)
 
@@ -79,10 +83,18 @@ def dummy_prefill_metadata(num_tokens: int, num_seqs: int, block_size: int, devi
 
 
 def dummy_forward(model: CausalLM, attention: AttentionBackend, metadata: AttentionMetadata,
-                  kv_caches: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """The hidden states of one forward pass over ``metadata`` (from ``dummy_prefill_metadata``), token ids 0."""
-    input_ids = torch.zeros(int(metadata.slot_mapping.shape[0]), dtype=torch.int64, device=device)
-    return model(input_ids, _positions(metadata).to(device), ForwardContext(attention.prepare(metadata), kv_caches))
+                  kv_caches: list[torch.Tensor], device: torch.device, pp: PipelineParallel = WHOLE) -> torch.Tensor:
+    """The hidden states of one forward pass over ``metadata`` (from ``dummy_prefill_metadata``), token ids 0
+    (a pipeline stage after the first: zero activations in)."""
+    num_tokens = int(metadata.slot_mapping.shape[0])
+    input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
+    fwd = ForwardContext(attention.prepare(metadata), kv_caches)
+    if not pp.is_first:
+        shape, dtype = (num_tokens, model.config.hidden_size), attention.spec.dtype
+        fwd.intermediate = IntermediateTensors(torch.zeros(shape, dtype=dtype, device=device),
+                                               torch.zeros(shape, dtype=dtype, device=device))
+    hidden = model(input_ids, _positions(metadata).to(device), fwd)
+    return hidden.hidden if isinstance(hidden, IntermediateTensors) else hidden
 
 
 def _positions(metadata: AttentionMetadata) -> torch.Tensor:

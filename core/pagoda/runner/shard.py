@@ -17,9 +17,9 @@ import torch
 from pagoda.config import EngineConfig, step_token_budget
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces import AttentionBackend, BuildContext, CausalLM, Platform
-from pagoda.interfaces.parallel import SINGLE, TensorParallel
+from pagoda.interfaces.parallel import SINGLE, WHOLE, PipelineParallel, TensorParallel
 from pagoda.loader import ModelSource, load_model
-from pagoda.models.spec import attention_spec, num_kv_cache_layers
+from pagoda.models.spec import attention_spec, num_kv_cache_layers, pipeline_stages
 from pagoda.plugins import get_plugin_manager
 from pagoda.quantization.select import resolve_quantization
 from pagoda.runner.encoder_profile import encoder_profile
@@ -32,7 +32,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 @dataclass
 class ModelShard:
-    """What each tensor-parallel rank builds: its part of the model and its KV cache."""
+    """What each rank builds: its part of the model (its tensor-parallel shard of its pipeline stage's layers)
+    and its KV cache (of those layers)."""
 
     dtype: torch.dtype
     max_model_len: int
@@ -42,6 +43,7 @@ class ModelShard:
     model: CausalLM
     kv_caches: list[torch.Tensor]
     num_blocks: int
+    pp: PipelineParallel = WHOLE  # the stage, with its layers
 
 
 def select_platform(config: EngineConfig) -> Platform:
@@ -78,9 +80,10 @@ def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
 
 
 def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSource, hf_config,
-                      tp: TensorParallel = SINGLE) -> ModelShard:
+                      tp: TensorParallel = SINGLE, pp: PipelineParallel = WHOLE) -> ModelShard:
     """Attention backend, quantization method, this rank's weights and KV cache (every rank runs this)."""
     plugins = get_plugin_manager()
+    pp = stage_layers_of(config, hf_config, pp)
     dtype = resolve_dtype(config, hf_config, platform)
     max_model_len = resolve_max_model_len(config, hf_config)
     model_cls = model_class(hf_config)
@@ -94,21 +97,30 @@ def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSou
     methods = plugins.registry("quantization")
     quant_name, _ = methods.select(resolve_quantization(config.quantization, hf_config), platform=platform)
     quant = methods.create(quant_name, getattr(hf_config, "quantization_config", None))
-    ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp)
+    ctx = BuildContext(dtype=dtype, quant_method=quant, ops=platform.custom_ops(), attention=attention, tp=tp, pp=pp)
     with methods.blame(quant_name, "bind_ops()"):
         quant.bind_ops(ctx.ops)
-    model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=tp.rank == 0)
+    lead = tp.rank == 0 and pp.is_first  # the rank that reports
+    model = load_model(source, hf_config, ctx, model_cls, config.load_format, platform.device(), progress=lead)
     tuned = ctx.ops.tune(model, tp)
-    if tuned and tp.rank == 0:
+    if tuned and lead:
         logger.info("%s", tuned)
     kv_caches, num_blocks = allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model, tp,
-                                              str(source.path))
+                                              str(source.path), pp)
     capacity = num_blocks * config.block_size
     if capacity < max_model_len:
-        if tp.rank == 0:
+        if lead:
             logger.warning("The KV cache holds %d tokens; max_model_len lowered from %d to fit", capacity, max_model_len)
         max_model_len = capacity
-    return ModelShard(dtype, max_model_len, attention, attention_name, quant_name, model, kv_caches, num_blocks)
+    return ModelShard(dtype, max_model_len, attention, attention_name, quant_name, model, kv_caches, num_blocks, pp)
+
+
+def stage_layers_of(config: EngineConfig, hf_config, pp: PipelineParallel) -> PipelineParallel:
+    """``pp`` with its decoder layers (``config.pp_layer_partition``, else an even split)."""
+    if pp.size == 1:
+        return pp
+    start, end = pipeline_stages(hf_config, pp.size, config.pp_layer_partition)[pp.rank]
+    return dataclasses.replace(pp, start_layer=start, end_layer=end)
 
 
 def model_class(hf_config) -> type[CausalLM]:
@@ -123,35 +135,38 @@ def model_class(hf_config) -> type[CausalLM]:
 
 
 def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, model=None, tp: TensorParallel = SINGLE,
-                      model_path: str | None = None):
+                      model_path: str | None = None, pp: PipelineParallel = WHOLE):
     """Size the cache from the platform's budget (capped at what max_num_seqs full sequences use);
-    returns the per-layer cache tensors and the number of blocks.
+    returns the per-layer cache tensors and the number of blocks. A pipeline stage holds caches for its
+    own layers only (the other layers' entries are empty tensors of zero blocks).
 
     The budget leaves room for the activations of the largest step, measured with ``model`` (and for a
     vision-language model, its encoder on the largest images, read through ``model_path``'s processor).
-    Tensor-parallel ranks agree on the smallest block count (the scheduler hands out block ids).
+    All ranks agree on the smallest block count (the scheduler hands out block ids for every stage).
     """
     layers = num_kv_cache_layers(hf_config)
+    own = pp.layers(layers)
     cache_dtype = attention.spec.cache_dtype  # an FP8 cache holds twice the tokens of a 16-bit one
-    per_block = layers * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=cache_dtype).element_size()
+    per_block = len(own) * math.prod(attention.kv_cache_shape(1)) * torch.tensor([], dtype=cache_dtype).element_size()
     activation_bytes = 0
     if model is not None and config.kv_cache_memory is None:
         budget_tokens = step_token_budget(config, max_model_len)
         encoder = (encoder_profile(config, model, model_path, hf_config, budget_tokens, max_model_len)
                    if model_path else None)
         activation_bytes = profile_activation_bytes(model, attention, platform, budget_tokens, config.max_num_seqs,
-                                                    config.block_size, layers, max_model_len, encoder)
+                                                    config.block_size, layers, max_model_len, encoder, pp)
     budget = platform.kv_cache_bytes(config.kv_cache_memory, config.gpu_memory_utilization, activation_bytes)
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     if config.runner == "pooling":  # blocks are one step's scratch: the largest step's worth suffices
         step_tokens = step_token_budget(config, max_model_len)
         useful = min(useful, -(-step_tokens // config.block_size) + config.max_num_seqs)
-    num_blocks = tp.min_int(min(budget // per_block, useful), platform.device())
+    num_blocks = pp.min_int(tp.min_int(min(budget // per_block, useful), platform.device()), platform.device())
     if num_blocks < 1:
         raise ValueError(
             f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes; "
             "raise kv_cache_memory / --gpu-memory-utilization"
         )
     device = platform.device()
-    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks), dtype=cache_dtype, device=device) for _ in range(layers)]
+    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks if i in own else 0), dtype=cache_dtype, device=device)
+                 for i in range(layers)]
     return kv_caches, num_blocks
