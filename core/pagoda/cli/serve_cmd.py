@@ -45,13 +45,13 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                         "first (0: none kept; store=true is then a 400)")
     g.add_argument("--responses-store-ttl", type=float, default=3600.0, metavar="SECONDS",
                    help="/v1/responses: seconds a stored response is kept after it finished (default 3600)")
-    _add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
-    _add_lora_args(p.add_argument_group("LoRA adapters (docs/lora.md; with --enable-lora)"))
+    add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
+    add_lora_args(p.add_argument_group("LoRA adapters (docs/lora.md; with --enable-lora)"))
     add_engine_args(p, get_plugin_manager())
     p.set_defaults(func=run)
 
 
-def _add_parser_args(g) -> None:
+def add_parser_args(g) -> None:
     manager = get_plugin_manager()
     tools = ", ".join(manager.registry("tool_parser").names()) or "none installed"
     reasoning = ", ".join(manager.registry("reasoning_parser").names()) or "none installed"
@@ -70,10 +70,12 @@ def _add_parser_args(g) -> None:
                         "the output)")
 
 
-def _add_lora_args(g) -> None:
+def add_lora_args(g, runtime_updates: bool = True) -> None:
     g.add_argument("--lora-modules", nargs="+", metavar="NAME=PATH",
                    help="LoRA adapters to load at start, each NAME=PATH (or JSON {\"name\": ..., \"path\": ...}); a "
                         "request selects one by its model field, /v1/models lists them (needs --enable-lora)")
+    if not runtime_updates:
+        return
     g.add_argument("--allow-runtime-lora-updating", action="store_true",
                    help="answer POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind --api-key), loading "
                         "adapters from folders the server can read (needs --enable-lora)")
@@ -83,7 +85,8 @@ def check_lora_args(args: argparse.Namespace, enable_lora: bool) -> list[tuple[s
     """The --lora-modules as (name, path) pairs, after checking they go with --enable-lora."""
     from pagoda.server.lora_modules import parse_lora_modules
 
-    if (args.lora_modules or args.allow_runtime_lora_updating) and not enable_lora:
+    runtime_updates = getattr(args, "allow_runtime_lora_updating", False)
+    if (args.lora_modules or runtime_updates) and not enable_lora:
         flag = "--lora-modules" if args.lora_modules else "--allow-runtime-lora-updating"
         raise ValueError(f"{flag} needs --enable-lora")
     return parse_lora_modules(args.lora_modules, served_names(args))
@@ -91,8 +94,6 @@ def check_lora_args(args: argparse.Namespace, enable_lora: bool) -> list[tuple[s
 
 def check_args(args: argparse.Namespace):
     """Validate flags and one-of-N choices before anything heavy loads; returns the EngineConfig."""
-    from pagoda.loader import resolve_model
-
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.shutdown_timeout < 0:
@@ -106,6 +107,14 @@ def check_args(args: argparse.Namespace):
                          f"{args.responses_store_size} and {args.responses_store_ttl}")
     if args.request_timeout is not None and not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be > 0 seconds (leave it out for no limit), got {args.request_timeout}")
+    return check_engine(args)
+
+
+def check_engine(args: argparse.Namespace):
+    """The EngineConfig of the engine flags, its one-of-N choices, parsers, LoRA modules and model path
+    checked (shared with ``run-batch``)."""
+    from pagoda.loader import resolve_model
+
     config = engine_config(args, args.model)
     args.lora_pairs = check_lora_args(args, config.enable_lora)
     manager = get_plugin_manager()
@@ -141,19 +150,25 @@ def run(args: argparse.Namespace) -> int:
         sock.close()
 
 
+def core_factory(args: argparse.Namespace):
+    """What builds the engine core: with --lora-modules the core loads them before it serves (a bad
+    adapter fails the start)."""
+    from pagoda.engine_core.core import EngineCore
+    from pagoda.server.lora_modules import core_with_lora_modules
+
+    if args.lora_pairs:
+        return functools.partial(core_with_lora_modules, args.lora_pairs)
+    return EngineCore.from_config
+
+
 def _serve(args: argparse.Namespace, config, sock) -> int:
     from pagoda.engine_core.client import CoreProcess, EngineStartError
-    from pagoda.engine_core.core import EngineCore
     from pagoda.multimodal.media import MediaConfig
-    from pagoda.server.lora_modules import core_with_lora_modules
     from pagoda.server.api_server import ApiServerSpec, serve_api
     from pagoda.server.launcher import run_api_processes, url_of
 
-    factory = EngineCore.from_config
-    if args.lora_pairs:  # the core loads them before it serves: a bad adapter fails the start
-        factory = functools.partial(core_with_lora_modules, args.lora_pairs)
     try:
-        core = CoreProcess(config, factory, log_level=args.log_level)  # logs "Pagoda engine: platform ..."
+        core = CoreProcess(config, core_factory(args), log_level=args.log_level)  # logs "Pagoda engine: platform ..."
     except EngineStartError as exc:
         print(f"pagoda serve: {exc}", file=sys.stderr)
         return 1
