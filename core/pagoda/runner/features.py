@@ -1,18 +1,20 @@
 """The contract between the model runner and the step features that extend its steps.
 
 A step feature (guided decoding, pooling, speculative verification, LoRA adapters, images of
-vision-language models; next KV connectors) adds to what :meth:`ModelRunner.launch` does, at fixed points of a step:
+vision-language models, KV connectors) adds to what :meth:`ModelRunner.launch` does, at fixed points of a step:
 
 1. ``capture_graphs``: once, after the runner's decode graphs: device graphs of the steps the feature
    adds (its ``step_graphs`` are then tried for each step's inputs, before the plain packing);
-2. ``prepare_inputs``: the step's device inputs are packed; the feature may change them (and set
+2. ``begin_step``: a step arrived, before anything of it is queued on the device (KV connectors start
+   their loads here); a step may hold no request at all, only ``out.kv_transfers``, and ends there;
+3. ``prepare_inputs``: the step's device inputs are packed; the feature may change them (and set
    ``inputs.multimodal``, which the model's forward pass receives as ``ForwardContext.multimodal``);
-3. ``run_step``: the feature may run the whole step instead of the runner (pooling);
-4. ``after_forward``: the step's hidden states are computed; the feature may read them;
-5. ``sample_step``: the feature may sample the step instead of the runner (verifying drafts);
-6. ``start_masks`` / ``apply_masks``: the feature may mask the logits before sampling, the mask being
+4. ``run_step``: the feature may run the whole step instead of the runner (pooling);
+5. ``after_forward``: the step's hidden states are computed; the feature may read them;
+6. ``sample_step``: the feature may sample the step instead of the runner (verifying drafts);
+7. ``start_masks`` / ``apply_masks``: the feature may mask the logits before sampling, the mask being
    filled while the host does other work (``job.running``: the runner queues the sampling later);
-7. ``release``: a request finished; the feature forgets its state.
+8. ``release``: a request finished; the feature forgets its state.
 
 Every hook is optional: the base class does nothing, and the runner calls a hook only on the features
 that override it, so a feature costs the steps nothing where it does nothing. The engine builder
@@ -63,6 +65,9 @@ class StepFeature:
 
     def capture_graphs(self, runner: "ModelRunner", max_model_len: int, max_num_seqs: int) -> None:
         """Record the feature's step graphs, if it has any (every rank, in the same order)."""
+
+    def begin_step(self, runner: "ModelRunner", out: "SchedulerOutput", block_tables: list[list[int]]) -> None:
+        """Start of a step (also of a step without requests): nothing of it is queued on the device yet."""
 
     def prepare_inputs(self, runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs") -> None:
         """Change the step's device inputs before the forward pass."""
