@@ -8,7 +8,8 @@ keys) and share one padding layout per step, made by ``prepare`` without a devic
 With ``spec.logits_soft_cap`` the scores are computed explicitly (SDPA cannot cap them).
 An FP8 cache (``--kv-cache-dtype fp8``) stores keys and values divided by the layer's scales and
 multiplies them back into the model dtype before attending (:mod:`pagoda.attention.kv_quant`): the
-reference the FP8 kernels of the other backends are tested against.
+reference the FP8 kernels of the other backends are tested against. Multi-head latent attention
+(``spec.mla``) attends over the latent rows in the absorbed form (:mod:`pagoda.attention.mla_torch`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from pagoda.attention.kv_quant import dequantize_kv
+from pagoda.attention.mla_torch import gather_rows, latent_attention, write_latent
 from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
 
@@ -30,6 +32,7 @@ class TorchAttentionBackend(AttentionBackend):
     supports_mixed_windows = True  # forward reads spec.sliding_window only
     supports_logits_soft_cap = True
     kv_cache_dtypes = ("auto", *KV_CACHE_FORMATS)  # FP8 caches: stored scaled, attended in the model dtype
+    supports_mla = True  # latent caches (DeepSeek-V2/V3): attention.mla_torch
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
@@ -45,17 +48,33 @@ class TorchAttentionBackend(AttentionBackend):
             padding = metadata.extra if isinstance(metadata.extra, Padding) else Padding.of(metadata)
             return self._attend_whole(query, key, value, padding)
         self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, *self._scales())
-        out = torch.empty_like(query)
+        return self._each_sequence(query, torch.empty_like(query), metadata,
+                                   lambda q, tables, lens, q_len: self._attend(q, kv_cache, tables, lens, q_len))
+
+    def forward_mla(self, query, latent, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        write_latent(latent, kv_cache, metadata.slot_mapping)
+        mla = self.spec.mla
+        out = query.new_empty(*query.shape[:2], mla.kv_lora_rank)  # [num_tokens, heads, kv_lora_rank]
+
+        def attend(q, tables, lens, q_len):
+            rows = gather_rows(kv_cache, tables, max(lens))  # [batch, max_len, latent_size]
+            mask = self._mask(torch.tensor(lens, device=q.device), q_len, rows.shape[1])
+            return latent_attention(q, rows, mask, self.spec.scale, mla.kv_lora_rank)
+
+        return self._each_sequence(query, out, metadata, attend)
+
+    def _each_sequence(self, query, out, metadata: AttentionMetadata, attend) -> torch.Tensor:
+        """Fill ``out`` with ``attend(q [batch, q_len, heads, d], block_tables, seq_lens, q_len)``: the decodes in
+        one batch, then each other sequence on its own."""
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens.tolist()
         d = metadata.num_decodes
         if d:
-            out[:d] = self._attend(query[:d, None], kv_cache, metadata.block_tables[:d], seq_lens[:d], 1)[:, 0]
+            out[:d] = attend(query[:d, None], metadata.block_tables[:d], seq_lens[:d], 1)[:, 0]
         for i in range(d, metadata.num_seqs):
             q = query[starts[i] : starts[i + 1]]
-            out[starts[i] : starts[i + 1]] = self._attend(
-                q[None], kv_cache, metadata.block_tables[i : i + 1], seq_lens[i : i + 1], q.shape[0]
-            )[0]
+            out[starts[i] : starts[i + 1]] = attend(q[None], metadata.block_tables[i : i + 1], seq_lens[i : i + 1],
+                                                    q.shape[0])[0]
         return out
 
     def _attend(self, q, kv_cache, block_tables, seq_lens: list[int], q_len: int) -> torch.Tensor:

@@ -21,6 +21,26 @@ KV_CACHE_FORMATS: dict[str, torch.dtype] = {
 
 
 @dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): every head attends over one shared latent row per token.
+
+    The KV cache holds, per token, the normalised compressed key/value (``kv_lora_rank`` values) followed by
+    the rotated decoupled rope key (``rope_dim`` values): ``latent_size`` values, one "head" for all query
+    heads. Queries come absorbed (each head's no-rope query multiplied through its key up-projection, so it
+    lives in the latent space, then its rotated rope query): ``latent_size`` values per head. The values are
+    the cached rows' first ``kv_lora_rank`` entries; the model applies each head's value up-projection to the
+    output afterwards."""
+
+    kv_lora_rank: int
+    rope_dim: int  # qk_rope_head_dim
+
+    @property
+    def latent_size(self) -> int:
+        """Values cached per token per layer (576 for DeepSeek-V2/V3)."""
+        return self.kv_lora_rank + self.rope_dim
+
+
+@dataclass(frozen=True)
 class AttentionSpec:
     """The per-layer shape an attention backend must support."""
 
@@ -35,6 +55,8 @@ class AttentionSpec:
     logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) before the softmax (Gemma 2/3 option)
     mixed_windows: bool = False  # some layers attend within sliding_window, the others to the whole context
     kv_cache_dtype: str = "auto"  # --kv-cache-dtype: "auto" (the cache in `dtype`) or a KV_CACHE_FORMATS name
+    # multi-head latent attention: layers call forward_mla; num_kv_heads is 1 and head_size mla.latent_size
+    mla: MLASpec | None = None
 
     @property
     def cache_dtype(self) -> torch.dtype:
@@ -108,6 +130,7 @@ class AttentionBackend(Capability, ABC):
     supports_mixed_windows: ClassVar[bool] = False  # forward reads the window from self.spec only (see with_window)
     supports_logits_soft_cap: ClassVar[bool] = False  # applies AttentionSpec.logits_soft_cap
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto",)  # --kv-cache-dtype values it stores (auto: model dtype)
+    supports_mla: ClassVar[bool] = False  # implements forward_mla over a latent cache (AttentionSpec.mla)
     kv_scales: KVScales | None = None  # a quantized cache's scales, on each layer's view (with_kv_scales)
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
@@ -120,8 +143,11 @@ class AttentionBackend(Capability, ABC):
         return None
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
-        """Shape of one layer's cache; default ``[2, num_blocks, block_size, num_kv_heads, head_size]``."""
+        """Shape of one layer's cache; default ``[2, num_blocks, block_size, num_kv_heads, head_size]``, and for
+        multi-head latent attention ``[num_blocks, block_size, latent_size]`` (no separate values)."""
         s = self.spec
+        if s.mla is not None:
+            return (num_blocks, s.block_size, s.mla.latent_size)
         return (2, num_blocks, s.block_size, s.num_kv_heads, s.head_size)
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
@@ -166,6 +192,19 @@ class AttentionBackend(Capability, ABC):
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_size]
         """Write k/v into the paged cache, then attend."""
 
+    def forward_mla(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, latent_size]: absorbed no-rope query, then rotated rope query
+        latent: torch.Tensor,  # [num_tokens, latent_size]: normalised kv latent, then rotated rope key
+        kv_cache: torch.Tensor,  # kv_cache_shape(num_blocks) = [num_blocks, block_size, latent_size]
+        metadata: AttentionMetadata,
+    ) -> torch.Tensor:  # [num_tokens, num_heads, kv_lora_rank]
+        """Multi-head latent attention (``spec.mla``; backends with ``supports_mla``): write each token's
+        ``latent`` row at ``metadata.slot_mapping``, then for every query head ``softmax(scale * query . row)``
+        over the sequence's cached rows (causal, as ``forward``), weighting the rows' first ``kv_lora_rank``
+        entries."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement multi-head latent attention")
+
 
 def contract_reason(backend_cls: type[AttentionBackend], spec: AttentionSpec | None) -> str | None:
     """Why ``backend_cls`` cannot serve ``spec`` by the contract alone (before its own ``check``)."""
@@ -175,6 +214,12 @@ def contract_reason(backend_cls: type[AttentionBackend], spec: AttentionSpec | N
     if spec is not None and spec.mixed_windows and not getattr(backend_cls, "supports_mixed_windows", False):
         return ("it applies one sliding window to every layer, and this model interleaves sliding-window and "
                 "full-attention layers (e.g. Gemma 3); use --attention-backend torch or triton")
+    if spec is not None and spec.mla is not None and not getattr(backend_cls, "supports_mla", False):
+        return ("it does not implement multi-head latent attention (MLA), which this model uses (DeepSeek-V2/V3: "
+                "a latent KV cache); use --attention-backend triton (GPU) or torch")
+    if spec is not None and spec.mla is not None and spec.kv_quantized:
+        return ("a multi-head latent attention cache is stored in the model dtype only; leave --kv-cache-dtype at "
+                "auto")
     if spec is not None and spec.kv_cache_dtype not in getattr(backend_cls, "kv_cache_dtypes", ("auto",)):
         stored = ", ".join(getattr(backend_cls, "kv_cache_dtypes", ("auto",)))
         return (f"it does not store a {spec.kv_cache_dtype} KV cache (it stores: {stored}); choose a backend that "

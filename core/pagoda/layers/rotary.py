@@ -2,7 +2,9 @@
 
 Scaling types: ``default``, ``linear`` (positions divided by ``factor``), ``llama3``
 (per-frequency: long wavelengths divided by ``factor``, short ones kept, a smooth blend
-between) and ``longrope`` (Phi-3: per-frequency ``short_factor`` / ``long_factor`` divisors and
+between), ``yarn`` (the same blend over a ramp of rotation counts ``beta_fast``..``beta_slow``, and cos/sin
+times YaRN's attention factor; DeepSeek's ``mscale``/``mscale_all_dim``: :func:`yarn_attention_factor`) and
+``longrope`` (Phi-3: per-frequency ``short_factor`` / ``long_factor`` divisors and
 an attention factor on cos/sin; see :meth:`RotaryEmbedding.rope_positions`). The rope parameters
 are read from either layout of HF configs: ``rope_parameters`` (transformers v5, possibly one
 set per layer type, as Gemma 3's local/global layers) or ``rope_theta`` + ``rope_scaling``.
@@ -20,8 +22,8 @@ from torch import nn
 from pagoda.errors import ModelLoadError
 from pagoda.interfaces.ops import CustomOps
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
-ROPE_TYPE_ALIASES = {"su": "longrope"}  # Phi-3's name before transformers 4.42
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
+ROPE_TYPE_ALIASES = {"su": "longrope", "deepseek_yarn": "yarn"}  # Phi-3's before transformers 4.42; DeepSeek's own
 DEFAULT_ROPE_THETA = 10000.0
 FULL, SLIDING = "full_attention", "sliding_attention"  # HF's layer types
 
@@ -65,7 +67,7 @@ def rope_config_from_hf(hf_config: Any, head_dim: int, layer_type: str = FULL) -
     partial = merged.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0)) or 1.0
     max_position = int(getattr(hf_config, "max_position_embeddings", 0) or 4096)
     scaling = {k: v for k, v in merged.items() if k not in ("type", "rope_type", "rope_theta")}
-    if rope_type == "longrope":
+    if rope_type in ("longrope", "yarn"):
         scaling.setdefault("original_max_position_embeddings", getattr(hf_config, "original_max_position_embeddings",
                                                                        None) or max_position)
     return RopeConfig(float(theta), int(head_dim * partial), max_position, rope_type, scaling)
@@ -79,7 +81,49 @@ def inverse_frequencies(rope: RopeConfig) -> torch.Tensor:
         return inv_freq / float(rope.scaling["factor"])
     if rope.rope_type == "llama3":
         return _llama3_scale(inv_freq, rope.scaling)
+    if rope.rope_type == "yarn":
+        return _yarn_scale(inv_freq, rope)
     return inv_freq
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when not extended)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_factor(rope: RopeConfig) -> float:
+    """``factor``, defaulting to ``max_position / original_max_position_embeddings``."""
+    s = rope.scaling
+    return float(s.get("factor") or rope.max_position / float(s["original_max_position_embeddings"]))
+
+
+def yarn_attention_factor(rope: RopeConfig) -> float:
+    """What cos/sin are multiplied by: ``attention_factor``, else (DeepSeek) ``mscale(factor, mscale) /
+    mscale(factor, mscale_all_dim)`` when both are set, else ``mscale(factor)``."""
+    s, factor = rope.scaling, yarn_factor(rope)
+    if s.get("attention_factor") is not None:
+        return float(s["attention_factor"])
+    if s.get("mscale") and s.get("mscale_all_dim"):
+        return yarn_mscale(factor, float(s["mscale"])) / yarn_mscale(factor, float(s["mscale_all_dim"]))
+    return yarn_mscale(factor)
+
+
+def _yarn_scale(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
+    """Frequencies that turn fewer than ``beta_slow`` times over the original context are divided by ``factor``,
+    those turning more than ``beta_fast`` times kept, a linear ramp between (over the frequency index)."""
+    s, dim, base = rope.scaling, rope.rotary_dim, rope.theta
+    original = float(s["original_max_position_embeddings"])
+
+    def index_of(rotations: float) -> float:  # the frequency index turning ``rotations`` times over ``original``
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = index_of(float(s.get("beta_fast") or 32)), index_of(float(s.get("beta_slow") or 1))
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / ((high - low) or 0.001)).clamp(0.0, 1.0)
+    keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
+    return inv_freq / yarn_factor(rope) * (1 - keep) + inv_freq * keep
 
 
 def _llama3_scale(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
@@ -99,11 +143,13 @@ def _cos_sin(inv_freq: torch.Tensor, max_position: int, device: torch.device | N
 
 
 def cos_sin_cache(rope: RopeConfig, device: torch.device | None = None) -> torch.Tensor:
-    """[max_position, rotary_dim] float32: cos of each frequency, then sin. LongRoPE: [2 * max_position,
-    rotary_dim], the short-factor rows then the long-factor rows, both times the attention factor."""
+    """[max_position, rotary_dim] float32: cos of each frequency, then sin (YaRN: times its attention factor).
+    LongRoPE: [2 * max_position, rotary_dim], the short-factor rows then the long-factor rows, both times the
+    attention factor."""
     if rope.rope_type == "longrope":
         return _longrope_cache(rope, device)
-    return _cos_sin(inverse_frequencies(rope), rope.max_position, device)
+    cache = _cos_sin(inverse_frequencies(rope), rope.max_position, device)
+    return cache * yarn_attention_factor(rope) if rope.rope_type == "yarn" else cache
 
 
 def longrope_attention_factor(rope: RopeConfig) -> float:

@@ -16,6 +16,8 @@ MODEL_CLASSES: dict[str, str] = {
     "Qwen3MoeForCausalLM": "pagoda.models.qwen3_moe:Qwen3MoeForCausalLM",
     "Gemma3ForCausalLM": "pagoda.models.gemma3:Gemma3ForCausalLM",
     "Phi3ForCausalLM": "pagoda.models.phi3:Phi3ForCausalLM",
+    "DeepseekV2ForCausalLM": "pagoda.models.deepseek:DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM": "pagoda.models.deepseek:DeepseekV3ForCausalLM",
     # vision-language models (docs/multimodal.md)
     "LlavaForConditionalGeneration": "pagoda.models.llava:LlavaForConditionalGeneration",
     "LlavaNextForConditionalGeneration": "pagoda.models.llava_next:LlavaNextForConditionalGeneration",

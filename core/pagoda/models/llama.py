@@ -66,17 +66,24 @@ class DecoderAttention(nn.Module):
         q, k = self.rotary_emb(positions, q, k)
         return self.o_proj(self.attn(q, k, v, fwd))  # [T, hidden]
 
+    @property
+    def input_quantizer(self) -> Any:
+        """What the norm before this block should quantize its output with (None: plain tensors)."""
+        return self.qkv_proj.input_quantizer
+
     def defer_all_reduce(self) -> bool:
         """Return o_proj's partial sums from now on, if it can (see ``LinearBase.defer_all_reduce``)."""
         return self.o_proj.defer_all_reduce()
 
 
 class GatedMLP(nn.Module):
-    """down_proj(act(gate_proj(x)) * up_proj(x)) with gate and up fused."""
+    """down_proj(act(gate_proj(x)) * up_proj(x)) with gate and up fused (``intermediate_size``: the config's,
+    unless given)."""
 
-    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions) -> None:
+    def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, intermediate_size: int | None = None) -> None:
         super().__init__()
-        h, inter, qm, dt, tp = cfg.hidden_size, cfg.intermediate_size, ctx.quant_method, ctx.dtype, ctx.tp
+        h, qm, dt, tp = cfg.hidden_size, ctx.quant_method, ctx.dtype, ctx.tp
+        inter = intermediate_size or cfg.intermediate_size
         shards = {"gate": inter, "up": inter}
         self.gate_up_proj = MergedLinear(h, shards, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp)
         self.down_proj = Linear(inter, h, bias=opts.mlp_bias, quant_method=qm, dtype=dt, tp=tp, parallel="row")
@@ -97,6 +104,9 @@ class GatedMLP(nn.Module):
 
 
 MlpFactory = Callable[[Any, int, BuildContext, DecoderOptions], nn.Module]  # (cfg, layer_idx, ctx, opts) -> mlp
+# (cfg, layer_idx, ctx, opts, rotary) -> the attention block: forward(positions, x, fwd) -> [T, hidden], with
+# input_quantizer (for the norm before it) and defer_all_reduce() (see DecoderAttention)
+AttentionFactory = Callable[[Any, int, BuildContext, DecoderOptions, RotaryEmbedding], nn.Module]
 
 
 def dense_mlp(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions) -> nn.Module:
@@ -108,6 +118,7 @@ class DecoderLayer(nn.Module):
     """Pre-norm block; the residual stream is carried separately so the adds fuse into the norms.
 
     ``mlp`` maps ``[T, hidden] -> [T, hidden]``; its ``input_quantizer`` (if any) quantizes the norm before it.
+    ``build_attention`` makes the attention block (default :class:`DecoderAttention`; DeepSeek's latent attention).
     Under tensor parallelism the all-reduce of o_proj moves into ``post_attention_layernorm`` (one
     kernel for sum, residual add and norm where the platform has it); :class:`DecoderModel` does the
     same for the MLP's sum and the next norm. The MLP's output is then this rank's partial sums.
@@ -115,10 +126,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(
         self, cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions, rotary: RotaryEmbedding,
-        mlp: nn.Module,
+        mlp: nn.Module, build_attention: AttentionFactory = DecoderAttention,
     ) -> None:
         super().__init__()
-        self.self_attn = DecoderAttention(cfg, layer_idx, ctx, opts, rotary)
+        self.self_attn = build_attention(cfg, layer_idx, ctx, opts, rotary)
         self.mlp = mlp
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype)
@@ -127,7 +138,7 @@ class DecoderLayer(nn.Module):
     def forward(
         self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None, fwd: ForwardContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        qkv_quant, gate_up_quant = self.self_attn.qkv_proj.input_quantizer, getattr(self.mlp, "input_quantizer", None)
+        qkv_quant, gate_up_quant = self.self_attn.input_quantizer, getattr(self.mlp, "input_quantizer", None)
         if residual is None:
             residual, x = x, self.input_layernorm(x, quant=qkv_quant)
         else:
@@ -142,14 +153,15 @@ class DecoderModel(nn.Module):
     (``ctx.pp``) only that stage's part of them (:mod:`pagoda.layers.pipeline`)."""
 
     def __init__(self, cfg: Any, ctx: BuildContext, opts: DecoderOptions, build_mlp: MlpFactory = dense_mlp,
-                 rotary: RotaryEmbedding | None = None) -> None:
+                 rotary: RotaryEmbedding | None = None, build_attention: AttentionFactory = DecoderAttention) -> None:
         super().__init__()
         pp = self.pp = ctx.pp
         self.embed_tokens = on_stage(pp.is_first, lambda: VocabEmbedding(cfg.vocab_size, cfg.hidden_size, ctx.dtype,
                                                                           ctx.tp, ctx.ops))
         n, d = spec.num_kv_cache_layers(cfg), spec.head_dim(cfg)
         self.rotary_emb = rotary = rotary or RotaryEmbedding(rope_config_from_hf(cfg, d), d, ctx.ops)
-        self.layers = stage_layers(n, pp, lambda i: DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts)))
+        self.layers = stage_layers(n, pp, lambda i: DecoderLayer(cfg, i, ctx, opts, rotary, build_mlp(cfg, i, ctx, opts),
+                                                                 build_attention))
         self.own_layers = [self.layers[i] for i in pp.layers(n)]
         self.norm = on_stage(pp.is_last, lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ctx.ops, ctx.dtype))
         # each MLP's sum moves into the norm after it (the stage's last MLP sums itself where the next stage has it)
@@ -200,7 +212,7 @@ class LlamaForCausalLM(CausalLM):
         self.config = hf_config
         self.tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         self.model = DecoderModel(hf_config, ctx, self.decoder_options(hf_config), self.build_mlp,
-                                  self.build_rotary(hf_config, ctx))
+                                  self.build_rotary(hf_config, ctx), self.build_attention)
         tied = self.model.embed_tokens if self.tied and ctx.pp.is_first else None  # else its own copy (last stage)
         self.lm_head = on_stage(ctx.pp.is_last, lambda: LMHead(hf_config.vocab_size, hf_config.hidden_size,
                                                                ctx.dtype, tied=tied, tp=ctx.tp, ops=ctx.ops))
@@ -219,6 +231,12 @@ class LlamaForCausalLM(CausalLM):
     def build_mlp(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions) -> nn.Module:
         """The MLP of layer ``layer_idx`` (MoE families return their sparse block here)."""
         return dense_mlp(cfg, layer_idx, ctx, opts)
+
+    @staticmethod
+    def build_attention(cfg: Any, layer_idx: int, ctx: BuildContext, opts: DecoderOptions,
+                        rotary: RotaryEmbedding) -> nn.Module:
+        """The attention block of layer ``layer_idx`` (DeepSeek returns its latent attention here)."""
+        return DecoderAttention(cfg, layer_idx, ctx, opts, rotary)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, fwd: ForwardContext) -> torch.Tensor:
         return self.model(input_ids, positions, fwd)  # [num_tokens, hidden]

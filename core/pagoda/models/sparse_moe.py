@@ -7,6 +7,7 @@ the experts are a :class:`pagoda.layers.moe.FusedMoE` (dense weights only for no
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,6 +17,25 @@ from pagoda.interfaces.model import BuildContext
 from pagoda.layers.linear import Linear
 from pagoda.layers.moe import FusedMoE, select_experts
 from pagoda.quantization.unquantized import UnquantizedMethod
+
+
+def require_dense_experts(ctx: BuildContext, quant_config: Any = None) -> None:
+    """ModelLoadError unless the model's linear layers are unquantized: the fused experts hold dense weights only.
+    ``quant_config`` (config.json's ``quantization_config``) names a quantized checkpoint's scheme in the error."""
+    if isinstance(ctx.quant_method, UnquantizedMethod):
+        return
+    method = type(ctx.quant_method).__name__
+    if not quant_config:
+        raise ModelLoadError(f"MoE experts support only unquantized weights for now, not {method}; load the model "
+                             "without --quantization.")
+    cfg = quant_config if isinstance(quant_config, dict) else quant_config.to_dict()
+    scheme = ", ".join(f"{key} {cfg[key]!r}" for key in ("quant_method", "fmt", "weight_block_size", "format")
+                       if cfg.get(key) is not None)
+    raise ModelLoadError(
+        f"This checkpoint's MoE experts are quantized ({scheme}; read by {method}), and Pagoda's MoE layer holds "
+        "unquantized expert weights only for now. Use a bfloat16 checkpoint of the model (dequantize the experts "
+        "first)."
+    )
 
 
 @dataclass(frozen=True)
@@ -33,11 +53,7 @@ class SparseMoeBlock(nn.Module):
 
     def __init__(self, hidden_size: int, shape: MoeShape, ctx: BuildContext) -> None:
         super().__init__()
-        if not isinstance(ctx.quant_method, UnquantizedMethod):
-            raise ModelLoadError(
-                f"MoE experts support only unquantized weights for now, not {type(ctx.quant_method).__name__}; "
-                "load the model without --quantization."
-            )
+        require_dense_experts(ctx)
         self.shape = shape
         self.gate = Linear(hidden_size, shape.num_experts, bias=False, quant_method=UnquantizedMethod(),
                            dtype=ctx.dtype)  # the router, replicated on every rank

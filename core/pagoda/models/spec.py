@@ -12,8 +12,9 @@ from typing import Any
 import torch
 
 from pagoda.errors import ModelLoadError
-from pagoda.interfaces.attention import AttentionBackend, AttentionSpec
+from pagoda.interfaces.attention import AttentionBackend, AttentionSpec, MLASpec
 from pagoda.layers.linear import rank_heads
+from pagoda.layers.rotary import rope_config_from_hf, yarn_factor, yarn_mscale
 
 SOFT_CAPPED_ATTENTION = {"gemma2"}  # model types whose attention applies attn_logit_softcapping
 
@@ -74,6 +75,23 @@ def layer_attention(backend: AttentionBackend, hf_config: Any, layer_idx: int) -
     return backend.with_window(backend.spec.sliding_window if layer_is_sliding(hf_config)[layer_idx] else None)
 
 
+def mla_spec(hf_config: Any) -> MLASpec | None:
+    """The latent sizes of a multi-head latent attention model (DeepSeek-V2/V3: ``kv_lora_rank``), else None."""
+    rank = getattr(hf_config, "kv_lora_rank", None)
+    return MLASpec(int(rank), int(hf_config.qk_rope_head_dim)) if rank else None
+
+
+def mla_softmax_scale(hf_config: Any) -> float:
+    """``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5``, times ``mscale(factor, mscale_all_dim) ** 2`` under
+    YaRN: DeepSeek scales every score (not only the rotary part, which YaRN's cos/sin factor covers)."""
+    scale = float(int(hf_config.qk_nope_head_dim) + int(hf_config.qk_rope_head_dim)) ** -0.5
+    rope = rope_config_from_hf(hf_config, int(hf_config.qk_rope_head_dim))
+    all_dim = rope.scaling.get("mscale_all_dim")
+    if rope.rope_type == "yarn" and all_dim:
+        scale *= yarn_mscale(yarn_factor(rope), float(all_dim)) ** 2
+    return scale
+
+
 def attention_soft_cap(hf_config: Any) -> float | None:
     """``attn_logit_softcapping`` where the architecture applies it (Gemma 2). Gemma 3 configs carry the key
     too, but Gemma 3 does not cap attention scores (transformers ignores it; the released configs set null)."""
@@ -95,6 +113,8 @@ def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:
     fix = f"use a tensor_parallel_size that divides {heads}"
     if heads % tp_size:
         raise ValueError(f"tensor_parallel_size {tp_size} does not divide num_attention_heads ({heads}); {fix}")
+    if mla_spec(hf_config) is not None:  # one latent, replicated on every rank: no KV heads to split
+        kv_heads = tp_size
     if kv_heads >= tp_size and kv_heads % tp_size:
         raise ValueError(f"tensor_parallel_size {tp_size} does not divide num_key_value_heads ({kv_heads}); {fix} "
                          f"and {kv_heads}")
@@ -110,7 +130,14 @@ def check_tensor_parallel(hf_config: Any, tp_size: int) -> None:
 def attention_spec(hf_config: Any, block_size: int, dtype: torch.dtype, tp_size: int = 1) -> AttentionSpec:
     """The AttentionSpec of this model's layers, for one of ``tp_size`` tensor-parallel ranks (its
     heads; the KV cache holds only those). A mixed-window model's layers use views of the backend
-    with their own window (:func:`layer_attention`)."""
+    with their own window (:func:`layer_attention`). A multi-head latent attention model's ranks each cache the
+    whole latent, one "KV head" of ``latent_size`` (``AttentionSpec.mla``)."""
+    mla = mla_spec(hf_config)
+    if mla is not None:
+        check_tensor_parallel(hf_config, tp_size)
+        return AttentionSpec(num_heads=int(hf_config.num_attention_heads) // tp_size, num_kv_heads=1,
+                             head_size=mla.latent_size, scale=mla_softmax_scale(hf_config), block_size=block_size,
+                             dtype=dtype, mla=mla)
     d = head_dim(hf_config)
     heads, kv_heads = int(hf_config.num_attention_heads), num_kv_heads(hf_config)
     if heads % kv_heads:
