@@ -77,3 +77,14 @@ def register_reasoning_parsers(register: Register) -> None:
 
     register("deepseek_r1", DeepSeekR1ReasoningParser)
     register("qwen3", Qwen3ReasoningParser)
+
+
+@hookimpl
+def register_kv_connectors(register: Register) -> None:
+    from pagoda.kv_connectors.offload import OffloadConnector
+    from pagoda.kv_connectors.shared_storage import SharedStorageConnector
+    from pagoda.kv_connectors.zmq_link import ZmqConnector
+
+    register("offload", OffloadConnector)
+    register("shared_storage", SharedStorageConnector)
+    register("zmq", ZmqConnector)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from pagoda.kv_transfer_config import engine_kv_transfer
 from pagoda.speculative_config import parse_speculative_config
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -68,6 +69,11 @@ class EngineConfig:
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES  # an image's encoded size (data:, file:// or http(s):// URL)
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS  # width x height of a decoded image
     media_fetch_timeout: float = 10.0  # seconds to fetch one http(s):// image
+    # KV cache beyond the device (docs/kv_offload.md): a host-memory tier of this many GiB, a disk tier under it,
+    # or any KV connector by vLLM's JSON, e.g. {"kv_connector": "shared_storage", "kv_role": "kv_producer"}
+    kv_offload_gib: float = 0.0
+    kv_offload_dir: str | None = None
+    kv_transfer_config: str | dict | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -102,6 +108,7 @@ class EngineConfig:
         self._validate_parallel()
         self._validate_lora()
         self._validate_media()
+        self._validate_kv_transfer()
 
     def _validate_parallel(self) -> None:
         for name in ("pipeline_parallel_size", "data_parallel_size"):
@@ -146,6 +153,23 @@ class EngineConfig:
         _require(isinstance(self.max_image_pixels, int) and self.max_image_pixels > 0, "max_image_pixels",
                  self.max_image_pixels, "> 0 pixels")
         _require(self.media_fetch_timeout > 0, "media_fetch_timeout", self.media_fetch_timeout, "> 0 seconds")
+
+    def _validate_kv_transfer(self) -> None:
+        connector = engine_kv_transfer(self.kv_transfer_config, self.kv_offload_gib, self.kv_offload_dir)  # ConfigError
+        if connector is None:
+            return
+        if not self.enable_prefix_caching:
+            raise ValueError(f"the KV connector '{connector.kv_connector}' finds blocks by their prefix-cache hashes; "
+                             "drop --no-enable-prefix-caching")
+        if self.runner == "pooling":
+            raise ValueError("KV connectors serve generative models; pooling (runner 'pooling') keeps no KV cache")
+        if self.pipeline_parallel_size > 1:
+            raise ValueError("KV connectors do not run under pipeline parallelism yet; use pipeline_parallel_size 1 "
+                             "(tensor parallelism works)")
+        if self.calculate_kv_scales:
+            raise ValueError("--calculate-kv-scales sets an FP8 cache's scales per run, so stored FP8 blocks of one run "
+                             "would be read with another run's scales; give the scales in the checkpoint (k_scale, "
+                             "v_scale) or drop --calculate-kv-scales with a KV connector")
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -66,5 +66,10 @@ def register_reasoning_parsers(register: Register) -> None:
 
 
 @hookspec
+def register_kv_connectors(register: Register) -> None:
+    """Register KVConnector subclasses (KV blocks beyond the device cache): ``register("offload", OffloadConnector)``."""
+
+
+@hookspec
 def register_commands(subparsers: Any) -> None:
     """Add CLI subcommands: ``subparsers.add_parser(...)``; set ``func=`` on the parser's defaults."""

@@ -138,6 +138,12 @@ class StepStats(msgspec.Struct):
     spec_num_suspended_steps: int = 0  # of them, with speculation suspended (drafts cost more than they gave)
     spec_suspended: bool = False  # gauge: suspended now
     spec_goodput_ratio: float = 0.0  # gauge: measured tokens/s speculating over suspended (0: not measured)
+    # KV connector (counters since start; all 0 without one: docs/kv_offload.md)
+    kv_connector_loaded_blocks: int = 0  # blocks loaded instead of computed
+    kv_connector_load_failed_blocks: int = 0  # blocks the connector offered but a rank could not load: recomputed
+    kv_connector_saved_blocks: int = 0  # blocks handed to the connector
+    kv_connector_save_failures: int = 0  # saves that failed (the engine went on)
+    kv_connector_dropped_saves: int = 0  # blocks not saved: the host buffers were all waiting for the connector
 
 
 class EngineCoreOutputs(msgspec.Struct, tag=True):

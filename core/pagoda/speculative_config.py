@@ -24,7 +24,7 @@ def parse_speculative_config(value: str | dict[str, Any] | None) -> SpeculativeC
     """A JSON object (or dict) -> :class:`SpeculativeConfig`; ConfigError naming what is wrong."""
     if value is None or value == "":
         return None
-    raw = _as_dict(value)
+    raw = json_object(value)
     known = {f.name for f in fields(SpeculativeConfig)} - {"options"}
     args = {key: raw.pop(key) for key in list(raw) if key in known}
     if "method" not in args or "num_speculative_tokens" not in args:
@@ -35,15 +35,16 @@ def parse_speculative_config(value: str | dict[str, Any] | None) -> SpeculativeC
     return config
 
 
-def _as_dict(value: str | dict[str, Any]) -> dict[str, Any]:
+def json_object(value: str | dict[str, Any], flag: str = "--speculative-config") -> dict[str, Any]:
+    """A flag's JSON object (or a dict, copied) as a dict; ConfigError naming ``flag`` for anything else."""
     if isinstance(value, dict):
         return dict(value)
     try:
         raw = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}") from None
+        raise ConfigError(f"{flag} is not valid JSON ({exc.msg} at character {exc.pos}): {value!r}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"--speculative-config must be a JSON object, got {type(raw).__name__}")
+        raise ConfigError(f"{flag} must be a JSON object, got {type(raw).__name__}")
     return raw
 
 

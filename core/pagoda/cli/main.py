@@ -69,7 +69,7 @@ def build_parser(manager: plugin_manager.PluginManager) -> argparse.ArgumentPars
     return parser
 
 
-CORE_COMMANDS = ("generate_cmd", "chat_cmd", "bench_cmd", "serve_cmd", "run_batch_cmd")
+CORE_COMMANDS = ("generate_cmd", "chat_cmd", "bench_cmd", "serve_cmd", "run_batch_cmd", "router_cmd")
 
 
 def _core_command_modules() -> list:

@@ -40,6 +40,7 @@ from pagoda.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInf
 from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
+from pagoda.kv_connectors.engine import attach_kv_transfers
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.lora.engine import engine_adapters, refuse_without_lora
 from pagoda.lora_request import LoRARequest
@@ -78,6 +79,7 @@ class EngineCore:
             raise
         self.runner = self.executor.runner
         self.adapters = engine_adapters(self.runner, self.scheduler)  # LoRA (None without --enable-lora)
+        self.kv_transfers = attach_kv_transfers(self.scheduler, self.runner)  # None without a KV connector
         self.speculator = build_speculator(self.config.speculative_config, parts, self.runner)
         self.overlap = self.config.overlap_steps  # steps with drafts are read at once (see step())
         self.eos_token_id = _eos_token_id(parts)
@@ -158,6 +160,8 @@ class EngineCore:
         outputs: list[EngineCoreOutput] = []
         if self.speculator is not None:
             outputs += self._propose()
+        if self.kv_transfers is not None:  # requests whose KV blocks every rank loaded may run now
+            self.kv_transfers.before_schedule()
         scheduled = self.scheduler.schedule()
         if scheduled.is_empty() and self._inflight is None and self.beams.requeue_waiting():
             scheduled = self.scheduler.schedule()  # waiting beams gave their blocks to a preempted sibling
@@ -309,6 +313,8 @@ class EngineCore:
         s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
         if self.speculator is not None:
             self.speculator.fill_stats(s)
+        if self.kv_transfers is not None:
+            self.kv_transfers.fill_stats(s)
         return msgspec.structs.replace(s)
 
     def kv_cache_state(self) -> dict:
@@ -343,7 +349,9 @@ class EngineCore:
         self.executor.profile(None)
 
     def shutdown(self) -> None:
-        """Stop the other tensor-parallel ranks, if any (idempotent)."""
+        """Stop the other tensor-parallel ranks, if any (idempotent); a KV connector finishes its writes first."""
+        if self.kv_transfers is not None:
+            self.kv_transfers.close()
         self.executor.shutdown()
 
 

@@ -3,8 +3,9 @@
 The driver's runner (rank 0, the one that samples) gets guided decoding when the engine has a
 tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets LoRA adapters
 under ``--enable-lora`` (each rank adds its part of every adapted layer's product), speculative
-verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass) and
-the FP8 KV cache's calibration under ``--calculate-kv-scales``.
+verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass),
+the FP8 KV cache's calibration under ``--calculate-kv-scales``, and a KV connector's block transfers under
+``--kv-offload-gib`` / ``--kv-transfer-config`` (each rank moves its own heads' blocks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pagoda.guided.runtime import guided_sampling_for
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.multimodal import MultimodalModel
+from pagoda.kv_connectors.build import kv_transfer_step
 from pagoda.lora.step import LoRAStep
 from pagoda.multimodal.step import MultimodalStep
 from pagoda.pooling.runner import PoolingStep
@@ -57,4 +59,7 @@ def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dty
         features.append(SpecDecodeStep(speculative))
     if config.calculate_kv_scales:  # an FP8 KV cache's scales from the first real step
         features.append(KVScaleCalibration(model))
+    kv_transfers = kv_transfer_step(config, model, platform)  # None without a KV connector
+    if kv_transfers is not None:
+        features.append(kv_transfers)
     return features

@@ -6,7 +6,8 @@ what changed: new requests once, then per scheduled request the token ids this s
 step, as rank 0 does), its progress (with the drafts it verifies, under speculative decoding), and
 the change to its block table: how many of the blocks the worker has stay, then the blocks after
 them. Tables grow at the end, restart after a preemption, and lose their last blocks when rejected
-drafts are trimmed (the blocks allocated after such a trim may differ from those sent before it).
+drafts are trimmed (the blocks allocated after such a trim may differ from those sent before it). A KV
+connector's plan (``SchedulerOutput.kv_transfers``) goes as it is: every rank moves its part of those blocks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Union
 
 import msgspec
 
+from pagoda.interfaces.kv_connector import KVTransferPlan
 from pagoda.lora_request import LoRARequest
 from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.request import Request
@@ -47,6 +49,7 @@ class StepMessage(msgspec.Struct, array_like=True, tag=True):
     new: list[NewRequest]
     rows: list[ScheduledRow]
     has_prev: bool  # the driver filled placeholders from its previous step
+    kv_transfers: KVTransferPlan | None = None  # a KV connector's loads and saves of this step
 
 
 class StopWorker(msgspec.Struct, array_like=True, tag=True):
@@ -104,7 +107,7 @@ class StepEncoder:
             if sent is None or keep != len(table) or keep != sent[0]:  # the table changed
                 self.sent[request_id] = (len(table), table[-TAIL_BLOCKS:])
         finished, self.finished = self.finished, []
-        return StepMessage(finished, new, rows, has_prev)
+        return StepMessage(finished, new, rows, has_prev, out.kv_transfers)
 
 
 def unchanged_blocks(table: list[int], num_sent: int, tail: list[int]) -> int:
@@ -155,4 +158,5 @@ class StepMirror:
             table.extend(row.block_ids)
             requests.append(req)
             tables.append(table)
-        return SchedulerOutput(requests, [len(row.token_ids) for row in message.rows]), tables
+        return SchedulerOutput(requests, [len(row.token_ids) for row in message.rows],
+                               kv_transfers=message.kv_transfers), tables

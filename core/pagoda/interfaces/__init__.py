@@ -4,6 +4,7 @@ from pagoda.interfaces.attention import AttentionBackend, AttentionMetadata, Att
 from pagoda.interfaces.base import Capability
 from pagoda.interfaces.command import Command
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
+from pagoda.interfaces.kv_connector import KVCacheLayout, KVConnector, KVConnectorContext
 from pagoda.interfaces.model import BuildContext, CausalLM, ForwardContext, PoolingModel
 from pagoda.interfaces.multimodal import ImageSpan, MultimodalEmbeddings, MultimodalModel
 from pagoda.interfaces.platform import Platform
@@ -28,6 +29,9 @@ __all__ = [
     "GuidedDecodingBackend",
     "ImageSpan",
     "InputQuantizer",
+    "KVCacheLayout",
+    "KVConnector",
+    "KVConnectorContext",
     "MultimodalEmbeddings",
     "MultimodalModel",
     "Platform",

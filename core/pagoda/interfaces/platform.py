@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
 
 import torch
 
@@ -15,6 +15,20 @@ if TYPE_CHECKING:
     from pagoda.interfaces.ops import CustomOps
 
 T = TypeVar("T")
+
+
+class SideWork:
+    """Device work queued beside the compute stream (:meth:`Platform.side_work`); here, already done."""
+
+    def done(self) -> bool:
+        """Whether the work finished (never blocks)."""
+        return True
+
+    def wait(self) -> None:
+        """Block the host until the work finished."""
+
+    def order_before_compute(self) -> None:
+        """Make the compute work queued from now on wait for this work (on the device, not the host)."""
 
 
 class Platform(Capability, ABC):
@@ -120,6 +134,14 @@ class Platform(Capability, ABC):
         the tensors back as they are.
         """
         return lambda: tensors
+
+    @contextmanager
+    def side_work(self) -> Iterator[SideWork]:
+        """Queue the device work of the ``with`` block (copies between host and device, small kernels) on a
+        stream of the platform's own, behind the compute work queued so far and beside the compute work queued
+        after it; the :class:`SideWork` it yields tells when it finished. KV connectors move blocks this way.
+        The default (synchronous devices) runs it in place: done when the block ends."""
+        yield SideWork()
 
     def inference_context(self) -> AbstractContextManager:
         """A context wrapped around each model step (``torch.inference_mode`` by default)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Sequence
 from pagoda.interfaces.base import Capability
 
 if TYPE_CHECKING:
+    from pagoda.interfaces.kv_connector import KVConnector, KVTransferPlan
     from pagoda.kv_cache.manager import KVCacheManager
     from pagoda.request import Request, RequestStatus
 
@@ -43,13 +44,14 @@ class SchedulerOutput:
     requests: list["Request"] = field(default_factory=list)
     num_tokens: list[int] = field(default_factory=list)
     preempted: list["Request"] = field(default_factory=list)
+    kv_transfers: "KVTransferPlan | None" = None  # with a KV connector: blocks to load and save (a step of its own)
 
     @property
     def total_tokens(self) -> int:
         return sum(self.num_tokens)
 
     def is_empty(self) -> bool:
-        return not self.requests
+        return not self.requests and self.kv_transfers is None
 
 
 class Scheduler(Capability, ABC):
@@ -87,6 +89,17 @@ class Scheduler(Capability, ABC):
         search), sharing the parent's full computed KV blocks (``KVCacheManager.fork``). Optional:
         schedulers that do not override it cannot run beam search."""
         raise NotImplementedError(f"the {type(self).__name__} scheduler cannot fork sequences (beam search)")
+
+    def attach_kv_connector(self, connector: "KVConnector") -> None:
+        """Admit prompts with blocks ``connector`` supplies beyond the prefix cache (they wait, holding their
+        blocks, until every rank loaded them) and put the blocks to load and save in each
+        ``SchedulerOutput.kv_transfers``. Optional: without it the engine refuses KV connectors."""
+        raise NotImplementedError(f"the {type(self).__name__} scheduler cannot run with a KV connector; use a "
+                                  "scheduler built on pagoda.scheduler.PolicyScheduler (fcfs, priority)")
+
+    def kv_loads_finished(self, loaded: dict[str, int]) -> None:
+        """Requests whose loads ended on every rank, with the blocks loaded (from the first; fewer than planned:
+        the rest is recomputed): they join the running requests (called between steps)."""
 
     @property
     @abstractmethod

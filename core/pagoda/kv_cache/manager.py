@@ -12,7 +12,7 @@ admitted in the same step can share it (attention backends write a step's KV bef
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pagoda.kv_cache.block_pool import BlockPool, KVBlock
@@ -72,6 +72,9 @@ class KVCacheManager:
         self._block_ids: dict[str, list[int]] = {}  # the same as ids, kept in step
         self._num_registered: dict[str, int] = {}  # leading blocks already offered to the cache
         self.prefix_cache_stats = PrefixCacheStats()
+        # called with (request, block index, block) for each block that enters the prefix cache (a KV connector
+        # saves them once computed); None: nobody asks
+        self.on_cached: Callable[[Request, int, KVBlock], None] | None = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -122,12 +125,15 @@ class KVCacheManager:
     # -- allocation ------------------------------------------------------------------------
 
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, computed_blocks: Sequence[KVBlock] | None = None
+        self, request: Request, num_new_tokens: int, computed_blocks: Sequence[KVBlock] | None = None,
+        register: bool = True,
     ) -> bool:
         """Hold blocks for ``num_computed_tokens + len(computed_blocks) * block_size + num_new_tokens``.
 
         ``computed_blocks`` (hits from :meth:`get_computed_blocks`) may only be given to a request
         holding no blocks. Returns False, changing nothing, if there are not enough free blocks.
+        ``register=False``: the new blocks are not offered to the prefix cache yet (a KV connector fills
+        them first; :meth:`register_computed` offers them once it did).
         """
         hits = list(computed_blocks or ())
         held = self._blocks.get(request.request_id)
@@ -150,10 +156,17 @@ class KVCacheManager:
         if hits:
             self._num_registered[request.request_id] = len(hits)
         if self.enable_prefix_caching:
-            self._register_full_blocks(request, min(total_tokens, request.num_tokens))
+            if register:
+                self._register_full_blocks(request, min(total_tokens, request.num_tokens))
             if computed_blocks is not None:  # an admission: count its lookup once, when it succeeds
                 self._record_lookup(request, len(hits) * self.block_size)
         return True
+
+    def register_computed(self, request: Request, num_tokens: int) -> None:
+        """Offer to the prefix cache the request's full blocks within its first ``num_tokens`` (blocks a KV
+        connector filled after :meth:`allocate_slots` with ``register=False``)."""
+        if self.enable_prefix_caching and request.request_id in self._blocks:
+            self._register_full_blocks(request, min(num_tokens, request.num_tokens))
 
     def _record_lookup(self, request: Request, num_hit_tokens: int) -> None:
         stats = self.prefix_cache_stats
@@ -221,6 +234,8 @@ class KVCacheManager:
             return
         self._update_block_hashes(request, num_tokens)
         blocks = self._blocks[request.request_id]
+        on_cached = self.on_cached
         for i in range(start, num_full):
-            self.pool.cache(blocks[i], request.block_hashes[i])  # no-op if the content is cached
+            if self.pool.cache(blocks[i], request.block_hashes[i]) and on_cached is not None:  # no-op if cached
+                on_cached(request, i, blocks[i])
         self._num_registered[request.request_id] = num_full

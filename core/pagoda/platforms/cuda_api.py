@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from pagoda.interfaces.platform import Platform
+from pagoda.interfaces.platform import Platform, SideWork
 
 GiB = 1 << 30
 T = TypeVar("T")
@@ -73,6 +73,17 @@ class CudaApiPlatform(Platform, ABC):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device())
+
+    @contextmanager
+    def side_work(self) -> Iterator[SideWork]:
+        """On the device's transfer stream (not the sampled tokens' copy stream, whose copies are waited on
+        each step), made to wait for the current stream; an event recorded at the end tells when it ran."""
+        stream = _transfer_stream_of(torch.cuda.current_device())
+        stream.wait_stream(torch.cuda.current_stream())
+        work = _StreamWork()
+        with torch.cuda.stream(stream):
+            yield work
+            work.event.record(stream)
 
     def peak_memory_during(self, fn: Callable[[], object]) -> int:
         """Run ``fn`` and return its peak allocation above what was allocated before it."""
@@ -162,3 +173,24 @@ def _side_stream(device: torch.device) -> Iterator[torch.cuda.Stream]:
 @functools.cache
 def _copy_stream_of(device: int) -> "torch.cuda.Stream":
     return torch.cuda.Stream(device)
+
+
+@functools.cache
+def _transfer_stream_of(device: int) -> "torch.cuda.Stream":
+    return torch.cuda.Stream(device)
+
+
+class _StreamWork(SideWork):
+    """Work on the transfer stream, up to its event."""
+
+    def __init__(self) -> None:
+        self.event = torch.cuda.Event()
+
+    def done(self) -> bool:
+        return self.event.query()
+
+    def wait(self) -> None:
+        self.event.synchronize()  # releases the GIL while it waits
+
+    def order_before_compute(self) -> None:
+        torch.cuda.current_stream().wait_event(self.event)

@@ -43,6 +43,7 @@ KINDS: dict[str, Kind] = {
         Kind("tool_parser", "register_tool_parsers", "tool-call parser", "--tool-call-parser", (), auto=False),
         Kind("reasoning_parser", "register_reasoning_parsers", "reasoning parser", "--reasoning-parser", (),
              auto=False),
+        Kind("kv_connector", "register_kv_connectors", "KV connector", "--kv-transfer-config", (), auto=False),
     )
 }
 

@@ -29,6 +29,7 @@ def interfaces(key: str) -> tuple[type, ...]:
         "guided_decoding": (api.GuidedDecodingBackend,),
         "tool_parser": (api.ToolParser,),
         "reasoning_parser": (api.ReasoningParser,),
+        "kv_connector": (api.KVConnector,),
     }[key]
 
 

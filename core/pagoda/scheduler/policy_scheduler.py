@@ -3,7 +3,9 @@
 Each step spends a token budget: first on running requests (decodes and unfinished chunked
 prefills, in running order), then, if nothing had to be preempted, on admitting waiting
 requests (after taking their prefix-cache hits). When KV blocks run out, the policy's victim
-is preempted: its blocks are freed and it waits to be recomputed.
+is preempted: its blocks are freed and it waits to be recomputed. With a KV connector attached
+(``attach_kv_connector``), a waiting request whose next blocks the connector supplies waits for them
+beside the queue (:mod:`pagoda.scheduler.kv_loads`); without one nothing here changes.
 
 A plugin scheduler subclasses :class:`PolicyScheduler` and names its policy::
 
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pagoda.interfaces.kv_connector import KVConnector
 from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOutput, SchedulingPolicy
 from pagoda.kv_cache.manager import KVCacheManager
 from pagoda.request import Request, RequestStatus
+from pagoda.scheduler.kv_loads import KVLoads
 from pagoda.scheduler.queues import FifoWaitingQueue
 
 
@@ -47,12 +51,13 @@ class PolicyScheduler(Scheduler):
         self.waiting = self.policy.new_waiting_queue()
         self.running: list[Request] = []  # scheduled in this order each step
         self._requests: dict[str, Request] = {}  # unfinished requests by id
+        self.kv_loads: KVLoads | None = None  # with a KV connector: the requests loading its blocks
 
     # -- the Scheduler contract ------------------------------------------------------------
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + (self.kv_loads.num_loading if self.kv_loads is not None else 0)
 
     @property
     def num_running(self) -> int:
@@ -73,6 +78,8 @@ class PolicyScheduler(Scheduler):
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted:
             self._schedule_waiting(out, budget)
+        if self.kv_loads is not None:
+            out.kv_transfers = self.kv_loads.plan()
         return _decodes_first(out)
 
     def update_from_output(self, output: SchedulerOutput, sampled: dict[str, int]) -> None:
@@ -92,6 +99,13 @@ class PolicyScheduler(Scheduler):
         self._requests[child.request_id] = child
         self.policy.insert_running(self.running, child)
 
+    def attach_kv_connector(self, connector: KVConnector) -> None:
+        self.kv_loads = KVLoads(connector, self.kv_cache)
+
+    def kv_loads_finished(self, loaded: dict[str, int]) -> None:
+        for request, num_computed in self.kv_loads.finished(loaded):
+            self._admit(request, num_computed)
+
     def finish(self, request_id: str, status: RequestStatus) -> None:
         if not status.finished:
             raise ValueError(f"finish() needs a finished status, got {status}")
@@ -100,6 +114,10 @@ class PolicyScheduler(Scheduler):
             return
         was_running = request.status is RequestStatus.RUNNING
         request.status = status
+        if self.kv_loads is not None:
+            self.kv_loads.forget(request_id)
+            if not was_running and self.kv_loads.abort(request):
+                return  # loading: its blocks go back when the loads end
         if was_running:
             self.running.remove(request)  # O(batch)
         else:
@@ -159,11 +177,15 @@ class PolicyScheduler(Scheduler):
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         """Admit waiting requests in queue order until the budget, seats or blocks run out."""
-        while budget > 0 and len(self.running) < self.config.max_num_seqs:
+        loading = self.kv_loads.loading if self.kv_loads is not None else ()
+        while budget > 0 and len(self.running) + len(loading) < self.config.max_num_seqs:
             request = self.waiting.peek()
             if request is None or not self.policy.may_admit(request, self.running):
                 return
             hits, num_hit_tokens = self.kv_cache.get_computed_blocks(request)
+            if self.kv_loads is not None and self.kv_loads.start(request, hits, num_hit_tokens):
+                self.waiting.pop()  # it waits for its blocks beside the queue, holding a seat
+                continue
             remaining = request.num_tokens - num_hit_tokens
             n = min(remaining, budget, self.config.max_model_len - num_hit_tokens)
             n = request.chunk_size(num_hit_tokens, n, self.config.max_num_batched_tokens)  # images kept whole

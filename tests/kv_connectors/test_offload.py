@@ -1,0 +1,67 @@
+"""The offload connector's host tier on CPU: a device cache too small to keep a prefix, so a later request with
+that prefix gets its blocks from host memory. Greedy tokens equal the engine without offload, and the step that
+admits the later request computes only its tail (asserted from the tokens each step scheduled)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagoda import SamplingParams
+
+from engines import BLOCK, GREEDY, StepLog, engine, generate, prompts
+
+
+def evicted_prefix_run(path: str, **kwargs):
+    """Prompt A (a 64-token prefix + 5), three others that evict A's blocks from the device cache, then prompt B
+    (the same prefix + 5 others): the outputs, B's scheduled (first token, count) per step, the engine's stats."""
+    prefix = prompts(1, 1, 64)[0]
+    first, second = (prefix + tail for tail in prompts(2, 2, 5))
+    llm = engine(path, blocks=12, **kwargs)
+    log = StepLog(llm)
+    try:
+        outputs = [generate(llm, first)] + [generate(llm, p) for p in prompts(3, 3, 60)] + [generate(llm, second)]
+        stats = llm.engine.core.snapshot_stats()
+    finally:
+        llm.shutdown()
+    return outputs, log.computed()[outputs[-1].request_id], stats
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_host_tier_serves_the_evicted_prefix(tiny_llama, overlap):
+    expected, baseline_steps, _ = evicted_prefix_run(tiny_llama, overlap_steps=overlap)
+    got, steps, stats = evicted_prefix_run(tiny_llama, overlap_steps=overlap, kv_offload_gib=0.001)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    assert baseline_steps[0] == (0, 69), "without offload the prefix should have been evicted and recomputed"
+    assert steps[0] == (64, 5), "the host tier should supply the 8 prefix blocks: only the 5-token tail is computed"
+    assert steps[1:] == [(69 + i, 1) for i in range(GREEDY.max_tokens - 1)]
+    assert stats.kv_connector_loaded_blocks == 64 // BLOCK
+    assert stats.kv_connector_load_failed_blocks == 0 and stats.kv_connector_save_failures == 0
+    assert got[-1].num_cached_tokens == 64
+
+
+def shared_prefix_batch(path: str, **kwargs):
+    """Eight requests sharing a 24-token prefix, on a cache that forces preemptions."""
+    prefix = prompts(5, 1, 24)[0]
+    batch = [prefix + tail for tail in prompts(6, 8, 12)]
+    llm = engine(path, blocks=14, **kwargs)
+    try:
+        outputs = llm.generate(batch, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True), use_tqdm=False)
+        return [o.outputs[0].token_ids for o in outputs], llm.engine.core.snapshot_stats()
+    finally:
+        llm.shutdown()
+
+
+def test_offload_under_preemption_equals_no_offload(tiny_llama):
+    expected, base = shared_prefix_batch(tiny_llama)
+    got, stats = shared_prefix_batch(tiny_llama, kv_offload_gib=0.001)
+    assert base.num_preemptions > 0 and stats.num_preemptions > 0, "the small cache should preempt"
+    assert got == expected
+    assert stats.kv_connector_loaded_blocks > 0, "preempted requests should reload their evicted blocks"
+
+
+def test_fp8_cache_blocks_round_trip(tiny_llama):
+    """An FP8 cache moves as bytes: the engine with offload gives the FP8 engine's tokens."""
+    expected, _, _ = evicted_prefix_run(tiny_llama, kv_cache_dtype="fp8")
+    got, steps, stats = evicted_prefix_run(tiny_llama, kv_cache_dtype="fp8", kv_offload_gib=0.001)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    assert steps[0] == (64, 5) and stats.kv_connector_loaded_blocks == 64 // BLOCK
