@@ -35,6 +35,12 @@ MOE = {  # 6 experts, 2 per token; Qwen3-MoE: layer 1 dense (mlp_only_layers), e
 }
 
 
+DEEPSEEK = dict(num_hidden_layers=3, num_key_value_heads=4, first_k_dense_replace=1, n_routed_experts=8,
+                num_experts_per_tok=2, moe_intermediate_size=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                v_head_dim=12, head_dim=8)  # heads attend over a 24-value latent; layer 0 dense, layers 1-2 MoE
+DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.8,
+                 "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1}
+
 FAMILY = {  # what a family's tiny config sets beyond COMMON
     # 3 layers: local, global, local; window 5 < the 14-token prompt; query_pre_attn_scalar != head_dim
     "gemma3": dict(num_hidden_layers=3, sliding_window=5, query_pre_attn_scalar=24, tie_word_embeddings=True,
@@ -42,6 +48,12 @@ FAMILY = {  # what a family's tiny config sets beyond COMMON
                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
                                     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
     "phi3": dict(hidden_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2),  # head_dim = hidden / heads
+    # V2: q without LoRA, softmax greedy routing, 2 shared experts, YaRN (mscale != mscale_all_dim)
+    "deepseek_v2": dict(DEEPSEEK, q_lora_rank=None, n_shared_experts=2, routed_scaling_factor=1.5,
+                        rope_parameters=DEEPSEEK_YARN),
+    # V3: q LoRA, sigmoid scores over 4 groups (2 kept) with a random e_score_correction_bias, renormalised
+    "deepseek_v3": dict(DEEPSEEK, q_lora_rank=24, n_group=4, topk_group=2, n_shared_experts=1,
+                        routed_scaling_factor=2.5, num_mtp_layers=0),
 }
 
 
@@ -54,13 +66,13 @@ def longrope(original: int, partial: float = 1.0, head_dim: int = 16) -> dict:
 
 
 def hf_config(kind: str, **overrides):
-    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3, phi3) with
-    ``overrides`` applied."""
+    """A tiny config of ``kind`` (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, gemma3, phi3, deepseek_v2,
+    deepseek_v3) with ``overrides`` applied."""
     import transformers as tf
 
     cls = {"llama": tf.LlamaConfig, "mistral": tf.MistralConfig, "qwen2": tf.Qwen2Config, "qwen3": tf.Qwen3Config,
            "mixtral": tf.MixtralConfig, "qwen3_moe": tf.Qwen3MoeConfig, "gemma3": tf.Gemma3TextConfig,
-           "phi3": tf.Phi3Config}[kind]
+           "phi3": tf.Phi3Config, "deepseek_v2": tf.DeepseekV2Config, "deepseek_v3": tf.DeepseekV3Config}[kind]
     kwargs = {**COMMON, "head_dim": 16, "tie_word_embeddings": False, **MOE.get(kind, {}), **FAMILY.get(kind, {}),
               **overrides}
     return cls(**kwargs)
@@ -77,7 +89,8 @@ def hf_model(config):
 
 @torch.no_grad()
 def randomise(model):
-    """Every parameter of ``model`` random (norm weights around 1, biases and weights around 0); in eval mode."""
+    """Every parameter of ``model`` random (norm weights around 1, biases and weights around 0), and DeepSeek-V3's
+    routing bias (a buffer); in eval mode."""
     for name, p in model.named_parameters():
         if "norm" in name:
             p.copy_(1.0 + 0.2 * torch.randn_like(p))
@@ -85,6 +98,9 @@ def randomise(model):
             p.copy_(0.2 * torch.randn_like(p))
         else:
             p.copy_(0.15 * torch.randn_like(p))
+    for name, b in model.named_buffers():
+        if name.endswith("e_score_correction_bias"):
+            b.copy_(0.3 * torch.randn_like(b))
     return model.eval()
 
 

@@ -9,7 +9,8 @@ from tiny_models import hf_greedy, random_prompts
 from pagoda import LLM, SamplingParams
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma3", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma3", "phi3",
+                                    "deepseek_v2", "deepseek_v3"])
 def test_greedy_tokens_and_logprobs_match_hf(tiny_models, family):
     path, hf_model = tiny_models[family]
     prompts = random_prompts(9, range(3, 41), seed=7)

@@ -69,6 +69,25 @@ CONFIGS = {
                          "long_factor": [2.0 + 1.5 * i for i in range(8)]},
         eos_token_id=None, bos_token_id=None, pad_token_id=None,
     ),
+    # multi-head latent attention (a 48-value latent per token) with YaRN as DeepSeek-V2-Lite sets it (mscale =
+    # mscale_all_dim: the softmax scale changes, cos/sin do not); q without LoRA; softmax greedy routing
+    "deepseek_v2": lambda: transformers.DeepseekV2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2,
+        first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+        v_head_dim=16, max_position_embeddings=256, routed_scaling_factor=1.5,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 0.707,
+                         "mscale_all_dim": 0.707, "original_max_position_embeddings": 64},
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    ),
+    # q LoRA; sigmoid scores over 4 groups of experts (2 kept) with a score bias, renormalised, scaled by 2.5
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        n_group=4, topk_group=2, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+        qk_rope_head_dim=16, head_dim=16, v_head_dim=16, max_position_embeddings=256, num_mtp_layers=0,
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    ),
 }
 
 
@@ -81,6 +100,9 @@ def make_tiny_model(path, family: str, eos: int | None = None, config=None):
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0, 0.08)
+        for name, b in model.named_buffers():  # DeepSeek-V3's routing bias steers the expert choice
+            if name.endswith("e_score_correction_bias"):
+                b.normal_(0, 0.3)
     model.save_pretrained(path)
     save_word_tokenizer(path, eos)
     return model

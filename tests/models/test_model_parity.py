@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pagoda.interfaces import AttentionMetadata, ForwardContext
+from pagoda.models.deepseek import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
 from pagoda.models.gemma3 import Gemma3ForCausalLM
 from pagoda.models.llama import LlamaForCausalLM, MistralForCausalLM
 from pagoda.models.mixtral import MixtralForCausalLM
@@ -13,7 +14,7 @@ from pagoda.models.phi3 import Phi3ForCausalLM
 from pagoda.models.qwen2 import Qwen2ForCausalLM
 from pagoda.models.qwen3 import Qwen3ForCausalLM
 from pagoda.models.qwen3_moe import Qwen3MoeForCausalLM
-from hf_tiny import BLOCK_SIZE, LLAMA3_ROPE, hf_logits, load_pagoda, longrope, run_prefill, save_tiny
+from hf_tiny import BLOCK_SIZE, DEEPSEEK_YARN, LLAMA3_ROPE, hf_logits, load_pagoda, longrope, run_prefill, save_tiny
 
 TOL = 1e-4
 PROMPT = [5, 17, 42, 3, 88, 61, 7, 7, 29, 90, 14, 2, 55, 31]  # 14 tokens: several blocks and > window
@@ -49,10 +50,21 @@ CASES = {
     "phi3-longrope-long-partial-window": (
         "phi3", dict(rope_parameters=longrope(8, partial=0.75), original_max_position_embeddings=8, sliding_window=6),
     ),
+    "deepseek-v2-mla-greedy-yarn": ("deepseek_v2", dict()),
+    "deepseek-v2-group-limited-biases": (
+        "deepseek_v2", dict(topk_method="group_limited_greedy", n_group=4, topk_group=2, attention_bias=True,
+                            first_k_dense_replace=0),
+    ),
+    "deepseek-v3-q-lora-sigmoid-groups-bias": ("deepseek_v3", dict()),
+    "deepseek-v3-halves-rope-unnormalized": (
+        "deepseek_v3", dict(rope_interleave=False, norm_topk_prob=False, n_group=2, topk_group=1,
+                            rope_parameters=DEEPSEEK_YARN),
+    ),
 }
 CLASSES = {"llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM,
            "qwen3": Qwen3ForCausalLM, "mixtral": MixtralForCausalLM, "qwen3_moe": Qwen3MoeForCausalLM,
-           "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM}
+           "gemma3": Gemma3ForCausalLM, "phi3": Phi3ForCausalLM, "deepseek_v2": DeepseekV2ForCausalLM,
+           "deepseek_v3": DeepseekV3ForCausalLM}
 
 
 @pytest.fixture(scope="module", params=list(CASES))

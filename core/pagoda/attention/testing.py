@@ -1,4 +1,5 @@
-"""Random paged batches and a float64 reference for the attention backends' tests (triton, flash)."""
+"""Random paged batches and float64 references for the attention backends' tests (triton, flash): standard
+and multi-head latent attention."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def make_batch(
         seq_lens=seq_lens.to(device),
         max_query_len=max(q_lens),
         max_seq_len=max(s for _, s in seqs),
-        num_decodes=next((i for i, q in enumerate(q_lens) if q != 1), len(q_lens)),  # leading decodes
+        num_decodes=_leading_decodes(q_lens),
     )
     return PagedBatch(
         query=wide[:, :h], key=wide[:, h : h + kvh], value=wide[:, h + kvh : h + 2 * kvh],
@@ -78,6 +79,11 @@ def make_batch(
         full_keys=[k.to(dt).double() for k in full_k], full_values=[v.to(dt).double() for v in full_v],
         query_lens=q_lens,
     )
+
+
+def _leading_decodes(query_lens: list[int]) -> int:
+    """How many sequences at the front have one query token."""
+    return next((i for i, q in enumerate(query_lens) if q != 1), len(query_lens))
 
 
 def reference(spec: AttentionSpec, batch: PagedBatch, device: str = "cpu") -> torch.Tensor:
@@ -152,3 +158,68 @@ def quantize_batch(spec: AttentionSpec, batch: PagedBatch, k_scale: float = 0.05
     return replace(batch, kv_cache=cache,
                    full_keys=[round_trip(k, k_s) for k in batch.full_keys],
                    full_values=[round_trip(v, v_s) for v in batch.full_values]), k_s, v_s
+
+
+@dataclass
+class LatentBatch:
+    """A random paged batch for multi-head latent attention (``spec.mla``)."""
+
+    query: torch.Tensor  # [num_tokens, num_heads, latent_size], absorbed
+    latent: torch.Tensor  # [num_tokens, latent_size], this step's rows
+    kv_cache: torch.Tensor  # [num_blocks, block_size, latent_size], each sequence's cached prefix already in
+    metadata: AttentionMetadata
+    full_rows: list[torch.Tensor]  # per sequence [seq_len, latent_size] float64
+    query_lens: list[int]
+
+
+def make_latent_batch(spec: AttentionSpec, seqs: list[tuple[int, int]], device: str = "cpu", seed: int = 0,
+                      spare_blocks: int = 3) -> LatentBatch:
+    """``seqs``: (query_len, seq_len) per sequence, decodes first; blocks shuffled as in :func:`make_batch`. The
+    query and latent are views into wider tensors (as the model's projections produce them)."""
+    g = torch.Generator().manual_seed(seed)
+    bs, d, h = spec.block_size, spec.mla.latent_size, spec.num_heads
+    needed = [-(-seq_len // bs) for _, seq_len in seqs]
+    pool = torch.randperm(sum(needed) + spare_blocks, generator=g).tolist()
+    cache = torch.randn(len(pool), bs, d, generator=g)
+    tables = torch.zeros(len(seqs), max(needed) + 1, dtype=torch.int32)
+    full, slots = [], []
+    for i, ((q_len, seq_len), n) in enumerate(zip(seqs, needed)):
+        blocks = torch.tensor([pool.pop() for _ in range(n)])
+        tables[i, :n] = blocks
+        full.append(torch.randn(seq_len, d, generator=g))
+        pos = torch.arange(seq_len)
+        flat = blocks[pos // bs] * bs + pos % bs
+        cache.view(-1, d)[flat[: seq_len - q_len]] = full[i][: seq_len - q_len]
+        slots.append(flat[seq_len - q_len :])
+    q_lens = [q for q, _ in seqs]
+    wide_q = torch.randn(sum(q_lens), h, d + 3, generator=g)
+    wide_latent = torch.zeros(sum(q_lens), d + 5)
+    wide_latent[:, 2 : 2 + d] = torch.cat([rows[s - q :] for rows, (q, s) in zip(full, seqs)])
+    qsl = torch.zeros(len(seqs) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(torch.tensor(q_lens), 0)
+    dt = spec.dtype
+    metadata = AttentionMetadata(
+        slot_mapping=torch.cat(slots).to(device), block_tables=tables.to(device), query_start_loc=qsl.to(device),
+        seq_lens=torch.tensor([s for _, s in seqs], dtype=torch.int32, device=device), max_query_len=max(q_lens),
+        max_seq_len=max(s for _, s in seqs), num_decodes=_leading_decodes(q_lens),
+    )
+    wide_q, wide_latent = wide_q.to(dt).to(device), wide_latent.to(dt).to(device)
+    return LatentBatch(query=wide_q[..., 1 : 1 + d], latent=wide_latent[:, 2 : 2 + d],
+                       kv_cache=cache.to(dt).to(device), metadata=metadata,
+                       full_rows=[rows.to(dt).double() for rows in full], query_lens=q_lens)
+
+
+def latent_reference(spec: AttentionSpec, batch: LatentBatch) -> torch.Tensor:
+    """float64 multi-head latent attention of each sequence's queries over its rows (causal):
+    ``[num_tokens, num_heads, kv_lora_rank]``."""
+    outs, start, rank = [], 0, spec.mla.kv_lora_rank
+    q_all = batch.query.double().cpu()
+    for rows, q_len in zip(batch.full_rows, batch.query_lens):
+        seq_len = rows.shape[0]
+        q = q_all[start : start + q_len]  # [q_len, heads, latent_size]
+        start += q_len
+        scores = torch.einsum("qhd,kd->hqk", q, rows) * spec.scale
+        visible = torch.arange(seq_len)[None, :] <= torch.arange(seq_len - q_len, seq_len)[:, None]
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+        outs.append(torch.einsum("hqk,kl->qhl", probs, rows[:, :rank]))
+    return torch.cat(outs)
