@@ -83,7 +83,7 @@ class ResponseStore:
         for response_id in [i for i, e in self._entries.items() if e.expires_at <= now]:
             del self._entries[response_id]
         finished = [i for i, e in self._entries.items() if not e.running]  # oldest first
-        for response_id in finished[: max(0, len(self._entries) - self.max_entries)]:
+        for response_id in finished[: max(0, len(finished) - self.max_entries)]:
             del self._entries[response_id]
 
     def _missing(self, response_id: str) -> str:
