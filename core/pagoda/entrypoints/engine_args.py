@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
+from pagoda.entrypoints.kv_transfer_args import add_kv_transfer_args, kv_transfer_settings
 from pagoda.entrypoints.multimodal_args import add_multimodal_args, multimodal_settings
 from pagoda.plugins.manager import PluginManager
 from pagoda.plugins.registry import AUTO
@@ -117,6 +118,7 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                         "(exact verification), greedy or sampled (docs/speculative.md)")
     add_lora_args(g)
     add_multimodal_args(parser)
+    add_kv_transfer_args(parser)
 
 
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
@@ -172,6 +174,7 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         runner=args.runner,
         **lora_settings(args),
         **multimodal_settings(args),
+        **kv_transfer_settings(args),
     )
 
 
