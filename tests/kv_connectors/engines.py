@@ -21,8 +21,10 @@ def prompts(seed: int, count: int, length: int) -> list[list[int]]:
 
 
 def engine(path: str, blocks: int = 12, **kwargs) -> LLM:
-    """An engine whose device cache holds ``blocks`` blocks of 8 tokens (float32, or FP8: a quarter the bytes)."""
+    """An engine whose device cache holds ``blocks`` blocks of 8 tokens (float32, or FP8: a quarter the bytes; each
+    tensor-parallel rank holds its share of the KV heads)."""
     block_bytes = BLOCK_BYTES // 4 if kwargs.get("kv_cache_dtype", "auto") != "auto" else BLOCK_BYTES
+    block_bytes //= kwargs.get("tensor_parallel_size", 1)
     return LLM(model=path, dtype="float32", block_size=BLOCK, kv_cache_memory=blocks * block_bytes, max_num_seqs=4,
                skip_tokenizer_init=True, **kwargs)
 
@@ -54,3 +56,18 @@ class StepLog:
 def generate(llm: LLM, prompt: list[int]):
     """One request's output (its id is the LLM's own)."""
     return llm.generate([prompt], GREEDY, use_tqdm=False)[0]
+
+
+def evicted_prefix_run(path: str, **kwargs):
+    """Prompt A (a 64-token prefix + 5), three others that evict A's blocks from the device cache, then prompt B
+    (the same prefix + 5 others): the outputs, B's scheduled (first token, count) per step, the engine's stats."""
+    prefix = prompts(1, 1, 64)[0]
+    first, second = (prefix + tail for tail in prompts(2, 2, 5))
+    llm = engine(path, blocks=12, **kwargs)
+    log = StepLog(llm)
+    try:
+        outputs = [generate(llm, first)] + [generate(llm, p) for p in prompts(3, 3, 60)] + [generate(llm, second)]
+        stats = llm.engine.core.snapshot_stats()
+    finally:
+        llm.shutdown()
+    return outputs, log.computed()[outputs[-1].request_id], stats

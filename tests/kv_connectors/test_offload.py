@@ -8,22 +8,7 @@ import pytest
 
 from pagoda import SamplingParams
 
-from engines import BLOCK, GREEDY, StepLog, engine, generate, prompts
-
-
-def evicted_prefix_run(path: str, **kwargs):
-    """Prompt A (a 64-token prefix + 5), three others that evict A's blocks from the device cache, then prompt B
-    (the same prefix + 5 others): the outputs, B's scheduled (first token, count) per step, the engine's stats."""
-    prefix = prompts(1, 1, 64)[0]
-    first, second = (prefix + tail for tail in prompts(2, 2, 5))
-    llm = engine(path, blocks=12, **kwargs)
-    log = StepLog(llm)
-    try:
-        outputs = [generate(llm, first)] + [generate(llm, p) for p in prompts(3, 3, 60)] + [generate(llm, second)]
-        stats = llm.engine.core.snapshot_stats()
-    finally:
-        llm.shutdown()
-    return outputs, log.computed()[outputs[-1].request_id], stats
+from engines import BLOCK, GREEDY, engine, evicted_prefix_run, prompts
 
 
 @pytest.mark.parametrize("overlap", [True, False])
