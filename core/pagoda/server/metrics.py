@@ -148,6 +148,7 @@ class ServerMetrics:
                 "# TYPE pagoda:request_success_total counter"]
         out += [f'pagoda:request_success_total{{{label},finished_reason="{r}"}} {n}' for r, n in sorted(self.finished.items())]
         out += _spec_decode_lines(s, label)
+        out += _kv_connector_lines(s, label)
         for name, text, hist in (
             ("pagoda:time_to_first_token_seconds", "Arrival to first generated token.", self.ttft),
             ("pagoda:inter_token_latency_seconds", "Time between consecutive tokens of a request.", self.itl),
@@ -187,6 +188,26 @@ def _spec_decode_lines(s: StepStats, label: str) -> list[str]:
     name = "pagoda:spec_decode_num_accepted_tokens_per_pos_total"
     out += [f"# HELP {name} Rounds whose draft at this position (0-based) was accepted.", f"# TYPE {name} counter"]
     out += [f'{name}{{{label},position="{j}"}} {n}' for j, n in enumerate(s.spec_accepted_per_position)]
+    return out
+
+
+def _kv_connector_lines(s: StepStats, label: str) -> list[str]:
+    """A KV connector's counters (only when it moved or failed to move a block: docs/kv_offload.md)."""
+    values = (s.kv_connector_loaded_blocks, s.kv_connector_load_failed_blocks, s.kv_connector_saved_blocks,
+              s.kv_connector_save_failures, s.kv_connector_dropped_saves)
+    if not any(values):
+        return []
+    out: list[str] = []
+    for (name, text), value in zip((
+        ("pagoda:kv_connector_loaded_blocks_total", "KV blocks loaded from the KV connector instead of computed."),
+        ("pagoda:kv_connector_load_failed_blocks_total",
+         "KV blocks the connector offered but a rank could not load (recomputed)."),
+        ("pagoda:kv_connector_saved_blocks_total", "KV blocks handed to the KV connector."),
+        ("pagoda:kv_connector_save_failures_total", "KV block saves that failed (the engine went on)."),
+        ("pagoda:kv_connector_dropped_saves_total",
+         "KV blocks not saved: every host buffer was waiting for the connector."),
+    ), values):
+        out += [f"# HELP {name} {text}", f"# TYPE {name} counter", f"{name}{{{label}}} {value}"]
     return out
 
 
