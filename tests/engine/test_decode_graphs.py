@@ -64,8 +64,9 @@ def replay_plugins():
         yield
 
 
-def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models):
-    path = tiny_models["llama"][0]
+@pytest.mark.parametrize("family", ["llama", "deepseek_v3"])  # DeepSeek: latent rows, padding slots -1
+def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models, family):
+    path = tiny_models[family][0]
     prompts = random_prompts(11, range(3, 30), seed=17)  # 11 sequences: padded to the captured size 16
     params = [SamplingParams(temperature=0, max_tokens=8 + i) for i in range(len(prompts))]  # batch shrinks
     args = dict(model=path, block_size=8, platform="replay-cpu", attention_backend="torch-graphs", max_num_seqs=16)

@@ -13,6 +13,7 @@ from pagoda.interfaces.platform import Platform
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MIN_HEAD, MAX_HEAD = 16, 256
+MAX_MLA_RANK = 1024  # the latent attention's fp32 accumulator holds a tile's rows x kv_lora_rank
 
 
 def _interpreting() -> bool:
@@ -35,6 +36,7 @@ class TritonAttentionBackend(AttentionBackend):
     supports_graphs: ClassVar[bool] = True
     supports_mixed_windows: ClassVar[bool] = True  # forward reads spec.sliding_window only (Gemma 3)
     kv_cache_dtypes: ClassVar[tuple[str, ...]] = ("auto", *KV_CACHE_FORMATS)  # FP8: stored scaled, read into q's dtype
+    supports_mla: ClassVar[bool] = True  # latent caches (DeepSeek-V2/V3): mla.py, split-KV decode
 
     def __init__(self, spec: AttentionSpec, platform: Platform) -> None:
         super().__init__(spec, platform)
@@ -57,6 +59,8 @@ class TritonAttentionBackend(AttentionBackend):
         from pagoda_attention_triton.plan import TritonStepPlan
 
         s, m = self.spec, metadata
+        if s.mla is not None:
+            return self._prepare_mla(metadata)
         d, others = m.num_decodes, m.num_seqs - m.num_decodes
         splits = self.force_num_splits or _splits(d, s.num_kv_heads, m.max_seq_len, self.num_sms)
         plan = TritonStepPlan(splits, decode_scratch(d, s.num_heads, s.head_size, splits, m.seq_lens.device))
@@ -66,6 +70,29 @@ class TritonAttentionBackend(AttentionBackend):
             plan.short_scratch = decode_scratch(tokens, s.num_heads, s.head_size, plan.short_splits, m.seq_lens.device)
         metadata.extra = plan
         return metadata
+
+    def _prepare_mla(self, metadata: AttentionMetadata) -> AttentionMetadata:
+        """Decodes split their context when their (sequence, head block) programs underfill the GPU."""
+        from pagoda_attention_triton.mla import MAX_BLOCK_H
+        from pagoda_attention_triton.plan import TritonStepPlan
+
+        s, m = self.spec, metadata
+        head_blocks = -(-s.num_heads // MAX_BLOCK_H)
+        splits = self.force_num_splits or _splits(m.num_decodes, head_blocks, m.max_seq_len, self.num_sms)
+        scratch = decode_scratch(m.num_decodes, s.num_heads, s.mla.kv_lora_rank, splits, m.seq_lens.device)
+        metadata.extra = TritonStepPlan(splits, scratch)
+        return metadata
+
+    def forward_mla(self, query, latent, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
+        from pagoda_attention_triton.mla import mla_attention, write_latent
+
+        plan = metadata.extra if _is_plan(metadata.extra) else self.prepare(metadata).extra
+        s, m = self.spec, metadata
+        write_latent(latent, kv_cache, m.slot_mapping, pdl=self.pdl)
+        out = query.new_empty(*query.shape[:2], s.mla.kv_lora_rank)  # [num_tokens, num_heads, kv_lora_rank]
+        mla_attention(query, out, kv_cache, m.block_tables, m.seq_lens, m.query_start_loc, m.num_decodes,
+                      s.mla.kv_lora_rank, s.scale, plan.num_splits, plan.decode_scratch, pdl=self.pdl)
+        return out
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         from pagoda_attention_triton.decode import decode_attention, short_query_attention
@@ -97,12 +124,16 @@ class TritonAttentionBackend(AttentionBackend):
 def _spec_reason(spec: AttentionSpec) -> str | None:
     if spec.dtype not in DTYPES:
         return f"triton attention supports float16, bfloat16 and float32, not {str(spec.dtype).removeprefix('torch.')}"
+    if spec.block_size & (spec.block_size - 1):
+        return f"triton attention needs a power-of-two block size, not {spec.block_size}"
+    if spec.mla is not None:
+        rank = spec.mla.kv_lora_rank
+        return None if MIN_HEAD <= rank <= MAX_MLA_RANK else (
+            f"triton's latent attention supports kv_lora_rank {MIN_HEAD} to {MAX_MLA_RANK}, not {rank}")
     if not MIN_HEAD <= spec.head_size <= MAX_HEAD:
         return f"triton attention supports head sizes {MIN_HEAD} to {MAX_HEAD}, not {spec.head_size}"
     if spec.num_heads % spec.num_kv_heads:
         return f"{spec.num_heads} query heads are not a multiple of {spec.num_kv_heads} kv heads"
-    if spec.block_size & (spec.block_size - 1):
-        return f"triton attention needs a power-of-two block size, not {spec.block_size}"
     return None
 
 

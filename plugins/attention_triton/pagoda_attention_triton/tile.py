@@ -63,6 +63,17 @@ def pdl_launch(pdl: bool) -> dict[str, bool]:
 
 
 @triton.jit
+def online_softmax_step(s, m_i, l_i):
+    """Fold scores ``s`` [ROWS, BLOCK_N] (log2 space, -inf where hidden) into the running max ``m_i`` and sum
+    ``l_i``: returns (the weights ``p``, the factor ``alpha`` that rescales what was accumulated, max, sum)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+    p = tl.exp2(s - m_use[:, None])
+    alpha = tl.exp2(m_i - m_use)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def attend_tile(
     acc, m_i, l_i,  # [ROWS, HEAD_P] fp32, [ROWS] fp32, [ROWS] fp32
     q,  # [ROWS, HEAD_P] in the cache dtype (an FP8 cache: the model dtype, keys and values converted to it)
@@ -107,11 +118,7 @@ def attend_tile(
             if USE_WINDOW:
                 visible = visible & (j[None, :] > qpos[:, None] - window)
             s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
-        p = tl.exp2(s - m_use[:, None])
-        alpha = tl.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i)
         v_ptrs = v_base + row_off[:, None] + offs_d[None, :]  # [BLOCK_N, HEAD_P]
         if MASKED or HEAD != HEAD_P:
             v = tl.load(v_ptrs, mask=j_ok[:, None] & d_ok[None, :], other=0.0)

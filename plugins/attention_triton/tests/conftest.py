@@ -16,7 +16,7 @@ import pytest
 
 from pagoda.testing import import_triton_kernels
 
-KERNEL_MODULES = ("kv_write", "tile", "prefill", "decode", "backend")
+KERNEL_MODULES = ("kv_write", "tile", "prefill", "decode", "mla", "backend")
 try:  # the tests also run from a checkout where the plugin is not pip-installed
     import pagoda_attention_triton  # noqa: F401
 except ImportError:

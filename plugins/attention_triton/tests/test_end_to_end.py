@@ -47,6 +47,18 @@ def test_triton_matches_torch_backend_on_cpu(tiny_llama: str, monkeypatch: pytes
     assert _greedy(tiny_llama, "triton", prompts, 6, **kwargs) == _greedy(tiny_llama, "torch", prompts, 6, **kwargs)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path")
+def test_latent_attention_matches_torch_backend_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3 (multi-head latent attention): chunked prefills, cached prefixes and decodes."""
+    make_tiny_model(tmp_path, "deepseek_v3")
+    _use_plugins(monkeypatch, **{"attention-triton": "pagoda_attention_triton.plugin"})
+    shared = random_prompts(1, range(20, 21), seed=5)[0]
+    prompts = [shared + tail for tail in random_prompts(3, range(3, 12), seed=6)]
+    kwargs = dict(dtype="float32", platform="cpu")
+    assert _greedy(str(tmp_path), "triton", prompts, 6, **kwargs) == _greedy(str(tmp_path), "torch", prompts, 6,
+                                                                             **kwargs)
+
+
 @pytest.mark.gpu
 def test_triton_matches_torch_backend_on_cuda(tiny_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
     try:
