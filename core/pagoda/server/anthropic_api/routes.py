@@ -11,9 +11,11 @@ from fastapi.responses import StreamingResponse
 from pagoda.server.anthropic_api.events import MessageEvents
 from pagoda.server.anthropic_api.output import content_block, message, stop_reason, usage
 from pagoda.server.anthropic_api.protocol import CountTokensRequest, MessagesRequest, check_fields
+from pagoda.server.anthropic_api.schema import ANTHROPIC_ERRORS, MessageObject, MessageStreamEvent, TokenCount
 from pagoda.server.anthropic_api.translate import translate
 from pagoda.server.chat_pipeline import ChatRun, prepare_chat, reply_deltas, start_chat, whole_reply
 from pagoda.server.errors import APIError
+from pagoda.server.openapi import typed_event_stream
 from pagoda.server.reply_blocks import whole_blocks
 from pagoda.server.state import ServerState, engine_error
 from pagoda.server.streaming import unless_disconnected
@@ -21,7 +23,8 @@ from pagoda.server.streaming import unless_disconnected
 router = APIRouter()
 
 
-@router.post("/v1/messages")
+@router.post("/v1/messages", response_model=MessageObject,
+             responses=typed_event_stream(MessageStreamEvent, ANTHROPIC_ERRORS))
 async def create_message(body: MessagesRequest, request: Request):
     """A message in reply to ``messages`` (after ``system``); ``stream`` for Anthropic's events."""
     state: ServerState = request.app.state.pagoda
@@ -36,7 +39,7 @@ async def create_message(body: MessagesRequest, request: Request):
     return await unless_disconnected(request, _whole(body, run))
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", response_model=TokenCount, responses=ANTHROPIC_ERRORS)
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     """The prompt tokens ``/v1/messages`` would read for the same system, messages and tools."""
     check_fields(body)

@@ -8,9 +8,10 @@ from fastapi.responses import StreamingResponse
 
 from pagoda.server.chat_pipeline import start_chat
 from pagoda.server.errors import APIError
-from pagoda.server.openapi import ERRORS
+from pagoda.server.openapi import ERRORS, typed_event_stream
 from pagoda.server.responses_api.exchange import Exchange
 from pagoda.server.responses_api.protocol import ResponsesRequest, check_fields
+from pagoda.server.responses_api.schema import DeletedResponse, ResponseObject, ResponseStreamEvent
 from pagoda.server.responses_api.store import ResponseStore
 from pagoda.server.responses_api.translate import translate
 from pagoda.server.state import ServerState
@@ -24,7 +25,7 @@ def response_store(request: Request) -> ResponseStore:
     return request.app.state.responses_store
 
 
-@router.post("/v1/responses", responses=ERRORS)
+@router.post("/v1/responses", response_model=ResponseObject, responses=typed_event_stream(ResponseStreamEvent))
 async def create_response(body: ResponsesRequest, request: Request):
     """A model response: ``input`` after ``instructions`` (and ``previous_response_id``'s conversation),
     answered as typed output items; ``stream`` for events, ``background`` to poll for it."""
@@ -74,7 +75,7 @@ def _token_counter(state: ServerState):
     return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-@router.get("/v1/responses/{response_id}", responses=ERRORS)
+@router.get("/v1/responses/{response_id}", response_model=ResponseObject, responses=ERRORS)
 async def retrieve_response(response_id: str, request: Request, stream: bool = False) -> dict:
     """A stored response as it is now (a background one: in progress until it finishes)."""
     if stream:
@@ -82,14 +83,14 @@ async def retrieve_response(response_id: str, request: Request, stream: bool = F
     return response_store(request).get(response_id).response
 
 
-@router.delete("/v1/responses/{response_id}", responses=ERRORS)
+@router.delete("/v1/responses/{response_id}", response_model=DeletedResponse, responses=ERRORS)
 async def delete_response(response_id: str, request: Request) -> dict:
     """Forget a stored response (a running background one is cancelled)."""
     response_store(request).delete(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
-@router.post("/v1/responses/{response_id}/cancel", responses=ERRORS)
+@router.post("/v1/responses/{response_id}/cancel", response_model=ResponseObject, responses=ERRORS)
 async def cancel_response(response_id: str, request: Request) -> dict:
     """Stop a background response (its engine request is aborted); a finished one is returned as it is."""
     entry = response_store(request).get(response_id)
