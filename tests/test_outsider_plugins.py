@@ -9,6 +9,8 @@ run there, then driven through the CLI as users would:
   random model's output) comes back as reasoning only, the text a plain completion of the prompt gives;
 - `pagoda serve` on a tiny LLaVA checkpoint whose config.json names the template vision-language family: a
   chat request with a data: image gives HF's greedy tokens;
+- `pagoda serve` with the template KV connector on a device cache too small to keep a prefix: a later prompt
+  with that prefix loads its blocks from the connector (/metrics) and gives HF's greedy tokens;
 - `pagoda my-command`, the template subcommand.
 
 A change of a contract that breaks plugin authors fails here."""
@@ -219,6 +221,23 @@ def _wait_healthy(server: subprocess.Popen, url: str) -> None:
             time.sleep(0.2)
     server.kill()
     pytest.fail("pagoda serve did not start:\n" + server.communicate()[0][-3000:])
+
+
+def test_serve_runs_the_kv_connector_template(outsider: Env, checkpoint) -> None:
+    path, hf_model = checkpoint
+    prefix = [(5 * j) % 300 + 2 for j in range(48)]
+    evictors = [[(7 * i + 3 * j) % 300 + 2 for j in range(60)] for i in range(3)]
+    last = prefix + [11, 12]
+    config = json.dumps({"kv_connector": PLUGINS["kv_connector"]["name"]})
+    block_bytes = 2 * 2 * 16 * 2 * 16 * 4  # 2 layers x (K, V) x 16 tokens x 2 KV heads x 16 floats x 4 bytes
+    with _serving(outsider, path, "--kv-transfer-config", config, "--kv-cache-memory", str(6 * block_bytes)) as served:
+        for ids in [prefix + [10], *evictors, last]:  # one at a time: the evictors push the prefix off the device
+            reply = _post(served.url, "completions", prompt=" ".join(f"t{i}" for i in ids), logprobs=1, ignore_eos=True)
+        metrics = httpx.get(served.url + "/metrics", timeout=10).text
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert tokenizer.convert_tokens_to_ids(reply["logprobs"]["tokens"]) == hf_greedy(hf_model, last, 8)[0]
+    assert f"pagoda:kv_connector_loaded_blocks_total{{model_name=\"tiny\"}} {48 // 16}" in metrics, metrics
+    assert PLUGINS["kv_connector"]["name"] in served.log
 
 
 def test_the_subcommand_runs(outsider: Env) -> None:

@@ -38,6 +38,7 @@ def test_every_kind_has_a_template() -> None:
     ("my-model", "model", "MyModelForCausalLM"),
     ("my-vlm", "multimodal_model", "MyVlmForConditionalGeneration"),
     ("my-command", "command", "MyCommand"),
+    ("my-kv-connector", "kv_connector", "MyKvConnector"),
 ])
 def test_class_names_do_not_repeat_the_kind(name: str, kind: str, cls: str) -> None:
     values = placeholders(name, kind)
@@ -75,6 +76,7 @@ def test_a_template_never_wins_auto_by_being_installed(kind: str, generated) -> 
     ("model", "lists `\"TmplModelForCausalLM\"` in `architectures`"),
     ("multimodal_model", "lists `\"TmplMultimodalModelForConditionalGeneration\"` in `architectures`"),
     ("command", "Run it: `pagoda tmpl-command --help`"),
+    ("kv_connector", "`--kv-transfer-config '{\"kv_connector\": \"tmpl-kv-connector\", \"kv_role\": \"kv_both\"}'`"),
 ])
 def test_readmes_say_how_the_capability_is_chosen(kind: str, sentence: str) -> None:
     readme = render(placeholders(f"tmpl-{kind.replace('_', '-')}", kind))["README.md"]

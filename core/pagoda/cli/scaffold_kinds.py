@@ -94,6 +94,12 @@ TEMPLATE_KINDS: dict[str, TemplateKind] = {
                      "It starts as the built-in `deepseek_r1` format (reasoning until `</think>`): change the "
                      "markers to your model's.",
                      "known outputs read whole and one character at a time"),
+        TemplateKind("kv_connector", "connector", "Connector",
+                     "It is a complete KV connector that keeps blocks in host memory (at most `max_blocks`, the least "
+                     "recently used dropped first): replace its dictionary with your store; Pagoda moves the blocks "
+                     "between the device and host memory, and recomputes any block `read` cannot supply.",
+                     "its store; on a tiny model, a prefix evicted from the device cache comes back from the "
+                     "connector with greedy tokens unchanged"),
         TemplateKind("command", "command", "Command",
                      "It adds `pagoda {name}`, which prints what the installed plugins register: replace its "
                      "arguments and `run` with your command.",
@@ -130,6 +136,9 @@ def select_hint(kind: str, values: dict[str, str]) -> str:
     if kind == "proposer":  # chosen by the JSON of --speculative-config, never by `auto`
         return (f"Select it with `--speculative-config '{{\"method\": \"{name}\", \"num_speculative_tokens\": 4}}'`; "
                 "`auto` never turns speculation on.")
+    if kind == "kv_connector":
+        return (f"Select it with `--kv-transfer-config '{{\"kv_connector\": \"{name}\", \"kv_role\": \"kv_both\"}}'` "
+                "(options in `kv_connector_extra_config`); `auto` never picks a KV connector, name it.")
     if kind == "quantization":
         return (f"Select it with `{flag} {name}`, or ship checkpoints whose config.json declares "
                 f"`\"quantization_config\": {{\"quant_method\": \"{name}\"}}`. `auto` (the default) means what the "
