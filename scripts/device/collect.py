@@ -20,7 +20,7 @@ from typing import Any
 
 KEYS = ("requests_per_s", "output_tokens_per_s", "request_throughput", "output_throughput", "p50_ttft_ms",
         "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "completed", "failed",
-        "ratio_guided_over_unguided", "mean_acceptance_length")
+        "ratio_guided_over_unguided", "mean_acceptance_length", "ratio_evicted_p50_ttft")
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, float]:
