@@ -32,6 +32,31 @@ def test_throughput_counts_every_token(tmp_path, sampling):
     assert result["cached_prompt_tokens"] == 0  # the warm-up shares no prompt (2 full blocks each) nor leaves any cached
 
 
+def test_throughput_reports_the_kv_capacity_and_a_latent_cache_against_mha(tmp_path):
+    """Llama: K and V of each KV head a token a layer. DeepSeek-V2 (multi-head latent attention): one latent row
+    (kv_lora_rank + qk_rope_head_dim) a token a layer, and the tokens an MHA layout would fit in the same bytes."""
+    import transformers
+
+    llama = json.loads(_throughput(_config_dir(tmp_path / "llama"), tmp_path / "llama.json"))["kv_cache"]
+    assert llama["bytes_per_token"] == 2 * 2 * 2 * 8 * 4 and "mha_tokens" not in llama  # layers, K+V, heads, dim, fp32
+    transformers.DeepseekV2Config(vocab_size=256, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+                                  num_hidden_layers=2, num_attention_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+                                  q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                                  v_head_dim=16, max_position_embeddings=128,
+                                  architectures=["DeepseekV2ForCausalLM"]).save_pretrained(tmp_path / "ds")
+    kv = json.loads(_throughput(str(tmp_path / "ds"), tmp_path / "ds.json"))["kv_cache"]
+    assert kv["bytes_per_token"] == 2 * (32 + 16) * 4  # layers x latent row, fp32
+    assert kv["mha_bytes_per_token"] == 2 * 4 * (16 + 16 + 16) * 4  # layers x heads x (key + value), fp32
+    assert kv["mha_tokens"] == kv["tokens"] * kv["bytes_per_token"] // kv["mha_bytes_per_token"]
+
+
+def _throughput(model: str, out) -> str:
+    assert main(["bench", "throughput", model, "--load-format", "dummy", "--num-prompts", "2", "--input-len", "8",
+                 "--output-len", "2", "--dtype", "float32", "--kv-cache-memory", str(1 << 20),
+                 "--result-file", str(out)]) == 0
+    return out.read_text()
+
+
 def test_latency_reports_each_batch(tmp_path):
     out = tmp_path / "latency.json"
     assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "1,3",

@@ -28,8 +28,8 @@ import report  # noqa: E402
 from model_dir import build_model_dir  # noqa: E402
 from prompts import prefix_prompts, random_token_prompts, write_prompts_file  # noqa: E402
 from steps import Deadline, Server, StepRecord, read_json, run_step  # noqa: E402
-from workloads import (LATENCY, OFFLINE, PARTS, PREFIX, SEED, Served, parse_parts, parse_rates, quick,  # noqa: E402
-                       served_workloads)
+from workloads import (LATENCY, OFFLINE, PARTS, PREFIX, SEED, Served, parse_latency, parse_offline,  # noqa: E402
+                       parse_parts, parse_rates, quick, served_workloads)
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = {"pagoda": 8100, "vllm": 8200}
@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--attention-backend=triton; default: none, auto picks flash where installed)")
     p.add_argument("--vllm-flag", action="append", default=[], help="extra flag for vLLM, e.g. --attention-backend=TRITON_ATTN")
     p.add_argument("--match-limits", action="store_true", help="give vLLM Pagoda's limits (256 seqs, 8192 tokens a step)")
+    p.add_argument("--offline", help="the offline part's workloads instead of 1000 x 256/256 and 1000 x 1024/128: "
+                   "NUM_PROMPTS:INPUT_LEN:OUTPUT_LEN, comma-separated (e.g. 1000:1024:256)")
+    p.add_argument("--latency", help="its decode-step workload instead of 1,8,64:128:32:2: "
+                   "BATCHES:INPUT_LEN:OUTPUT_LEN:REPEATS")
     p.add_argument("--quick", action="store_true", help="tiny workloads (quick_*): check the pipeline, not speed")
     p.add_argument("--tag", default="", help="name of this run's files (default: the parts)")
     return p.parse_args(argv)
@@ -80,8 +84,8 @@ class Run:
         self.records: list[StepRecord] = []
         self.measurements: list[dict] = []
         pick = quick if args.quick else (lambda w: w)
-        self.offline_workloads = tuple(pick(w) for w in OFFLINE)
-        self.latency = pick(LATENCY)
+        self.offline_workloads = tuple(pick(w) for w in (parse_offline(args.offline) if args.offline else OFFLINE))
+        self.latency = pick(parse_latency(args.latency) if args.latency else LATENCY)
         self.prefix = pick(PREFIX)
         self.rates = tuple(pick(w) for w in served_workloads(parse_rates(args.rates), args.rate_seconds))
 

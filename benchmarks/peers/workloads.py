@@ -110,3 +110,27 @@ def parse_rates(text: str) -> tuple[float, ...]:
     if not rates or any(not r > 0 for r in rates):
         raise ValueError(f"--rates must be positive numbers or inf, got {text!r}")
     return rates
+
+
+def parse_offline(text: str) -> tuple[Offline, ...]:
+    """'1000:1024:256' (num_prompts:input_len:output_len, comma-separated) -> workloads named offline_1024x256."""
+    out = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        fields = item.split(":")
+        if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
+            raise ValueError(f"--offline takes NUM_PROMPTS:INPUT_LEN:OUTPUT_LEN (positive), got {item!r}")
+        n, i, o = (int(f) for f in fields)
+        out.append(Offline(f"offline_{i}x{o}", n, i, o))
+    return tuple(out)
+
+
+def parse_latency(text: str) -> Latency:
+    """'1,8:1024:32:2' (batch sizes:input_len:output_len:repeats) -> the decode-step workload."""
+    fields = text.split(":")
+    try:
+        batches, i, o, r = tuple(int(b) for b in fields[0].split(",")), *(int(f) for f in fields[1:])
+    except ValueError:
+        batches, i, o, r = (), 0, 0, 0
+    if len(fields) != 4 or not batches or min(*batches, i, r) < 1 or o < 2:
+        raise ValueError(f"--latency takes BATCHES:INPUT_LEN:OUTPUT_LEN:REPEATS (e.g. 1,8:128:32:2), got {text!r}")
+    return Latency("latency", batches, i, o, r)

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "scripts" / "device" / "run.sh"
 COLLECT = ROOT / "scripts" / "device" / "collect.py"
-SUITES = ["e2e", "gpu-tests", "kernels", "kvoffload", "multimodal", "peers", "quant", "spec", "tp"]
+SUITES = ["deepseek", "e2e", "gpu-tests", "kernels", "kvoffload", "multimodal", "peers", "quant", "spec", "tp"]
 
 
 def driver(*args: str, env: dict | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
@@ -40,7 +40,7 @@ def test_dry_run_prints_the_commands_and_writes_nothing(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("e2f", "unknown suite 'e2f'; suites: e2e gpu-tests kernels kvoffload multimodal peers quant spec tp"),
+    ("e2f", "unknown suite 'e2f'; suites: deepseek e2e gpu-tests kernels kvoffload multimodal peers quant spec tp"),
     ("tp:8b,9b", "suite tp has no part '9b'; its parts: tests 8b 70b serve"),
 ])
 def test_unknown_suites_and_parts_are_named(spec, message) -> None:

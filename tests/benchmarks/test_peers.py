@@ -61,6 +61,15 @@ def test_parse_parts_and_rates():
         workloads.parse_rates("0,4")
 
 
+def test_parse_offline_and_latency_workloads():
+    assert workloads.parse_offline("1000:1024:256") == (workloads.Offline("offline_1024x256", 1000, 1024, 256),)
+    assert workloads.parse_latency("1,8:1024:32:2") == workloads.Latency("latency", (1, 8), 1024, 32, 2)
+    with pytest.raises(ValueError, match="--offline takes"):
+        workloads.parse_offline("1000x1024x256")
+    with pytest.raises(ValueError, match="--latency takes"):
+        workloads.parse_latency("1:1024:1:2")  # one output token: no decode step to time
+
+
 def test_served_workloads_scale_with_the_rate():
     served = workloads.served_workloads((math.inf, 4, 16), rate_seconds=30)
     assert [(w.num_prompts, w.request_rate) for w in served] == [(1000, math.inf), (120, 4.0), (480, 16.0)]

@@ -71,6 +71,27 @@ def streamed_weights(model: torch.nn.Module) -> tuple[int, int]:
     return sum(p.numel() * p.element_size() for p in params), sum(p.numel() for p in params)
 
 
+def kv_bytes_per_token(parts) -> int:
+    """KV cache bytes one token takes over this rank's layers, whatever the backend's layout (K/V pairs, or
+    multi-head latent attention's one latent row)."""
+    tokens = parts.kv_cache.num_blocks * parts.config.block_size
+    return sum(c.numel() * c.element_size() for c in parts.kv_caches) // tokens
+
+
+def kv_cache_summary(parts) -> dict[str, int]:
+    """The KV cache's capacity (this rank's): blocks, tokens, bytes per token; for multi-head latent attention
+    also the tokens the same bytes would hold with each head's keys and values cached (an MHA layout)."""
+    per_token = kv_bytes_per_token(parts)
+    tokens = parts.kv_cache.num_blocks * parts.config.block_size
+    out = {"blocks": parts.kv_cache.num_blocks, "tokens": tokens, "bytes_per_token": per_token}
+    spec, cfg = parts.attention.spec, parts.hf_config
+    if spec.mla is not None:
+        per_head = int(cfg.qk_nope_head_dim) + int(cfg.qk_rope_head_dim) + int(cfg.v_head_dim)  # a key and a value
+        mha = len(parts.kv_caches) * spec.num_heads * per_head * parts.kv_caches[0].element_size()
+        out.update(mha_bytes_per_token=mha, mha_tokens=tokens * per_token // mha)
+    return out
+
+
 def active_params(model: torch.nn.Module, num_params: int, hf_config) -> int:
     """Parameters one token multiplies: an MoE layer counts ``num_experts_per_tok`` of its experts."""
     from pagoda.layers.moe import FusedMoE

@@ -13,8 +13,8 @@ import sys
 import time
 
 from pagoda import envs
-from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, random_prompts, spec_decode_summary,
-                                 streamed_weights, synchronize)
+from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, kv_bytes_per_token, random_prompts,
+                                 spec_decode_summary, streamed_weights, synchronize)
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     parts = llm.engine.core.parts
     device = parts.platform.device()
     weight_bytes, _ = streamed_weights(parts.model)
-    kv_bytes_per_token = sum(c[:, :1].numel() * c.element_size() for c in parts.kv_caches) // parts.config.block_size
+    kv_per_token = kv_bytes_per_token(parts)
     read_bandwidth = device_rates(device, parts.dtype)["copy_bytes"]
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if args.profile:
             _profiled_run(llm, prompts, args.output_len)
         context = args.input_len + args.output_len / 2
-        floor = (weight_bytes + batch * context * kv_bytes_per_token) / read_bandwidth
+        floor = (weight_bytes + batch * context * kv_per_token) / read_bandwidth
         rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
         speculative = spec_decode_summary(llm, stats_before)
         if speculative is not None:  # step_ms is then the time per output token

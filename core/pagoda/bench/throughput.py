@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, random_prompts, spec_decode_summary,
-                                 streamed_weights, synchronize)
+from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, kv_cache_summary,
+                                 random_prompts, spec_decode_summary, streamed_weights, synchronize)
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         "active_params": active_params(model, num_params, engine.core.parts.hf_config),
         "pagoda": _rates(elapsed, args.num_prompts, args.num_prompts * args.input_len, num_out),
         "cached_prompt_tokens": sum(o.num_cached_tokens for o in outputs),  # 0 unless prompts repeat
+        "kv_cache": kv_cache_summary(engine.core.parts),
     }
     speculative = spec_decode_summary(llm, stats_before)
     if speculative is not None:  # acceptance of the timed run's drafts
@@ -117,8 +118,11 @@ def _run_hf(hf_model, prompts: list[list[int]], output_len: int, device: torch.d
 
 
 def _attention_flops(hf_config, num_requests: int, length: int) -> int:
-    """QK^T and PV of causal attention: 4 * head_dim FLOPs per (query head, query, visible key)."""
+    """QK^T and PV of causal attention: 4 * head_dim FLOPs per (query head, query, visible key); multi-head
+    latent attention (absorbed) scores the latent row and weights its kv_lora_rank values: 2 * (row + rank)."""
     from pagoda.models import spec
 
     heads, layers = int(hf_config.num_attention_heads), spec.num_kv_cache_layers(hf_config)
-    return 4 * spec.head_dim(hf_config) * heads * layers * num_requests * length * (length + 1) // 2
+    mla = spec.mla_spec(hf_config)
+    per_key = 2 * (mla.latent_size + mla.kv_lora_rank) if mla else 4 * spec.head_dim(hf_config)
+    return per_key * heads * layers * num_requests * length * (length + 1) // 2

@@ -59,8 +59,7 @@ def test_latent_attention_matches_torch_backend_on_cpu(tmp_path: Path, monkeypat
                                                                              **kwargs)
 
 
-@pytest.mark.gpu
-def test_triton_matches_torch_backend_on_cuda(tiny_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _use_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         pm = _use_plugins(
             monkeypatch, **{"attention-triton": "pagoda_attention_triton.plugin", "platform-cuda": "pagoda_platform_cuda.plugin"}
@@ -69,6 +68,24 @@ def test_triton_matches_torch_backend_on_cuda(tiny_llama: str, monkeypatch: pyte
         pytest.skip("pagoda-platform-cuda is not available")
     if "cuda" not in pm.registry("platform"):
         pytest.skip("pagoda-platform-cuda does not register 'cuda' yet")
+
+
+@pytest.mark.gpu
+def test_latent_attention_with_decode_graphs_matches_torch_backend_on_cuda(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSeek-V3 on the GPU: triton's latent attention, decode steps replayed from CUDA graphs (split-KV
+    planned from max_model_len), against the torch backend run eagerly."""
+    make_tiny_model(tmp_path, "deepseek_v3")
+    _use_cuda(monkeypatch)
+    prompts = random_prompts(8, range(5, 80), seed=4)
+    kwargs = dict(dtype="float32", platform="cuda")
+    assert _greedy(str(tmp_path), "triton", prompts, 24, **kwargs) == _greedy(str(tmp_path), "torch", prompts, 24,
+                                                                              enforce_eager=True, **kwargs)
+
+
+@pytest.mark.gpu
+def test_triton_matches_torch_backend_on_cuda(tiny_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _use_cuda(monkeypatch)
     prompts = random_prompts(8, range(5, 80), seed=4)
     kwargs = dict(dtype="float32", platform="cuda")
     assert _greedy(tiny_llama, "triton", prompts, 24, **kwargs) == _greedy(tiny_llama, "torch", prompts, 24, **kwargs)
