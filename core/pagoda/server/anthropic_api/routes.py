@@ -70,10 +70,10 @@ async def _stream(body: MessagesRequest, run: ChatRun) -> AsyncIterator[bytes]:
     events = MessageEvents()
     for event in events.start(message(_id(run), run.model, [], None, None, usage(len(run.prompt_ids), 0, 0))):
         yield event
-    tokens = cached = 0
+    tokens = 0
     try:
         async for delta in reply_deltas(run):
-            tokens, cached = tokens + delta.num_tokens, max(cached, delta.cached_tokens)
+            tokens += delta.num_tokens
             for chat_delta in delta.deltas:
                 for event in events.feed(chat_delta):
                     yield event
@@ -81,7 +81,7 @@ async def _stream(body: MessagesRequest, run: ChatRun) -> AsyncIterator[bytes]:
                 for event in events.finish():
                     yield event
                 reason, sequence = stop_reason(delta.finish_reason, delta.stop_reason, body.stop_sequences)
-                for event in events.done(reason, sequence, usage(len(run.prompt_ids), tokens, cached)):
+                for event in events.done(reason, sequence, tokens):
                     yield event
     except Exception as exc:  # headers are sent: report in-band
         err = engine_error(exc)
