@@ -112,6 +112,7 @@ class KVTransferStep(StepFeature):
     def __init__(self, build: Callable[["ModelRunner"], Parts]) -> None:
         self._build = build
         self.connector: KVConnector | None = None
+        self._closed = False
         self.group = None  # gloo group of the engine's ranks (None alone), formed at the first step
         self._grouped = False
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="pagoda-kv-transfer")
@@ -134,13 +135,14 @@ class KVTransferStep(StepFeature):
             self.group = dist.new_group(backend="gloo") if runner.tp.size > 1 else None
             self._grouped = True
         self._guard_copies(out, block_tables)
-        reported = self._report()
-        plan: KVTransferPlan | None = out.kv_transfers
-        if plan is not None:
-            for request_id, transfers in plan.loads.items():
-                self.jobs[request_id] = LoadJob(transfers, self.thread.submit(self._read, transfers))
-            if plan.saves and not out.requests:  # no forward pass: the blocks are complete already
-                self._save(plan.saves)
+        with runner.platform.inference_context():  # the copies write the KV cache, as the steps do
+            reported = self._report()
+            plan: KVTransferPlan | None = out.kv_transfers
+            if plan is not None:
+                for request_id, transfers in plan.loads.items():
+                    self.jobs[request_id] = LoadJob(transfers, self.thread.submit(self._read, transfers))
+                if plan.saves and not out.requests:  # no forward pass: the blocks are complete already
+                    self._save(plan.saves)
         if not out.requests and self.jobs and not reported:
             time.sleep(IDLE_POLL_S)  # nothing else to run: give the transfer thread the time
 
@@ -156,8 +158,10 @@ class KVTransferStep(StepFeature):
         return finished
 
     def close(self) -> None:
+        """Finish the queued transfers, then close the connector (once)."""
         self.thread.shutdown(wait=True)
-        if self.connector is not None:
+        if self.connector is not None and not self._closed:
+            self._closed = True
             self.connector.close()
 
     # -- loads -------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class KVLoads:
         if not self.connector.config.loads:
             return False
         bs, first = self.block_size, len(hits)
-        last = (request.num_tokens - 1) // bs  # the last token is always computed (it gives the logits)
+        last = min(request.num_tokens - 1, request.num_known_tokens) // bs  # the last token is always computed
         if last <= first:
             return False
         keys = self.keys.first(request, last)
