@@ -13,8 +13,8 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-from server_helpers import API_KEY, MODEL_NAME, engine_config, start_server
-from tool_helpers import MESSAGES, SCHEMAS, TOOLS, make_tool_chat_model
+from server_helpers import API_KEY, MODEL_NAME
+from tool_helpers import MESSAGES, SCHEMAS, TOOLS, start_tool_server
 
 GREEDY = {"extra_body": {"temperature": 0}}
 USER = [{"role": "user", "content": "t21 t22"}]
@@ -93,6 +93,17 @@ def test_count_tokens_is_the_prompt_of_create(claude, client) -> None:
     assert counted.input_tokens == chat(client, [{"role": "system", "content": "t20"}, *USER]).usage.prompt_tokens
 
 
+def test_prefix_cache_reads_are_counted_apart_whole_and_streamed(claude) -> None:
+    long = [{"role": "user", "content": " ".join(f"t{i}" for i in range(30, 60))}]
+    total = claude.messages.count_tokens(model=MODEL_NAME, messages=long).input_tokens
+    claude.messages.create(model=MODEL_NAME, max_tokens=2, messages=long, **GREEDY)  # fills the prefix cache
+    whole = claude.messages.create(model=MODEL_NAME, max_tokens=2, messages=long, **GREEDY).usage
+    with claude.messages.stream(model=MODEL_NAME, max_tokens=2, messages=long, **GREEDY) as stream:
+        streamed = stream.get_final_message().usage
+    for usage in (whole, streamed):
+        assert usage.cache_read_input_tokens >= 24 and usage.input_tokens + usage.cache_read_input_tokens == total
+
+
 def post(server, body: dict, headers: dict | None = None) -> httpx.Response:
     return httpx.post(server.url + "/v1/messages", json=body, timeout=30,
                       headers=headers if headers is not None else {"x-api-key": API_KEY})
@@ -147,8 +158,7 @@ ANTHROPIC_TOOLS = [{"name": t["function"]["name"], "input_schema": t["function"]
 
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory):
-    path = make_tool_chat_model(tmp_path_factory.mktemp("tiny-tool-messages"))
-    running = start_server(engine_config(path, max_model_len=512, kv_cache_memory=64 << 20), tool_parser="hermes")
+    running = start_tool_server(tmp_path_factory.mktemp("tiny-tool-messages"))
     yield running
     running.stop()
 

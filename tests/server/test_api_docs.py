@@ -11,8 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
-from server_helpers import engine_config, start_server
-from tool_helpers import make_tool_chat_model
+from tool_helpers import make_tool_chat_model, start_tool_server
 
 from pagoda.cli.main import main
 
@@ -22,9 +21,7 @@ NAME = "smollm2-135m-instruct"
 
 @pytest.fixture(scope="module")
 def docs_server(tmp_path_factory):
-    path = make_tool_chat_model(tmp_path_factory.mktemp("tiny-docs"))
-    running = start_server(engine_config(path, max_model_len=512, kv_cache_memory=64 << 20), api_key=None, name=NAME,
-                           tool_parser="hermes")
+    running = start_tool_server(tmp_path_factory.mktemp("tiny-docs"), api_key=None, name=NAME)
     yield running
     running.stop()
 

@@ -12,8 +12,8 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from server_helpers import API_KEY, MODEL_NAME, engine_config, metric, read_metrics, start_server
-from tool_helpers import MESSAGES, SCHEMAS, TOOLS, make_tool_chat_model
+from server_helpers import API_KEY, MODEL_NAME, metric, read_metrics
+from tool_helpers import MESSAGES, SCHEMAS, TOOLS, start_tool_server
 
 from pagoda.server.errors import APIError
 from pagoda.server.responses_api.store import ResponseStore, StoredResponse
@@ -189,8 +189,7 @@ RESPONSES_TOOLS = [{"type": "function", "name": t["function"]["name"], "paramete
 
 @pytest.fixture(scope="module")
 def tool_client(tmp_path_factory):
-    path = make_tool_chat_model(tmp_path_factory.mktemp("tiny-tool-responses"))
-    running = start_server(engine_config(path, max_model_len=512, kv_cache_memory=64 << 20), tool_parser="hermes")
+    running = start_tool_server(tmp_path_factory.mktemp("tiny-tool-responses"))
     yield openai.OpenAI(base_url=running.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
     running.stop()
 

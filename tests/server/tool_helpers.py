@@ -58,6 +58,15 @@ def make_tool_chat_model(path: Path) -> str:
     return str(path)
 
 
+def start_tool_server(folder: Path, **options):
+    """A server of the tool model in ``folder`` (made there) with the hermes tool-call parser; ``options``
+    go to ``start_server``."""
+    from server_helpers import engine_config, start_server
+
+    config = engine_config(make_tool_chat_model(folder), max_model_len=512, kv_cache_memory=64 << 20)
+    return start_server(config, **{"tool_parser": "hermes", **options})
+
+
 class ScriptedEngine(AsyncEngine):
     """Answers each request with the next scripted output, delivered in the given pieces (one
     per engine step); records each request's prompt and sampling parameters."""
