@@ -1,6 +1,7 @@
 """DeepSeek-V2/V3 through the engine (CPU, torch backend): greedy tokens and logprobs equal HF transformers'
 through a small KV cache that forces preemptions and prompts that share a cached prefix; the KV cache holds
-one latent row per token per layer. (Tensor parallelism: tests/engine/test_tensor_parallel.py.)"""
+one latent row per token per layer; two pipeline stages equal one. (Tensor parallelism:
+tests/engine/test_tensor_parallel.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from pagoda import LLM, SamplingParams
 from pagoda.errors import IncompatibleChoiceError
+from test_pipeline_parallel import run as run_stages
 from test_tensor_parallel import shared_prefix_prompts
 from tiny_models import hf_greedy
 
@@ -56,3 +58,12 @@ def test_the_kv_cache_holds_one_latent_row_per_token(tiny_models, family):
 def test_an_fp8_latent_cache_is_refused_naming_mla(tiny_models):
     with pytest.raises(IncompatibleChoiceError, match="multi-head latent attention"):
         LLM(model=tiny_models["deepseek_v2"][0], dtype="float32", kv_cache_memory=1 << 20, kv_cache_dtype="fp8")
+
+
+def test_two_pipeline_stages_equal_one(tiny_models):
+    """Stage 0 holds the dense layer, stage 1 the two MoE layers (and their latent caches)."""
+    path = tiny_models["deepseek_v3"][0]
+    prompts = shared_prefix_prompts()
+    expected, _, _ = run_stages(path, prompts)
+    got, stats, in_flight = run_stages(path, prompts, pipeline_parallel_size=2, pp_layer_partition=[1, 2])
+    assert got == expected and stats.num_preemptions > 0 and in_flight == 2
