@@ -133,6 +133,7 @@ def test_a_background_response_is_polled_and_one_is_cancelled(client, server) ->
     ({"include": ["message.output_text.logprobs"]}, "include", "remove"),
     ({"top_logprobs": 2}, "top_logprobs", "/v1/chat/completions"),
     ({"tools": [{"type": "web_search"}]}, "tools.0.type", "function tools"),
+    ({"tools": [{"type": "function", "name": "f", "defer_loading": True}]}, "tools.0.defer_loading", "remove"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0.type", "item_reference"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input.0.content.0.type",
      "input_file"),

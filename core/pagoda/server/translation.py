@@ -98,6 +98,13 @@ def unknown_fields(body: BaseModel, refusals: Refusals, known_extras: tuple[str,
     return [name for name in body.model_extra or {} if name not in refusals and name not in known_extras]
 
 
+def refuse_options(item: dict, known: set[str], path: str) -> None:
+    """400 for an option of ``item`` (a tool) beyond ``known`` that asks for something (not null, false or [])."""
+    extra = sorted(key for key in set(item) - known if item[key] not in (None, False, []))
+    if extra:
+        raise refuse(f"{path}.{extra[0]}", "this tool option is not implemented", f"remove {extra[0]}")
+
+
 def refuse(field_name: str, why: str, fix: str) -> APIError:
     """The 400 of a field this server cannot honour (never ignored)."""
     return APIError(400, f"'{field_name}' is not supported by this server: {why}; {fix}", param=field_name,

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from pagoda.server.anthropic_api.protocol import CountTokensRequest, MessagesRequest
 from pagoda.server.errors import APIError
-from pagoda.server.translation import Translated, refuse, text_of
+from pagoda.server.translation import Translated, refuse, refuse_options, text_of
 
 FIELDS = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens", "response_format": "output_config.format"}
 _TOOL_KEYS = {"name", "description", "input_schema", "type", "cache_control", "strict"}
@@ -151,9 +151,7 @@ def _tool(tool: Any, path: str) -> dict:
         kind = tool.get("type") if isinstance(tool, dict) else tool
         raise refuse(f"{path}.type", f"tools of type {kind!r} are not available here (no server tools)",
                      "send custom tools: {'name': ..., 'input_schema': {...}}")
-    extra = sorted(key for key in set(tool) - _TOOL_KEYS if tool[key] not in (None, False, []))
-    if extra:
-        raise refuse(f"{path}.{extra[0]}", "this tool option is not implemented", f"remove {extra[0]}")
+    refuse_options(tool, _TOOL_KEYS, path)
     if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
         raise APIError(400, f"{path} needs a name and an input_schema object", param=path)
     function = {"name": tool["name"], "description": tool.get("description"), "parameters": tool["input_schema"],

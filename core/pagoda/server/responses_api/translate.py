@@ -16,12 +16,13 @@ from typing import Any, Optional
 
 from pagoda.server.errors import APIError
 from pagoda.server.responses_api.protocol import ResponsesRequest
-from pagoda.server.translation import Translated, refuse, text_of
+from pagoda.server.translation import Translated, refuse, refuse_options, text_of
 
 FIELDS = {"messages": "input", "max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens",
           "response_format": "text.format"}
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = ("input_text", "output_text", "refusal")
+_TOOL_KEYS = {"type", "name", "description", "parameters", "strict"}
 
 
 def translate(body: ResponsesRequest, history: Optional[list[dict]] = None) -> Translated:
@@ -124,6 +125,7 @@ def _tool(tool: dict, path: str) -> dict:
         kind = tool.get("type") if isinstance(tool, dict) else tool
         raise refuse(f"{path}.type", f"tools of type {kind!r} are not available here (no hosted tools)",
                      "send function tools: {'type': 'function', 'name': ..., 'parameters': {...}}")
+    refuse_options(tool, _TOOL_KEYS, path)
     function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if tool.get(key) is not None}
     return {"type": "function", "function": function}
 
