@@ -91,6 +91,8 @@ def test_stop_sequences(claude, client) -> None:
 def test_count_tokens_is_the_prompt_of_create(claude, client) -> None:
     counted = claude.messages.count_tokens(model=MODEL_NAME, system="t20", messages=USER)
     assert counted.input_tokens == chat(client, [{"role": "system", "content": "t20"}, *USER]).usage.prompt_tokens
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]  # "auto" by default: no tool-call parser needed to count
+    assert claude.messages.count_tokens(model=MODEL_NAME, messages=USER, tools=tools).input_tokens > 0
 
 
 def test_prefix_cache_reads_are_counted_apart_whole_and_streamed(claude) -> None:

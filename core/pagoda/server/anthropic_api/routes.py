@@ -44,8 +44,10 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     """The prompt tokens ``/v1/messages`` would read for the same system, messages and tools."""
     check_fields(body)
     translated = translate(body)
+    # the tools reach the template whatever the choice; "none" needs no tool-call parser to count them
+    counted = translated.chat.model_copy(update={"tool_choice": "none"}) if translated.chat.tools else translated.chat
     try:
-        chat = await prepare_chat(request.app.state.pagoda, translated.chat)
+        chat = await prepare_chat(request.app.state.pagoda, counted)
     except APIError as exc:
         raise translated.rename(exc) from None
     return {"input_tokens": len(chat.prompt_ids)}
@@ -70,10 +72,10 @@ async def _stream(body: MessagesRequest, run: ChatRun) -> AsyncIterator[bytes]:
     events = MessageEvents()
     for event in events.start(message(_id(run), run.model, [], None, None, usage(len(run.prompt_ids), 0, 0))):
         yield event
-    tokens = 0
+    tokens = cached = 0
     try:
         async for delta in reply_deltas(run):
-            tokens += delta.num_tokens
+            tokens, cached = tokens + delta.num_tokens, max(cached, delta.cached_tokens)
             for chat_delta in delta.deltas:
                 for event in events.feed(chat_delta):
                     yield event
@@ -81,7 +83,7 @@ async def _stream(body: MessagesRequest, run: ChatRun) -> AsyncIterator[bytes]:
                 for event in events.finish():
                     yield event
                 reason, sequence = stop_reason(delta.finish_reason, delta.stop_reason, body.stop_sequences)
-                for event in events.done(reason, sequence, tokens):
+                for event in events.done(reason, sequence, usage(len(run.prompt_ids), tokens, cached)):
                     yield event
     except Exception as exc:  # headers are sent: report in-band
         err = engine_error(exc)
