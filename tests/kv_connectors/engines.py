@@ -20,12 +20,12 @@ def prompts(seed: int, count: int, length: int) -> list[list[int]]:
     return torch.randint(2, 380, (count, length), generator=g).tolist()
 
 
-def engine(path: str, blocks: int = 12, **kwargs) -> LLM:
-    """An engine whose device cache holds ``blocks`` blocks of 8 tokens (float32, or FP8: a quarter the bytes; each
-    tensor-parallel rank holds its share of the KV heads)."""
-    block_bytes = BLOCK_BYTES // 4 if kwargs.get("kv_cache_dtype", "auto") != "auto" else BLOCK_BYTES
-    block_bytes //= kwargs.get("tensor_parallel_size", 1)
-    return LLM(model=path, dtype="float32", block_size=BLOCK, kv_cache_memory=blocks * block_bytes, max_num_seqs=4,
+def engine(path: str, blocks: int = 12, dtype: str = "float32", **kwargs) -> LLM:
+    """An engine whose device cache holds ``blocks`` blocks of 8 tokens (float32; bfloat16 half the bytes, FP8 a
+    quarter; each tensor-parallel rank holds its share of the KV heads)."""
+    divisor = 4 if kwargs.get("kv_cache_dtype", "auto") != "auto" else 2 if dtype == "bfloat16" else 1
+    block_bytes = BLOCK_BYTES // divisor // kwargs.get("tensor_parallel_size", 1)
+    return LLM(model=path, dtype=dtype, block_size=BLOCK, kv_cache_memory=blocks * block_bytes, max_num_seqs=4,
                skip_tokenizer_init=True, **kwargs)
 
 

@@ -44,9 +44,10 @@ def test_offload_under_preemption_equals_no_offload(tiny_llama):
     assert stats.kv_connector_loaded_blocks > 0, "preempted requests should reload their evicted blocks"
 
 
-def test_fp8_cache_blocks_round_trip(tiny_llama):
-    """An FP8 cache moves as bytes: the engine with offload gives the FP8 engine's tokens."""
-    expected, _, _ = evicted_prefix_run(tiny_llama, kv_cache_dtype="fp8")
-    got, steps, stats = evicted_prefix_run(tiny_llama, kv_cache_dtype="fp8", kv_offload_gib=0.001)
+@pytest.mark.parametrize("cache", [{"kv_cache_dtype": "fp8"}, {"dtype": "bfloat16"}], ids=["fp8", "bf16"])
+def test_fp8_and_bf16_cache_blocks_round_trip(tiny_llama, cache):
+    """Blocks move as bits: with offload, an FP8 or bf16 cache gives the tokens of the same engine without it."""
+    expected, _, _ = evicted_prefix_run(tiny_llama, **cache)
+    got, steps, stats = evicted_prefix_run(tiny_llama, kv_offload_gib=0.001, **cache)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
     assert steps[0] == (64, 5) and stats.kv_connector_loaded_blocks == 64 // BLOCK
