@@ -39,9 +39,9 @@ class MessageEvents:
         return self._events(self.blocks.finish())
 
     @staticmethod
-    def done(reason: str, sequence: str | None, output_tokens: int) -> list[bytes]:
-        return [event("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence},
-                      usage={"output_tokens": output_tokens}),
+    def done(reason: str, sequence: str | None, spent: dict) -> list[bytes]:
+        """``message_delta`` with the final usage (the cache reads known by now), then ``message_stop``."""
+        return [event("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence}, usage=spent),
                 event("message_stop")]
 
     @staticmethod
