@@ -52,8 +52,10 @@ class BlockMover:
                     cache.index_copy_(self.axis, index, staged[:, layer].movedim(0, self.axis))
         return work
 
-    def to_host(self, block_ids: Sequence[int], targets: Sequence[torch.Tensor]) -> SideWork:
-        """Copy device block ``block_ids[i]`` into ``targets[i]`` (host, one block each)."""
+    def to_host(self, block_ids: Sequence[int], target: torch.Tensor) -> SideWork:
+        """Copy device block ``block_ids[i]`` into ``target[i]`` (host, ``[len(block_ids), *block_shape]``): one
+        copy per chunk."""
+        target = as_bits(target)
         with self.platform.side_work() as work:
             for start in range(0, len(block_ids), self.chunk):
                 ids = block_ids[start : start + self.chunk]
@@ -61,8 +63,7 @@ class BlockMover:
                 index = self._index(ids)
                 for layer, cache in enumerate(self.caches):
                     staged[:, layer].copy_(cache.index_select(self.axis, index).movedim(self.axis, 0))
-                for i, target in enumerate(targets[start : start + self.chunk]):
-                    as_bits(target).copy_(staged[i], non_blocking=True)
+                target[start : start + len(ids)].copy_(staged, non_blocking=True)
         return work
 
     def _index(self, block_ids: Sequence[int]) -> torch.Tensor:

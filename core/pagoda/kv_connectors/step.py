@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -76,25 +76,30 @@ class PendingCopy:
     work: SideWork
 
 
-@dataclass
-class SaveBuffers:
-    """Pinned host blocks that saves wait in (taken on the engine's thread, given back on the transfer thread)."""
+class SaveRing:
+    """Pinned host blocks that saves wait in for the transfer thread. The thread writes saves in the order they
+    were made, so the buffers go back in the order they were taken: a ring, each take a contiguous run."""
 
-    blocks: torch.Tensor  # [n, *block_shape]
-    free: list[int] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, blocks: torch.Tensor) -> None:
+        self.blocks = blocks  # [size, *block_shape]
+        self.size = len(blocks)
+        self.head = 0  # the next block to hand out
+        self.used = 0
+        self._lock = threading.Lock()
 
-    def __post_init__(self) -> None:
-        self.free = list(range(len(self.blocks)))
+    def take(self, n: int) -> tuple[int, int]:
+        """``(start, count)``: up to ``n`` blocks from ``start`` on (fewer at the ring's end, or when it is full)."""
+        with self._lock:
+            count = min(n, self.size - self.used, self.size - self.head)
+            start = self.head
+            self.head = (self.head + count) % self.size
+            self.used += count
+            return start, count
 
-    def take(self, n: int) -> list[int]:
-        with self.lock:
-            taken, self.free = self.free[:n], self.free[n:]
-        return taken
-
-    def give(self, slots: list[int]) -> None:
-        with self.lock:
-            self.free.extend(slots)
+    def give(self, count: int) -> None:
+        """The oldest ``count`` blocks taken are free again."""
+        with self._lock:
+            self.used -= count
 
 
 class Parts(NamedTuple):
@@ -102,7 +107,7 @@ class Parts(NamedTuple):
 
     connector: KVConnector
     mover: BlockMover
-    save_buffers: torch.Tensor  # [n, *block_shape] pinned host blocks
+    save_buffers: torch.Tensor  # [n, *block_shape] pinned host blocks (the save ring)
 
 
 class KVTransferStep(StepFeature):
@@ -125,7 +130,7 @@ class KVTransferStep(StepFeature):
         """Build the connector for ``runner``'s KV cache (once)."""
         if self.connector is None:
             self.connector, self.mover, blocks = self._build(runner)
-            self.buffers = SaveBuffers(blocks)
+            self.ring = SaveRing(blocks)
             self.block_size = self.connector.layout.block_size
 
     # -- the step hooks ----------------------------------------------------------------------
@@ -226,26 +231,28 @@ class KVTransferStep(StepFeature):
     # -- saves -------------------------------------------------------------------------------
     def _save(self, transfers: list[BlockTransfer]) -> None:
         """Copy the blocks to host buffers behind the queued compute work; the transfer thread writes them."""
-        slots = self.buffers.take(len(transfers))
-        if len(slots) < len(transfers):
-            self.counts.dropped_saves += len(transfers) - len(slots)
-            transfers = transfers[: len(slots)]
-        if not transfers:
-            return
-        ids = [t.block_id for t in transfers]
-        work = self.mover.to_host(ids, [self.buffers.blocks[s] for s in slots])
-        self.copies.append(PendingCopy(set(ids), work))
-        written = self.thread.submit(self._write, transfers, slots, work)
+        written: list[Future] = []
+        while transfers:
+            start, count = self.ring.take(len(transfers))
+            if not count:  # every buffer waits for the transfer thread: these blocks are not saved
+                self.counts.dropped_saves += len(transfers)
+                break
+            batch, transfers = transfers[:count], transfers[count:]
+            ids = [t.block_id for t in batch]
+            work = self.mover.to_host(ids, self.ring.blocks[start : start + count])
+            self.copies.append(PendingCopy(set(ids), work))
+            written.append(self.thread.submit(self._write, batch, start, work))
         if self.connector.saves_before_output():
-            written.result()
+            for done in written:
+                done.result()
 
-    def _write(self, transfers: list[BlockTransfer], slots: list[int], work: SideWork) -> None:
+    def _write(self, transfers: list[BlockTransfer], start: int, work: SideWork) -> None:
         """On the transfer thread: once the copies ran, hand each block to the connector's write."""
         work.wait()
         try:
-            for transfer, slot in zip(transfers, slots):
+            for i, transfer in enumerate(transfers):
                 try:
-                    self.connector.write(transfer.key, self.buffers.blocks[slot])
+                    self.connector.write(transfer.key, self.ring.blocks[start + i])
                     self.counts.saved_blocks += 1
                 except Exception as exc:  # noqa: BLE001 - a failed save is counted; the engine goes on
                     self.counts.save_failures += 1
@@ -258,7 +265,7 @@ class KVTransferStep(StepFeature):
                 logger.warning("KV connector '%s': flush raised %s: %s", self.connector.config.kv_connector,
                                type(exc).__name__, exc)
         finally:
-            self.buffers.give(slots)
+            self.ring.give(len(transfers))
 
     def _guard_copies(self, out: "SchedulerOutput", block_tables: list[list[int]]) -> None:
         """Make this step's compute wait for the copies to the host of blocks it is about to overwrite."""

@@ -11,7 +11,6 @@ block of it was acknowledged (``timeout_s``, default 30). A block of another nam
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import warnings
@@ -25,7 +24,6 @@ from pagoda.errors import ConfigError
 from pagoda.interfaces.kv_connector import KVConnector, KVConnectorContext
 from pagoda.kv_connectors.host_store import HostBlockStore
 
-logger = logging.getLogger("pagoda")
 GiB = 1 << 30
 OK = b"ok"
 
