@@ -167,11 +167,12 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
     from pagoda.server.api_server import ApiServerSpec, serve_api
     from pagoda.server.launcher import run_api_processes, url_of
 
-    try:
-        core = CoreProcess(config, core_factory(args), log_level=args.log_level)  # logs "Pagoda engine: platform ..."
+    try:  # each core logs "Pagoda engine: platform ..."
+        cores = _start_cores(args, config)
     except EngineStartError as exc:
         print(f"pagoda serve: {exc}", file=sys.stderr)
         return 1
+    core = cores[0]
     names = served_names(args)
     port = sock.getsockname()[1]
     spec = ApiServerSpec(args.host, port, names, args.api_key, args.shutdown_timeout, args.log_level, config.model,
@@ -179,18 +180,31 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
                          args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating,
                          MediaConfig.from_engine(config), responses_store_size=args.responses_store_size,
-                         responses_store_ttl=args.responses_store_ttl)
+                         responses_store_ttl=args.responses_store_ttl,
+                         data_parallel_cores=[(c.address, c.pid) for c in cores] if len(cores) > 1 else [])
     parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
                                                                 ("reasoning parser", args.reasoning_parser)) if name)
 
     def announce() -> None:
-        logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %d%s)", ", ".join(names),
+        logger.info("Serving %s at %s/v1 (API key %s; %d API server process(es), engine core pid %s%s)", ", ".join(names),
                     url_of(args.host, port), "required" if args.api_key else "not required", args.api_server_count,
-                    core.pid, parsers)
+                    ", ".join(str(c.pid) for c in cores), parsers)
 
     try:
         if args.api_server_count == 1:
-            return serve_api(sock, spec, core_alive=core.alive, on_ready=announce)
+            return serve_api(sock, spec, core_alive=core.alive if len(cores) == 1 else None, on_ready=announce)
         return run_api_processes(sock, spec, args.api_server_count, announce)
     finally:
-        core.shutdown(args.shutdown_timeout)
+        for c in cores:
+            c.shutdown(args.shutdown_timeout)
+
+
+def _start_cores(args: argparse.Namespace, config) -> list:
+    """The engine core, or under --data-parallel-size (without --data-parallel-rank) one per replica."""
+    from pagoda.engine_core.client import CoreProcess
+
+    if config.data_parallel_size > 1 and config.data_parallel_rank is None:
+        from pagoda.engine_core.dp_client import start_cores
+
+        return start_cores(config, core_factory(args), args.log_level)
+    return [CoreProcess(config, core_factory(args), log_level=args.log_level)]

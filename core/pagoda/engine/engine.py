@@ -44,19 +44,26 @@ class LLMEngine:
 
     @classmethod
     def from_config(cls, config: EngineConfig, multiprocess: bool = False) -> "LLMEngine":
-        """An engine whose core runs in this process, or (``multiprocess``) in its own."""
-        if not multiprocess:
+        """An engine whose core runs in this process, or (``multiprocess``) in its own; with
+        ``data_parallel_size`` > 1, one core process per replica."""
+        data_parallel = config.data_parallel_size > 1 and config.data_parallel_rank is None
+        if not multiprocess and not data_parallel:
             core = EngineCore.from_config(config)
             return cls(InprocClient(core), core.parts.tokenizer, config)
         from pagoda.loader import load_tokenizer, resolve_model
 
-        client = SyncMPClient.start(config)
+        if data_parallel:
+            from pagoda.engine_core.dp_client import DataParallelClient
+
+            client = DataParallelClient.start(config)
+        else:
+            client = SyncMPClient.start(config)
         tokenizer = None if config.skip_tokenizer_init else load_tokenizer(resolve_model(config.model), config.tokenizer)
         return cls(client, tokenizer, config)
 
     @property
     def core(self) -> EngineCore:
-        """The in-process core (for inspection and tests); AttributeError in multiprocess mode."""
+        """The in-process core (for inspection and tests); AttributeError in multiprocess and data-parallel mode."""
         return self.client.core
 
     # -- requests --------------------------------------------------------------------------

@@ -129,6 +129,9 @@ class OutputProcessor:
                 if self._on_tokens(state, child, out, now):
                     stopped.append(child.request_id)
                 touched[state.request_id] = state
+            elif out.finish_reason is not None:  # ended without a token (refused, or its data-parallel core died)
+                self._finish(state, child, out.finish_reason, now)
+                touched[state.request_id] = state
         results = []
         for state in touched.values():
             if state.finished or (state.stream and not state.picks_best):
@@ -158,12 +161,15 @@ class OutputProcessor:
             if stop_str is not None and finish != "stop":
                 finish, child.stop_reason, by_string = "stop", stop_str, finish is None
         if finish is not None:
-            child.detokenizer.flush()
-            child.finish_reason = finish
-            state.num_finished += 1
-            if state.finished:
-                m.finished_time = now
+            self._finish(state, child, finish, now)
         return by_string
+
+    def _finish(self, state: RequestState, child: ChildState, finish: str, now: float) -> None:
+        child.detokenizer.flush()
+        child.finish_reason = finish
+        state.num_finished += 1
+        if state.finished:
+            state.metrics.finished_time = now
 
     def _on_each_token(self, state: RequestState, child: ChildState, out: EngineCoreOutput, now: float) -> bool:
         """Several tokens of one step: each goes through :meth:`_on_tokens` alone (the finish reason

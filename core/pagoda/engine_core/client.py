@@ -91,17 +91,24 @@ class CoreProcess:
     """The engine core in a child process (spawned: the parent may hold CUDA or threads)."""
 
     def __init__(self, config: EngineConfig, core_factory: Callable = EngineCore.from_config,
-                 log_level: str = "INFO") -> None:
+                 log_level: str = "INFO", wait: bool = True) -> None:
+        """Start the core; with ``wait``, return once it is built (else call :meth:`wait_until_ready`)."""
         self.address = f"ipc://{tempfile.gettempdir()}/pagoda-core-{uuid.uuid4().hex[:12]}.sock"
         context = multiprocessing.get_context("spawn")
-        receiver, sender = context.Pipe(duplex=False)
+        self._receiver, sender = context.Pipe(duplex=False)
         manager = get_plugin_manager()  # the child loads the same plugins as this process
-        self.process = context.Process(target=run_engine_core, name="pagoda-engine-core",
+        name = "pagoda-engine-core" if config.data_parallel_rank is None else f"pagoda-engine-core{config.data_parallel_rank}"
+        self.process = context.Process(target=run_engine_core, name=name,
                                        args=(config, self.address, sender, core_factory, log_level,
                                              manager.settings))
         self.process.start()
         sender.close()
-        self.info = self._wait_until_ready(receiver)
+        self.info: msg.EngineInfo | None = self.wait_until_ready() if wait else None
+
+    def wait_until_ready(self) -> msg.EngineInfo:
+        """The core's EngineInfo once it is built (EngineStartError if it failed)."""
+        self.info = self._wait_until_ready(self._receiver)
+        return self.info
 
     def _wait_until_ready(self, receiver) -> msg.EngineInfo:
         while not receiver.poll(POLL_MS / 1000):
@@ -237,6 +244,7 @@ class AsyncMPClient:
         self._calls = itertools.count()
         self._results: dict[int, asyncio.Future] = {}
         self._reader: asyncio.Task | None = None
+        self.engine_stats: dict[int, msg.StepStats] = {}  # {0: the core's latest gauges} (/metrics)
 
     def start(self, on_outputs: Callable[[msg.EngineCoreOutputs], None], on_dead: Callable[[str], None]) -> None:
         """Connect and start reading (call from the event loop that will use this client)."""
@@ -274,6 +282,8 @@ class AsyncMPClient:
                 continue
             message = msg.decode_core_message(await self.socket.recv())
             if isinstance(message, msg.EngineCoreOutputs):
+                if message.stats is not None:
+                    self.engine_stats[0] = message.stats
                 on_outputs(message)
             elif isinstance(message, msg.UtilityResult):
                 future = self._results.get(message.call_id)

@@ -42,12 +42,13 @@ class ApiServerSpec:
     media: MediaConfig = field(default_factory=MediaConfig)  # where images may come from, how large (docs/multimodal.md)
     responses_store_size: int = 1000  # --responses-store-size: stored /v1/responses kept (docs/api_responses.md)
     responses_store_ttl: float = 3600.0  # --responses-store-ttl: seconds a stored response is kept once finished
+    # --data-parallel-size: every engine core as (address, pid), the first being core_address; empty: one core
+    data_parallel_cores: list[tuple[str, int]] = field(default_factory=list)
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
               on_ready: Callable[[], None] | None = None) -> int:
     """Serve HTTP on ``sock`` until SIGTERM/SIGINT (running requests drain first)."""
-    from pagoda.engine_core.client import AsyncMPClient, pid_alive
     from pagoda.engine_core.gc_freeze import freeze_startup_objects
     from pagoda.loader import load_tokenizer, resolve_model
     from pagoda.server.app import LoRAServing, build_app
@@ -58,8 +59,7 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     from pagoda.server.responses_api.store import ResponseStore
 
     tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
-    alive = core_alive or (lambda: pid_alive(spec.core_pid))
-    engine = AsyncEngine(AsyncMPClient(spec.core_address, spec.info, alive), tokenizer,
+    engine = AsyncEngine(_core_client(spec, core_alive), tokenizer,
                          ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
                          request_timeout=spec.request_timeout)
     lora = LoRAServing(spec.enable_lora, spec.allow_runtime_lora_updating, shared=spec.api_server_count > 1)
@@ -70,6 +70,18 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     freeze_startup_objects()
     server.run(sockets=[sock])
     return 0
+
+
+def _core_client(spec: ApiServerSpec, core_alive: Callable[[], bool] | None):
+    """The client of the engine core, or of every data-parallel core (requests routed over them)."""
+    from pagoda.engine_core.client import AsyncMPClient, pid_alive
+
+    if spec.data_parallel_cores:
+        from pagoda.engine_core.dp_client import AsyncDataParallelClient
+
+        return AsyncDataParallelClient([(address, lambda pid=pid: pid_alive(pid))
+                                        for address, pid in spec.data_parallel_cores], spec.info)
+    return AsyncMPClient(spec.core_address, spec.info, core_alive or (lambda: pid_alive(spec.core_pid)))
 
 
 def api_server_process(sock, spec: ApiServerSpec, index: int, ready) -> None:

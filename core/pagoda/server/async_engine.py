@@ -63,6 +63,7 @@ class AsyncEngine(AsyncPooling):
         self.info = client.info
         self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
+        self.metrics.engine_stats = client.engine_stats  # each core's latest gauges (several under data parallelism)
         self.outputs = OutputProcessor(tokenizer)
         self.pooling = PoolingTracker()  # pooling requests (runner "pooling"): see AsyncPooling.encode
         self.error: str | None = None
@@ -215,7 +216,15 @@ class AsyncEngine(AsyncPooling):
                 del self._streams[output.request_id]
             queue.put_nowait(output)
 
-    def _on_dead(self, reason: str) -> None:
+    def _on_dead(self, reason: str, sequence_ids: list[str] | None = None) -> None:
+        """Every core is gone: fail everything; with ``sequence_ids``, one data-parallel core of several died:
+        fail its requests only."""
+        if sequence_ids is not None:
+            logger.error("Engine core: %s; failing its %d sequence(s), the other cores keep serving", reason,
+                         len(sequence_ids))
+            for request_id in {i.partition("#")[0] for i in sequence_ids}:
+                self._fail(request_id, EngineDeadError(reason))
+            return
         logger.error("Engine core: %s", reason)
         self.error = reason
         self._fail_pending(reason)

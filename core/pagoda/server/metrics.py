@@ -13,6 +13,13 @@ from pagoda.outputs import RequestOutput, StepStats
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+ENGINE_GAUGES = (  # (name, kind, help, StepStats field): one line per engine core
+    ("pagoda:num_requests_running", "gauge", "Requests in the running batch.", "num_running"),
+    ("pagoda:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", "num_waiting"),
+    ("pagoda:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).", "kv_cache_usage"),
+    ("pagoda:prefix_cache_hit_rate", "gauge", "Prefix cache hit rate over all lookups (0-1).", "prefix_cache_hit_rate"),
+    ("pagoda:num_preemptions_total", "counter", "Requests preempted (recomputed later).", "num_preemptions"),
+)
 E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0)
 
 
@@ -59,6 +66,7 @@ class ServerMetrics:
         self.model_name = model_name
         self._lock = threading.Lock()
         self.snapshot = StepStats()  # published by the engine thread after each loop iteration
+        self.engine_stats: dict[int, StepStats] = {}  # engine core -> its latest gauges (label engine)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
@@ -114,7 +122,7 @@ class ServerMetrics:
             with self._lock:
                 return "\n".join(self._lines()) + "\n"
         total = ServerMetrics(self.model_name)
-        total.snapshot = self.snapshot
+        total.snapshot, total.engine_stats = self.snapshot, self.engine_stats
         for state in (self.state(), *others):
             total._add(state)
         return "\n".join(total._lines()) + "\n"
@@ -127,19 +135,23 @@ class ServerMetrics:
         for name, histogram in self._histograms().items():
             histogram.add(*state[name])
 
+    def _engine_lines(self, label: str) -> list[str]:
+        """Each engine core's gauges, labelled ``engine`` (0, 1, ... under data parallelism)."""
+        engines = self.engine_stats or {0: self.snapshot}
+        out: list[str] = []
+        for name, kind, text, field in ENGINE_GAUGES:
+            out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+            out += [f'{name}{{{label},engine="{d}"}} {getattr(engines[d], field)}' for d in sorted(engines)]
+        return out
+
     def _histograms(self) -> dict[str, Histogram]:
         return {"ttft": self.ttft, "itl": self.itl, "e2e": self.e2e}
 
     def _lines(self) -> list[str]:
         label = f'model_name="{_escape(self.model_name)}"'
         s = self.snapshot
-        out: list[str] = []
+        out = self._engine_lines(label)
         for name, kind, text, value in (
-            ("pagoda:num_requests_running", "gauge", "Requests in the running batch.", s.num_running),
-            ("pagoda:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", s.num_waiting),
-            ("pagoda:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).", s.kv_cache_usage),
-            ("pagoda:prefix_cache_hit_rate", "gauge", "Prefix cache hit rate over all lookups (0-1).", s.prefix_cache_hit_rate),
-            ("pagoda:num_preemptions_total", "counter", "Requests preempted (recomputed later).", s.num_preemptions),
             ("pagoda:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", self.prompt_tokens),
             ("pagoda:generation_tokens_total", "counter", "Generated tokens.", self.generation_tokens),
         ):
