@@ -202,6 +202,7 @@ class WorkerGroup:
         self.busy_since: float | None = None  # set while the driver waits on the device or a collective
         self._closed = False
         self._watcher: threading.Thread | None = None
+        self.cleanups: list = []  # called at the end of shutdown (the Ray executor frees its placement there)
 
     @classmethod
     def bind(cls, host: str, world_size: int, stages: int = 1) -> "WorkerGroup":
@@ -341,6 +342,8 @@ class WorkerGroup:
         for sock in (self.steps, self.errors, self.results):
             sock.close(0)
         self.context.term()
+        for cleanup in self.cleanups:
+            cleanup()
 
 
 def _leave_group() -> None:
