@@ -64,7 +64,7 @@ def test_a_start_that_fails_on_one_rank_leaves_no_rank_profiling(tiny_models, tm
     try:
         executor = llm.engine.core.executor
         assert executor._tell_workers(messages.Profile(str(tmp_path / "traces"))) == []
-        with pytest.raises(RuntimeError, match="profiling failed on a tensor-parallel rank: rank 1: .*already running"):
+        with pytest.raises(RuntimeError, match="profiling failed on a worker rank: rank 1: .*already running"):
             llm.start_profile()
         assert not list((tmp_path / "traces").glob("*.pt.trace.json.gz"))  # both rolled back, no trace
         llm.start_profile()

@@ -25,7 +25,7 @@ def main() -> None:
             fast = core.executor.workers.tp.fast
             print(json.dumps({
                 "tokens": tokens, "fast": None if fast is None else type(fast).__name__,
-                "graphs": core.runner.graphs is not None, "verify_graphs": core.runner.feature(SpecDecodeStep).step_graphs is not None,
+                "graphs": core.runner.graphs is not None, "verify_graphs": getattr(core.runner.feature(SpecDecodeStep), "step_graphs", None) is not None,
                 "accepted": 0 if core.speculator is None else core.speculator.num_accepted,
             }), flush=True)
         finally:

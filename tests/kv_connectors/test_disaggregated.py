@@ -12,7 +12,7 @@ import pytest
 
 from pagoda import LLM, SamplingParams
 
-from engines import prompts
+from connector_engines import prompts
 from servers import counters, free_port, serving
 
 FLAGS = ("--served-model-name", "tiny", "--dtype", "float32", "--block-size", "8", "--max-num-seqs", "4", "--port", "0")

@@ -8,7 +8,7 @@ from pathlib import Path
 from pagoda.kv_cache.block_keys import ROOT, block_key
 from pagoda.kv_connectors import block_file
 
-from engines import BLOCK, StepLog, engine, generate, prompts
+from connector_engines import BLOCK, StepLog, engine, generate, prompts
 
 
 def two_prompts() -> tuple[list[int], list[int]]:

@@ -14,7 +14,7 @@ from pagoda.kv_connectors.offload import OffloadConnector
 from pagoda.plugins import manager as plugin_manager
 from pagoda.plugins.manager import PluginManager
 
-from engines import StepLog, engine, generate, prompts
+from connector_engines import StepLog, engine, generate, prompts
 
 
 class FailingReads(OffloadConnector):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines import BLOCK, evicted_prefix_run
+from connector_engines import BLOCK, evicted_prefix_run
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ import pytest
 
 from pagoda import SamplingParams
 
-from engines import BLOCK, GREEDY, engine, evicted_prefix_run, prompts
+from connector_engines import BLOCK, GREEDY, engine, evicted_prefix_run, prompts
 
 
 @pytest.mark.parametrize("overlap", [True, False])

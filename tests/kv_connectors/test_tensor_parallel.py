@@ -3,7 +3,7 @@ blocks; greedy tokens equal one rank's, and the evicted prefix comes back from h
 
 from __future__ import annotations
 
-from engines import BLOCK, evicted_prefix_run
+from connector_engines import BLOCK, evicted_prefix_run
 
 
 def test_tp2_with_offload_equals_tp1(tiny_llama):

@@ -74,7 +74,7 @@ class ScriptedEngine(AsyncEngine):
     def __init__(self, tokenizer) -> None:
         info = EngineInfo(max_model_len=4096, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
                           num_kv_blocks=256, block_size=16, description="scripted")
-        super().__init__(SimpleNamespace(info=info), tokenizer)
+        super().__init__(SimpleNamespace(info=info, engine_stats={}), tokenizer)
         self.script: list[list[str]] = []
         self.requests: list[SimpleNamespace] = []
 

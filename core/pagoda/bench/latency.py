@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
     llm = build_llm(args)
     parts = llm.engine.core.parts
     device = parts.platform.device()
+    stages = parts.pp.size  # pipeline stages run a step one after another, each streaming its share (rank 0's here)
     weight_bytes, _ = streamed_weights(parts.model)
-    kv_per_token = kv_bytes_per_token(parts)
+    weight_bytes, kv_per_token = weight_bytes * stages, kv_bytes_per_token(parts) * stages
     read_bandwidth = device_rates(device, parts.dtype)["copy_bytes"]
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):

@@ -68,7 +68,11 @@ def build_engine_parts(config: EngineConfig) -> EngineParts:
     elif config.data_parallel_rank:  # one rank: this replica's device
         from pagoda.executor.workers import device_offset
 
-        platform.set_device(device_offset(config))
+        device = device_offset(config)
+        if device >= platform.device_count():
+            raise ValueError(f"data-parallel replica {config.data_parallel_rank} runs on {platform.device_type} device "
+                             f"{device}, but this host has {platform.device_count()}; lower data_parallel_size")
+        platform.set_device(device)
     try:
         parts = _build_driver_parts(config, platform, source, hf_config, workers)
         parts.pooler_config = pooler
