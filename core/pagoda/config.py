@@ -20,6 +20,9 @@ MODALITIES = ("image",)  # what limit_mm_per_prompt may limit
 DEFAULT_MAX_IMAGE_BYTES = 20 << 20  # 20 MiB, OpenAI's limit per image
 DEFAULT_MAX_IMAGE_PIXELS = 50_000_000  # a 48-megapixel photo fits; a decompression bomb does not
 MIN_ENCODER_CACHE_ROWS = 8192
+# the scheduler's latency limits on prefills (docs/performance.md#tuning-for-inter-token-latency), passed on as is
+PREFILL_LIMITS = ("max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",
+                  "max_prefill_tokens_while_decoding")
 
 
 @dataclass
@@ -37,6 +40,10 @@ class EngineConfig:
     block_size: int = 16
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    max_num_partial_prefills: int = 1  # prompts split over several steps at once
+    max_long_partial_prefills: int = 1  # of them, prompts with more than long_prefill_token_threshold tokens
+    long_prefill_token_threshold: int = 0  # 0: off; a longer prompt computes at most this many tokens a step
+    max_prefill_tokens_while_decoding: int = 0  # 0: off; prompt tokens a step that runs decodes takes at most
     attention_backend: str = "auto"
     quantization: str | None = None
     kv_cache_dtype: str = "auto"  # "auto" (the model dtype) or an FP8 type the attention backend must support
@@ -105,10 +112,26 @@ class EngineConfig:
                  self.disable_custom_all_reduce, "True or False")
         _require(self.distributed_executor_backend in EXECUTOR_BACKENDS, "distributed_executor_backend",
                  self.distributed_executor_backend, f"one of {', '.join(EXECUTOR_BACKENDS)}")
+        self._validate_prefill_limits()
         self._validate_parallel()
         self._validate_lora()
         self._validate_media()
         self._validate_kv_transfer()
+
+    def _validate_prefill_limits(self) -> None:
+        for name in ("max_num_partial_prefills", "max_long_partial_prefills"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 1, name, value, "an integer >= 1")
+        for name in ("long_prefill_token_threshold", "max_prefill_tokens_while_decoding"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and value >= 0, name, value, "an integer >= 0 (0: off)")
+        if self.max_long_partial_prefills > self.max_num_partial_prefills:
+            raise ValueError(f"max_long_partial_prefills ({self.max_long_partial_prefills}) counts prompts among "
+                             f"max_num_partial_prefills ({self.max_num_partial_prefills}); make it no larger")
+        cutting = [n for n in ("long_prefill_token_threshold", "max_prefill_tokens_while_decoding") if getattr(self, n)]
+        if cutting and not self.enable_chunked_prefill:
+            raise ValueError(f"{' and '.join(cutting)} cut prompts into chunks, which needs chunked prefill; "
+                             "keep enable_chunked_prefill on or set them to 0")
 
     def _validate_parallel(self) -> None:
         for name in ("pipeline_parallel_size", "data_parallel_size"):

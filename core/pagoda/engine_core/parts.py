@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pagoda.config import EngineConfig, step_token_budget
+from pagoda.config import PREFILL_LIMITS, EngineConfig, step_token_budget
 from pagoda.errors import ConfigError, PagodaError
 from pagoda.interfaces import AttentionBackend, CausalLM, Platform, Scheduler, SchedulerConfig
 from pagoda.interfaces.parallel import SINGLE, WHOLE, PipelineParallel, TensorParallel
@@ -169,4 +169,5 @@ def _scheduler_config(config: EngineConfig, max_model_len: int) -> SchedulerConf
         max_num_batched_tokens=step_token_budget(config, max_model_len),
         max_model_len=max_model_len,
         enable_chunked_prefill=config.enable_chunked_prefill,
+        **{name: getattr(config, name) for name in PREFILL_LIMITS},
     )

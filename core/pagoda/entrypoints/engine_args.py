@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from pagoda.config import DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, RUNNERS, EngineConfig
+from pagoda.config import (DTYPES, EXECUTOR_BACKENDS, KV_CACHE_DTYPES, LOAD_FORMATS, PREFILL_LIMITS, RUNNERS,
+                           EngineConfig)
 from pagoda.entrypoints.kv_transfer_args import add_kv_transfer_args, kv_transfer_settings
 from pagoda.entrypoints.multimodal_args import add_multimodal_args, multimodal_settings
 from pagoda.plugins.manager import PluginManager
@@ -65,6 +66,7 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--max-num-seqs", type=int, default=256, help="most requests in one batch")
     g.add_argument("--max-num-batched-tokens", type=int,
                    help="token budget of one step (prefill chunks + decodes; default 8192)")
+    add_prefill_limit_args(g)
     g.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block (a power of two)")
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="reuse KV blocks of shared prompt prefixes")
@@ -121,6 +123,24 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     add_kv_transfer_args(parser)
 
 
+PREFILL_LIMIT_FLAGS = (  # (flag, default, metavar, help): the scheduler's latency limits on prefills
+    ("--max-num-partial-prefills", 1, "N", "prompts that may be mid-prefill (split over several steps) at once; a "
+     "prompt that finishes its prefill within a step is always admitted (default 1)"),
+    ("--max-long-partial-prefills", 1, "N", "of them, long prompts (see --long-prefill-token-threshold); shorter "
+     "prompts queued behind a long one that must wait are admitted ahead of it (default 1)"),
+    ("--long-prefill-token-threshold", 0, "T", "a prompt with more than T tokens to compute is long and computes at "
+     "most T tokens a step, so decodes and short prompts share its steps (default 0: off)"),
+    ("--max-prefill-tokens-while-decoding", 0, "N", "prompt tokens a step that also runs decodes may compute at "
+     "most: bounds the inter-token latency, delays new prompts' first tokens (default 0: off)"),
+)
+
+
+def add_prefill_limit_args(group) -> None:
+    """The scheduler's latency limits on prefills (docs/performance.md#tuning-for-inter-token-latency)."""
+    for flag, default, metavar, text in PREFILL_LIMIT_FLAGS:
+        group.add_argument(flag, type=int, default=default, metavar=metavar, help=text)
+
+
 def engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
     """Build (and validate) an EngineConfig from parsed flags.
 
@@ -149,6 +169,7 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        **{name: getattr(args, name) for name in PREFILL_LIMITS},
         block_size=args.block_size,
         enable_prefix_caching=args.enable_prefix_caching,
         attention_backend=args.attention_backend,

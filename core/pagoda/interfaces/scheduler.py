@@ -31,6 +31,11 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192
     max_model_len: int = 4096
     enable_chunked_prefill: bool = True
+    # latency limits on prefills (pagoda.scheduler.prefill_limits; 0: off)
+    max_num_partial_prefills: int = 1  # prompts split over steps at once
+    max_long_partial_prefills: int = 1  # of them, prompts longer than long_prefill_token_threshold
+    long_prefill_token_threshold: int = 0  # a longer prompt computes at most this many tokens a step
+    max_prefill_tokens_while_decoding: int = 0  # prompt tokens of a step that also runs decodes
 
 
 @dataclass

@@ -5,7 +5,9 @@ prefills, in running order), then, if nothing had to be preempted, on admitting 
 requests (after taking their prefix-cache hits). When KV blocks run out, the policy's victim
 is preempted: its blocks are freed and it waits to be recomputed. With a KV connector attached
 (``attach_kv_connector``), a waiting request whose next blocks the connector supplies waits for them
-beside the queue (:mod:`pagoda.scheduler.kv_loads`); without one nothing here changes.
+beside the queue (:mod:`pagoda.scheduler.kv_loads`); without one nothing here changes. The prefills of a
+step are bounded by the latency limits of :mod:`pagoda.scheduler.prefill_limits` (how many prompts may be
+split over steps at once, a per-step chunk for long prompts, prompt tokens beside decodes).
 
 A plugin scheduler subclasses :class:`PolicyScheduler` and names its policy::
 
@@ -23,7 +25,10 @@ from pagoda.interfaces.scheduler import Scheduler, SchedulerConfig, SchedulerOut
 from pagoda.kv_cache.manager import KVCacheManager
 from pagoda.request import Request, RequestStatus
 from pagoda.scheduler.kv_loads import KVLoads
+from pagoda.scheduler.prefill_limits import StepPrefills, tokens_to_compute
 from pagoda.scheduler.queues import FifoWaitingQueue
+
+MAX_STEPPED_ASIDE = 64  # long prompts a step looks past (waiting for a long-prefill seat) to admit shorter ones
 
 
 class FcfsPolicy(SchedulingPolicy):
@@ -75,9 +80,10 @@ class PolicyScheduler(Scheduler):
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self._schedule_running(out, self.config.max_num_batched_tokens)
+        prefills = StepPrefills(self.config, self.running)
+        budget = self._schedule_running(out, self.config.max_num_batched_tokens, prefills)
         if not out.preempted:
-            self._schedule_waiting(out, budget)
+            self._schedule_waiting(out, budget, prefills)
         if self.kv_loads is not None:
             out.kv_transfers = self.kv_loads.plan()
         return _decodes_first(out)
@@ -126,12 +132,13 @@ class PolicyScheduler(Scheduler):
 
     # -- one step --------------------------------------------------------------------------
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+    def _schedule_running(self, out: SchedulerOutput, budget: int, prefills: StepPrefills) -> int:
         """Schedule running requests in order, preempting the policy's victims when blocks run out."""
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            n = self._num_tokens_to_schedule(request, budget)
+            remaining = tokens_to_compute(request)
+            n = self._num_tokens_to_schedule(request, prefills.cap(remaining, budget))
             if n <= 0:
                 i += 1
                 continue
@@ -139,6 +146,7 @@ class PolicyScheduler(Scheduler):
                 continue  # running[i] itself was preempted: the next request moved into its place
             out.requests.append(request)
             out.num_tokens.append(n)
+            prefills.scheduled_running(remaining, n)
             budget -= n
             i += 1
         return budget
@@ -175,8 +183,17 @@ class PolicyScheduler(Scheduler):
         request.num_preemptions += 1
         self.waiting.push_preempted(request)
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        """Admit waiting requests in queue order until the budget, seats or blocks run out."""
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, prefills: StepPrefills) -> None:
+        """Admit waiting requests in queue order until the budget, seats or blocks run out. A long prompt that
+        must wait for a long-prefill seat steps aside for the shorter ones behind it, and keeps its place."""
+        aside: list[Request] = []
+        try:
+            self._admit_waiting(out, budget, prefills, aside)
+        finally:
+            for request in reversed(aside):
+                self.waiting.push_preempted(request)  # back at the head, in their order
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, prefills: StepPrefills, aside: list[Request]) -> None:
         loading = self.kv_loads.loading if self.kv_loads is not None else ()
         while budget > 0 and len(self.running) + len(loading) < self.config.max_num_seqs:
             request = self.waiting.peek()
@@ -187,17 +204,26 @@ class PolicyScheduler(Scheduler):
                 self.waiting.pop()  # it waits for its blocks beside the queue, holding a seat
                 continue
             remaining = request.num_tokens - num_hit_tokens
-            n = min(remaining, budget, self.config.max_model_len - num_hit_tokens)
-            n = request.chunk_size(num_hit_tokens, n, self.config.max_num_batched_tokens)  # images kept whole
+            n = self._first_chunk(request, num_hit_tokens, prefills.cap(remaining, budget))
             if n <= 0 or (n < remaining and not self.config.enable_chunked_prefill):
                 return
+            if not prefills.allows(remaining, n):
+                if not prefills.is_long(remaining) or len(aside) >= MAX_STEPPED_ASIDE:
+                    return
+                aside.append(self.waiting.pop())
+                continue
             if not self.kv_cache.allocate_slots(request, n, hits):
                 return  # head-of-line: later requests wait too, keeping the queue's order
             self.waiting.pop()
             self._admit(request, num_hit_tokens)
             out.requests.append(request)
             out.num_tokens.append(n)
+            prefills.admitted(remaining, n)
             budget -= n
+
+    def _first_chunk(self, request: Request, num_hit_tokens: int, limit: int) -> int:
+        n = min(request.num_tokens - num_hit_tokens, limit, self.config.max_model_len - num_hit_tokens)
+        return request.chunk_size(num_hit_tokens, n, self.config.max_num_batched_tokens)  # images kept whole
 
     def _admit(self, request: Request, num_hit_tokens: int) -> None:
         request.num_computed_tokens = num_hit_tokens
