@@ -1,4 +1,4 @@
-"""Models list, tokenize/detokenize, health, version and Prometheus metrics."""
+"""Models list, tokenize/detokenize, health, version, Prometheus metrics and the prefix-cache reset."""
 
 from __future__ import annotations
 
@@ -86,3 +86,11 @@ async def version() -> dict:
 async def metrics(request: Request) -> PlainTextResponse:
     body = await _state(request).engine.render_metrics()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.post("/reset_prefix_cache", responses=ERRORS)
+async def reset_prefix_cache(request: Request) -> dict:
+    """Forget every cached prompt prefix (vLLM's route): later requests compute their prompts in full. Benchmarks
+    call it between runs, so that one run's prompts are no cache hits for the next."""
+    await _state(request).engine.call_utility("reset_prefix_cache", timeout=60.0)
+    return {}
