@@ -10,7 +10,7 @@ PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 suite_run() {
   local model=${MODEL:-benchmarks/configs/deepseek-v2-lite}
   local attention=${ATTENTION:+--attention-backend "$ATTENTION"}  # auto: triton (flash has no MLA)
-  has_part tests && pytest_step pytest_mla 300 plugins/attention_triton/tests/test_mla.py \
+  has_part tests && pytest_step pytest_mla 300 plugins/attention_triton/tests/test_triton_mla.py \
     plugins/attention_triton/tests/test_end_to_end.py -k "mla or latent"
   # shellcheck disable=SC2086
   has_part kv && bench throughput_mla 360 throughput "$model" --load-format dummy --max-model-len 2048 \
