@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads import GPU_MEMORY_UTILIZATION, LATENCY, MAX_MODEL_LEN, SEED, Latency, Offline, Served
+from workloads import (GPU_MEMORY_UTILIZATION, MATCHED_MAX_NUM_BATCHED_TOKENS, MATCHED_MAX_NUM_SEQS, MAX_MODEL_LEN,
+                       SEED, Latency, Offline, Served)
 
 HERE = Path(__file__).resolve().parent
 VLLM_MAIN = ["-m", "vllm.entrypoints.cli.main"]
@@ -27,10 +28,16 @@ class Settings:
     python: str = sys.executable
     pagoda_flags: list[str] = field(default_factory=list)  # Pagoda's defaults (auto: flash where installed)
     vllm_flags: list[str] = field(default_factory=list)  # e.g. ["--attention-backend", "TRITON_ATTN"]
-    match_limits: bool = False  # give vLLM Pagoda's scheduler limits (256 sequences, 8192 tokens a step)
+    limits: str = "matched"  # matched: both engines get MATCHED_LIMITS; own: each its own defaults
+
+    def limit_flags(self) -> list[str]:
+        """The scheduler-limit flags both engines take (the same names on both), none at their own defaults."""
+        return MATCHED_LIMITS if self.limits == "matched" else []
 
 
-PAGODA_LIMITS = ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
+MATCHED_LIMITS = ["--max-num-seqs", str(MATCHED_MAX_NUM_SEQS), "--max-num-batched-tokens",
+                  str(MATCHED_MAX_NUM_BATCHED_TOKENS)]
+PAGODA_DEFAULT_MAX_NUM_SEQS = 256  # `pagoda bench throughput` warms up with this many prompts at its defaults
 
 
 def shared_flags() -> list[str]:
@@ -50,6 +57,7 @@ def vllm_env(s: Settings) -> dict[str, str]:
     # FlashInfer is not carried (its wheels are GBs); vLLM imports it only for its top-k/top-p
     # sampler, which greedy runs never use: off, so the torch sampler path is taken.
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    env.setdefault("VLLM_SERVER_DEV_MODE", "1")  # vLLM serves POST /reset_prefix_cache only in its dev mode
     return env
 
 
@@ -58,13 +66,13 @@ def pagoda_env() -> dict[str, str]:
 
 
 def pagoda_offline_cmd(s: Settings, w: Offline, result: Path) -> list[str]:
-    return ["pagoda", "bench", "throughput", str(s.model_dir), *shared_flags(), *s.pagoda_flags,
+    return ["pagoda", "bench", "throughput", str(s.model_dir), *shared_flags(), *s.limit_flags(), *s.pagoda_flags,
             "--num-prompts", str(w.num_prompts), "--input-len", str(w.input_len), "--output-len", str(w.output_len),
             "--log-level", "warning", "--result-file", str(result)]
 
 
 def pagoda_latency_cmd(s: Settings, w: Latency, result: Path) -> list[str]:
-    return ["pagoda", "bench", "latency", str(s.model_dir), *shared_flags(), *s.pagoda_flags,
+    return ["pagoda", "bench", "latency", str(s.model_dir), *shared_flags(), *s.limit_flags(), *s.pagoda_flags,
             "--batch-sizes", ",".join(map(str, w.batch_sizes)), "--input-len", str(w.input_len),
             "--output-len", str(w.output_len), "--repeats", str(w.repeats), "--log-level", "warning",
             "--result-file", str(result)]
@@ -77,17 +85,17 @@ def vllm_offline_cmd(s: Settings, workloads: tuple[Offline, ...], latency: Laten
     if latency is not None:
         cmd += ["--latency", f"{','.join(map(str, latency.batch_sizes))}:{latency.input_len}:{latency.output_len}"
                 f":{latency.repeats}"]
-    if s.match_limits:
-        cmd += ["--match-limits"]
+    # the warm-up `pagoda bench throughput` runs: a full batch (its max_num_seqs) of other prompts, 8 tokens each
+    seqs = MATCHED_MAX_NUM_SEQS if s.limits == "matched" else PAGODA_DEFAULT_MAX_NUM_SEQS
+    cmd += ["--limits", s.limits, "--warmup-prompts", str(seqs), "--warmup-output-len", "8"]
     return cmd + [f"--engine-flag={f}" for f in s.vllm_flags]
 
 
 def server_cmd(engine: str, s: Settings, port: int) -> list[str]:
     if engine == "pagoda":
-        return ["pagoda", "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *s.pagoda_flags,
-                "--log-level", "warning"]
-    limits = PAGODA_LIMITS if s.match_limits else []
-    return [s.python, *VLLM_MAIN, "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *limits,
+        return ["pagoda", "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *s.limit_flags(),
+                *s.pagoda_flags, "--log-level", "warning"]
+    return [s.python, *VLLM_MAIN, "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *s.limit_flags(),
             "--dtype", "bfloat16", "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning", *s.vllm_flags]
 
 
@@ -95,17 +103,25 @@ def pagoda_client_cmd(base_url: str, w: Served, prompts_file: Path, result: Path
     return ["pagoda", "bench", "serve", "--base-url", base_url, "--prompts-file", str(prompts_file),
             "--num-prompts", str(w.num_prompts), "--output-len", str(w.output_len),
             "--request-rate", "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}",
-            "--ignore-eos", "--no-progress", "--seed", str(SEED), "--result-file", str(result)]
+            "--ignore-eos", "--no-progress", "--seed", str(w.seed), "--result-file", str(result)]
 
 
-def vllm_client_cmd(s: Settings, base_url: str, model: str, w: Served, result: Path) -> list[str]:
-    """vLLM's own client, its own datasets (random / prefix_repetition) through the same tokenizer."""
+def vllm_client_cmd(s: Settings, base_url: str, model: str, w: Served, result: Path,
+                    sharegpt_file: Path | None = None) -> list[str]:
+    """vLLM's own client, its own datasets (random / prefix_repetition) through the same tokenizer; the mixed
+    lengths as a ShareGPT-format file of the requests Pagoda's client sends (prompts.write_sharegpt_file)."""
     cmd = [s.python, *VLLM_MAIN, "bench", "serve", "--backend", "vllm", "--base-url", base_url, "--model", model,
            "--tokenizer", str(s.model_dir), "--num-prompts", str(w.num_prompts),
            "--request-rate", "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}",
-           "--ignore-eos", "--seed", str(SEED), "--percentile-metrics", "ttft,tpot,itl,e2el",
+           "--ignore-eos", "--seed", str(w.seed), "--temperature", "0",  # greedy, as Pagoda's client asks
+           "--ready-check-timeout-sec", "0",  # no test request before the run: it would leave a prompt in the cache
+           "--percentile-metrics", "ttft,tpot,itl,e2el",
            "--metric-percentiles", "50,90,99", "--disable-tqdm", "--save-result",
            "--result-dir", str(result.parent), "--result-filename", result.name]
+    if w.lengths:
+        if sharegpt_file is None:
+            raise ValueError(f"{w.name}: the mixed lengths reach vLLM's client as a ShareGPT-format file; pass it")
+        return cmd + ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt_file)]
     if w.num_prefixes:
         return cmd + ["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", str(w.prefix_len),
                       "--prefix-repetition-suffix-len", str(w.input_len), "--prefix-repetition-num-prefixes",

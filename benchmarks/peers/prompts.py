@@ -37,3 +37,28 @@ def write_prompts_file(path: Path, prompts: list[list[int]], output_len: int) ->
     lines = (json.dumps({"prompt": ids_to_text(p), "output_len": output_len}) for p in prompts)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def mixed_prompts(lengths: list[tuple[int, int]], vocab_size: int, seed: int) -> list[tuple[list[int], int]]:
+    """(prompt ids, output_len) for each (input_len, output_len): random ids, one generator for all."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, vocab_size, (n,), generator=g).tolist(), out) for n, out in lengths]
+
+
+def write_mixed_prompts_file(path: Path, prompts: list[tuple[list[int], int]]) -> Path:
+    """JSONL for `pagoda bench serve --prompts-file`, each line with its own output_len."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": ids_to_text(ids), "output_len": out}) + "\n" for ids, out in prompts))
+    return path
+
+
+def write_sharegpt_file(path: Path, prompts: list[tuple[list[int], int]]) -> Path:
+    """The same requests as a ShareGPT-format JSON for `vllm bench serve --dataset-name sharegpt`: it takes a
+    conversation's first turn as the prompt and the second turn's token count as the output length, so the
+    second turn is output_len words of the synthetic tokenizer (one token each)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = [{"id": str(i), "conversations": [{"from": "human", "value": ids_to_text(ids)},
+                                                {"from": "gpt", "value": " ".join(["t1"] * out)}]}
+               for i, (ids, out) in enumerate(prompts)]
+    path.write_text(json.dumps(entries) + "\n")
+    return path

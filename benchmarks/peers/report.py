@@ -5,12 +5,14 @@ ratio = Pagoda / vLLM of the metric as measured; pagoda_advantage = ratio where 
 (throughputs) and 1 / ratio where lower is better (latencies), so > 1 always means Pagoda is ahead.
 
     python benchmarks/peers/report.py run1.json run2.json --out merged.json --chart merged.png
+    python -m benchmarks.peers.report --readme [FILES]    # README's table from the raw files (readme_table.py)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 ENGINES = ("pagoda", "vllm")
@@ -24,78 +26,96 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith("_ms") or metric == "seconds"
 
 
-def measurement(workload: str, client: str, engine: str, metrics: dict) -> dict:
+def measurement(workload: str, client: str, engine: str, metrics: dict, limits: str = "own") -> dict:
+    """One engine's figures of one (workload, client) under its scheduler limits ("matched" or "own")."""
     values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {"workload": workload, "client": client, "engine": engine, "metrics": values}
+    return {"workload": workload, "client": client, "engine": engine, "limits": limits, "metrics": values}
 
 
-def from_pagoda_offline(workload: str, raw: dict) -> list[dict]:
+def from_pagoda_offline(workload: str, raw: dict, limits: str = "own") -> list[dict]:
     """`pagoda bench throughput` JSON: its "pagoda" block."""
     block = raw.get("pagoda") or {}
-    return [measurement(workload, "offline", "pagoda", {k: block[k] for k in OFFLINE_METRICS if k in block})] if block else []
+    metrics = {k: block[k] for k in OFFLINE_METRICS if k in block}
+    return [measurement(workload, "offline", "pagoda", metrics, limits)] if block else []
 
 
-def from_latency(engine: str, raw: dict) -> list[dict]:
+def from_latency(engine: str, raw: dict, limits: str = "own") -> list[dict]:
     """`pagoda bench latency` JSON or vllm_offline.py's "latency" block: one measurement per batch size."""
-    return [measurement(f"latency_b{row['batch']}", "offline", engine, {"step_ms": row["step_ms"]})
+    return [measurement(f"latency_b{row['batch']}", "offline", engine, {"step_ms": row["step_ms"]}, limits)
             for row in raw.get("steps") or [] if "step_ms" in row]
 
 
-def from_vllm_offline(raw: dict) -> list[dict]:
-    out = [measurement(name, "offline", "vllm", {k: rates[k] for k in OFFLINE_METRICS if k in rates})
+def from_vllm_offline(raw: dict, limits: str = "own") -> list[dict]:
+    out = [measurement(name, "offline", "vllm", {k: rates[k] for k in OFFLINE_METRICS if k in rates}, limits)
            for name, rates in (raw.get("throughput") or {}).items()]
-    return out + from_latency("vllm", raw.get("latency") or {})
+    return out + from_latency("vllm", raw.get("latency") or {}, limits)
 
 
-def from_served(workload: str, client: str, engine: str, raw: dict) -> list[dict]:
+def from_served(workload: str, client: str, engine: str, raw: dict, limits: str = "own") -> list[dict]:
     """A serving client's summary (`pagoda bench serve` or `vllm bench serve`; the same key names)."""
     if not raw.get("completed"):
         return []
     metrics = {k: raw[k] for k in SERVED_METRICS if k in raw}
     metrics["completed"], metrics["failed"] = raw["completed"], raw.get("failed", 0)
-    return [measurement(workload, client, engine, metrics)]
+    return [measurement(workload, client, engine, metrics, limits)]
+
+
+def key(m: dict) -> tuple:
+    return (m["workload"], m["client"], m.get("limits", "own"))
 
 
 def merge_measurements(*groups: list[dict]) -> list[dict]:
-    """Later measurements of the same (workload, client, engine) replace earlier ones."""
+    """Later measurements of the same (workload, client, limits, engine) replace earlier ones."""
     merged: dict[tuple, dict] = {}
     for group in groups:
         for m in group:
-            merged[(m["workload"], m["client"], m["engine"])] = m
+            merged[(*key(m), m["engine"])] = m
     return list(merged.values())
 
 
 def side_by_side(measurements: list[dict]) -> list[dict]:
-    """One row per (workload, client, metric) that both engines measured, with the ratios."""
+    """One row per (workload, client, limits, metric) that both engines measured, with the ratios and, for
+    served runs, each engine's prefix-cache hit rate over the run (``cache_flag``: one of them not about 0
+    where the prompts were meant to be fresh)."""
     by_key: dict[tuple, dict[str, dict]] = {}
     for m in measurements:
-        by_key.setdefault((m["workload"], m["client"]), {})[m["engine"]] = m["metrics"]
+        by_key.setdefault(key(m), {})[m["engine"]] = m
     rows = []
-    for (workload, client), engines in by_key.items():
-        if not all(e in engines for e in ENGINES):
+    for (workload, client, limits), found in by_key.items():
+        if not all(e in found for e in ENGINES):
             continue
-        for metric in engines["pagoda"]:
-            if metric in ("completed", "failed") or metric not in engines["vllm"]:
+        pagoda, vllm = found["pagoda"]["metrics"], found["vllm"]["metrics"]
+        cache = {e: found[e]["prefix_cache"] for e in ENGINES if "prefix_cache" in found[e]}
+        for metric in pagoda:
+            if metric in ("completed", "failed") or metric not in vllm:
                 continue
-            rows.append(row(workload, client, metric, engines["pagoda"][metric], engines["vllm"][metric]))
+            r = row(workload, client, metric, pagoda[metric], vllm[metric], limits)
+            if cache:
+                r["prefix_cache_hit_rate"] = {e: c.get("hit_rate") for e, c in cache.items()}
+                r["cache_flag"] = any(c.get("flagged") for c in cache.values())
+            rows.append(r)
     return rows
 
 
-def row(workload: str, client: str, metric: str, pagoda: float, vllm: float) -> dict:
+def row(workload: str, client: str, metric: str, pagoda: float, vllm: float, limits: str = "own") -> dict:
     ratio = pagoda / vllm if vllm else None
     advantage = None if not ratio else (1 / ratio if lower_is_better(metric) else ratio)
-    return {"workload": workload, "client": client, "metric": metric,
+    return {"workload": workload, "client": client, "limits": limits, "metric": metric,
             "better": "lower" if lower_is_better(metric) else "higher",
             "pagoda": pagoda, "vllm": vllm, "ratio": ratio, "pagoda_advantage": advantage}
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'workload':<30}{'client':<8}{'metric':<24}{'pagoda':>12}{'vllm':>12}{'P/V':>8}{'adv':>7}"]
+    lines = [f"{'workload':<34}{'client':<8}{'limits':<9}{'metric':<24}{'pagoda':>12}{'vllm':>12}{'P/V':>8}{'adv':>7}"
+             "  cache hits (P/V)"]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         adv = f"{r['pagoda_advantage']:.2f}" if r["pagoda_advantage"] is not None else "-"
-        lines.append(f"{r['workload']:<30}{r['client']:<8}{r['metric']:<24}{r['pagoda']:>12.2f}{r['vllm']:>12.2f}"
-                     f"{ratio:>8}{adv:>7}")
+        hits = r.get("prefix_cache_hit_rate") or {}
+        cache = "/".join("-" if hits.get(e) is None else f"{hits[e]:.1%}" for e in ENGINES) if hits else ""
+        lines.append(f"{r['workload']:<34}{r['client']:<8}{r.get('limits', 'own'):<9}{r['metric']:<24}"
+                     f"{r['pagoda']:>12.2f}{r['vllm']:>12.2f}{ratio:>8}{adv:>7}  {cache}"
+                     f"{'  FLAG: prompts not fresh' if r.get('cache_flag') else ''}")
     return "\n".join(lines)
 
 
@@ -136,21 +156,40 @@ def chart(rows: list[dict], path: Path, title: str) -> Path | None:
     return path
 
 
+def run_limits(run: dict) -> str:
+    """A run's scheduler limits: its "limits" setting; runs made before it existed say match_limits."""
+    settings = run.get("settings") or {}
+    return settings.get("limits") or ("matched" if settings.get("match_limits") else "own")
+
+
 def merge_runs(runs: list[dict]) -> dict:
     """Several run.py results (e.g. one per device call) as one: measurements, rows, every step's status."""
+    for run in runs:  # measurements of runs made before they carried their limits
+        for m in run.get("measurements", []):
+            m.setdefault("limits", run_limits(run))
     measurements = merge_measurements(*(r.get("measurements", []) for r in runs))
-    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings")} for r in runs],
+    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings", "vllm_choices")} for r in runs],
             "steps": [s for r in runs for s in r.get("steps", [])],
             "measurements": measurements, "rows": side_by_side(measurements)}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description="merge run.py results and draw the chart")
-    p.add_argument("runs", nargs="+", help="JSON files written by run.py")
-    p.add_argument("--out", required=True, help="merged JSON")
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="merge run.py results and draw the chart; or render README's table")
+    p.add_argument("runs", nargs="*", help="JSON files written by run.py (with --readme: the files README shows, "
+                                           "paths from the repository root; default: readme_table.SOURCES)")
+    p.add_argument("--out", help="merged JSON")
     p.add_argument("--chart", help="PNG (default: --out with .png)")
     p.add_argument("--title", default="Pagoda vs vLLM 0.26, same GPU, same run")
-    args = p.parse_args()
+    p.add_argument("--readme", action="store_true", help="rewrite README.md's comparison with vLLM from the files")
+    p.add_argument("--check", action="store_true", help="with --readme: only check that README.md is up to date")
+    args = p.parse_args(argv)
+    if args.readme:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import readme_table
+
+        return readme_table.main(tuple(args.runs) or readme_table.SOURCES, check=args.check)
+    if not args.runs or not args.out:
+        p.error("give the run files and --out (or --readme)")
     merged = merge_runs([json.loads(Path(f).read_text()) for f in args.runs])
     Path(args.out).write_text(json.dumps(merged, indent=2) + "\n")
     print(format_table(merged["rows"]))

@@ -6,15 +6,17 @@
 
 Parts (benchmarks/peers/README.md): offline (1000 x 256/256, 1000 x 1024/128, batch-1/8/64 decode),
 serve (the served rates, driven by `pagoda bench serve`), serve_vllm_client (the same rates driven by
-`vllm bench serve`), prefix (10 shared 1k-token prefixes, both clients). Every step runs in its own
-process under a time limit, and the whole run under --budget-s: what does not fit is recorded as skipped.
+`vllm bench serve`), mixed / mixed_vllm_client (ShareGPT-shaped mixed lengths at the same rates), prefix
+(10 shared 1k-token prefixes, both clients). Both engines get the same scheduler limits unless --limits own.
+Every step runs in its own process under a time limit, and the whole run under --budget-s: what does not fit
+is recorded as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
-import math
 import subprocess
 import sys
 import time
@@ -26,13 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engines  # noqa: E402
 import report  # noqa: E402
 from model_dir import build_model_dir  # noqa: E402
-from prompts import prefix_prompts, random_token_prompts, write_prompts_file  # noqa: E402
-from steps import Deadline, Server, StepRecord, read_json, run_step  # noqa: E402
-from workloads import (LATENCY, OFFLINE, PARTS, PREFIX, SEED, Served, parse_latency, parse_offline,  # noqa: E402
-                       parse_parts, parse_rates, quick, served_workloads)
+from serving import ServerSession, vllm_choices  # noqa: E402
+from steps import Deadline, StepRecord, read_json, run_step  # noqa: E402
+from workloads import (LATENCY, LIMITS, OFFLINE, PARTS, PREFIX, Served, mixed_workloads, parse_latency,  # noqa: E402
+                       parse_offline, parse_parts, parse_rates, quick, served_workloads)
 
 ROOT = Path(__file__).resolve().parents[2]
-PORTS = {"pagoda": 8100, "vllm": 8200}
+WHOLE_LOGS_MAX_BYTES = 512 * 1024  # the logs file of a run, whole; above this it is gzipped
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pagoda-flag", action="append", default=None, help="extra flag for Pagoda (repeatable, e.g. "
                    "--attention-backend=triton; default: none, auto picks flash where installed)")
     p.add_argument("--vllm-flag", action="append", default=[], help="extra flag for vLLM, e.g. --attention-backend=TRITON_ATTN")
-    p.add_argument("--match-limits", action="store_true", help="give vLLM Pagoda's limits (256 seqs, 8192 tokens a step)")
+    p.add_argument("--limits", choices=LIMITS, default="matched",
+                   help="matched (default): both engines 256 sequences and 8192 tokens a step; own: each engine at its "
+                        "own defaults (the second, labelled table)")
     p.add_argument("--offline", help="the offline part's workloads instead of 1000 x 256/256 and 1000 x 1024/128: "
                    "NUM_PROMPTS:INPUT_LEN:OUTPUT_LEN, comma-separated (e.g. 1000:1024:256)")
     p.add_argument("--latency", help="its decode-step workload instead of 1,8,64:128:32:2: "
@@ -61,8 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def settings(args: argparse.Namespace, model_dir: Path) -> engines.Settings:
-    s = engines.Settings(model_dir=model_dir, vllm_site=args.vllm_site, vllm_flags=args.vllm_flag,
-                         match_limits=args.match_limits)
+    s = engines.Settings(model_dir=model_dir, vllm_site=args.vllm_site, vllm_flags=args.vllm_flag, limits=args.limits)
     if args.pagoda_flag is not None:
         s.pagoda_flags = [f for flag in args.pagoda_flag for f in flag.split("=", 1)]
     return s
@@ -87,7 +90,9 @@ class Run:
         self.offline_workloads = tuple(pick(w) for w in (parse_offline(args.offline) if args.offline else OFFLINE))
         self.latency = pick(parse_latency(args.latency) if args.latency else LATENCY)
         self.prefix = pick(PREFIX)
-        self.rates = tuple(pick(w) for w in served_workloads(parse_rates(args.rates), args.rate_seconds))
+        rates = parse_rates(args.rates)
+        self.rates = tuple(pick(w) for w in served_workloads(rates, args.rate_seconds))
+        self.mixed = tuple(pick(w) for w in mixed_workloads(rates, args.rate_seconds))
 
     def step(self, name: str, engine: str, cmd: list[str], cap_s: float, min_s: float = 20.0,
              runs_in: str | None = None) -> StepRecord:
@@ -106,60 +111,20 @@ class Run:
             for w in self.offline_workloads:
                 rec = self.step(w.name, "pagoda", engines.pagoda_offline_cmd(self.s, w, raw / f"pagoda_{w.name}.json"), 240)
                 rec.result = read_json(raw / f"pagoda_{w.name}.json")
-                self.measurements += report.from_pagoda_offline(w.name, rec.result)
+                self.measurements += report.from_pagoda_offline(w.name, rec.result, self.s.limits)
             rec = self.step(self.latency.name, "pagoda", engines.pagoda_latency_cmd(self.s, self.latency, raw / "pagoda_latency.json"), 150)
             rec.result = read_json(raw / "pagoda_latency.json")
-            self.measurements += report.from_latency("pagoda", rec.result)
+            self.measurements += report.from_latency("pagoda", rec.result, self.s.limits)
         if "vllm" in self.engines:
             rec = self.step("offline+latency", "vllm", engines.vllm_offline_cmd(self.s, self.offline_workloads, self.latency,
                                                                                 raw / "vllm_offline.json"), 420)
             rec.result = read_json(raw / "vllm_offline.json")  # written after each workload: partial on timeout
-            self.measurements += report.from_vllm_offline(rec.result)
+            self.measurements += report.from_vllm_offline(rec.result, self.s.limits)
 
     def served(self, workloads: list[tuple[Served, tuple[str, ...]]]) -> None:
-        """Per engine: start its server once, run every (workload, client), stop it."""
+        """Per engine: start its server once, warm it up, run every (workload, client), stop it."""
         for engine in self.engines:
-            log = self.logs / f"{engine}_server.log"
-            server = Server(engines.server_cmd(engine, self.s, PORTS[engine]),
-                            engines.vllm_env(self.s) if engine == "vllm" else engines.pagoda_env(), PORTS[engine], log)
-            record = StepRecord("server_start", engine, log=str(log))
-            self.records.append(record)
-            try:
-                if not server.start(self.deadline.limit(300)):
-                    record.status = "failed"
-                    print(f"{engine} server did not come up; see {log}", flush=True)
-                    continue
-                record.status, record.seconds = "ok", server.startup_s
-                print(f"{engine} server up in {server.startup_s:.0f} s (model {server.model})", flush=True)
-                for w, clients in workloads:
-                    for client in clients:
-                        self.client(engine, client, server, w)
-            finally:
-                server.stop()
-
-    def client(self, engine: str, client: str, server: Server, w: Served) -> None:
-        result = self.work / "raw" / f"{engine}_{w.name}_{client}_client.json"
-        result.parent.mkdir(exist_ok=True)
-        result.unlink(missing_ok=True)
-        if client == "pagoda":
-            cmd = engines.pagoda_client_cmd(server.base_url, w, self.prompts_file(w), result)
-        else:
-            cmd = engines.vllm_client_cmd(self.s, server.base_url, server.model, w, result)
-        arrivals = 0 if math.isinf(w.request_rate) else w.num_prompts / w.request_rate
-        rec = self.step(f"{w.name}[{client} client]", engine, cmd, cap_s=arrivals + 150, min_s=arrivals + 15,
-                        runs_in=client)
-        rec.result = {k: v for k, v in read_json(result).items() if not isinstance(v, list)}  # no per-request lists
-        self.measurements += report.from_served(w.name, client, engine, rec.result)
-
-    def prompts_file(self, w: Served) -> Path:
-        path = self.work / "prompts" / f"{w.name}.jsonl"
-        if not path.exists():
-            if w.num_prefixes:
-                ids = prefix_prompts(w.num_prompts, w.num_prefixes, w.prefix_len, w.input_len, self.vocab_size, SEED)
-            else:
-                ids = random_token_prompts(w.num_prompts, w.input_len, self.vocab_size, SEED)
-            write_prompts_file(path, ids, w.output_len)
-        return path
+            ServerSession(self, engine).serve(workloads)
 
     def execute(self, parts: list[str]) -> None:
         if "offline" in parts:
@@ -167,7 +132,7 @@ class Run:
         served = []
         for part in parts:
             kind, clients = PARTS[part]
-            workloads = self.rates if kind == "serve" else (self.prefix,) if kind == "prefix" else ()
+            workloads = {"serve": self.rates, "mixed": self.mixed, "prefix": (self.prefix,)}.get(kind, ())
             served += [(w, clients) for w in workloads]
         if served:
             self.served(served)
@@ -185,8 +150,11 @@ def device_name() -> str:
 def write_outputs(run: Run, parts: list[str], out: Path, tag: str) -> Path:
     result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "device": device_name(),
               "parts": parts, "settings": {"engines": run.engines, "pagoda_flags": run.s.pagoda_flags,
-                                           "vllm_flags": run.s.vllm_flags, "match_limits": run.s.match_limits,
+                                           "vllm_flags": run.s.vllm_flags, "limits": run.s.limits,
+                                           "limit_flags": run.s.limit_flags(), "fresh_prompts_per_run": True,
+                                           "warmup": "same requests on both servers, prefix cache emptied after",
                                            "rates": run.args.rates, "rate_seconds": run.args.rate_seconds},
+              "vllm_choices": vllm_choices(run.logs),
               "steps": [r.as_dict() for r in run.records], "measurements": run.measurements,
               "rows": report.side_by_side(run.measurements)}
     out.mkdir(parents=True, exist_ok=True)
@@ -196,11 +164,23 @@ def write_outputs(run: Run, parts: list[str], out: Path, tag: str) -> Path:
         report.chart(result["rows"], out / f"peers_{tag}.png", f"Pagoda vs vLLM 0.26: {', '.join(parts)} ({result['device']})")
     except Exception as exc:  # the JSON is written; redraw later with report.py
         print(f"no chart: {type(exc).__name__}: {exc}", file=sys.stderr)
-    with open(out / f"peers_{tag}_logs.txt", "w") as f:  # the tail of every step's log, one file
-        for log in sorted(run.logs.glob("*.log")):
-            lines = log.read_text(errors="replace").splitlines()
-            f.write(f"===== {log.name} ({len(lines)} lines, last 60)\n" + "\n".join(lines[-60:]) + "\n")
+    write_logs(run.logs, out / f"peers_{tag}_logs.txt")
     print(report.format_table(result["rows"]))
+    return path
+
+
+def write_logs(logs: Path, path: Path) -> Path:
+    """Every step's log and vLLM's /server_info, whole, in one file (gzipped, .txt.gz, when large)."""
+    parts = []
+    for log in sorted([*logs.glob("*.log"), *logs.glob("*.json")]):
+        text = log.read_text(errors="replace")
+        parts.append(f"===== {log.name} ({len(text.splitlines())} lines, whole)\n{text.rstrip()}\n")
+    data = "".join(parts).encode()
+    if len(data) > WHOLE_LOGS_MAX_BYTES:
+        path = path.with_suffix(".txt.gz")
+        path.write_bytes(gzip.compress(data, mtime=0))
+    else:
+        path.write_bytes(data)
     return path
 
 

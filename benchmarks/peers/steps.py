@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,17 @@ class Server:
         if self.proc is not None:
             stop_group(self.proc)
             self.proc = None
+
+    def request(self, method: str, path: str, timeout_s: float = 60.0) -> tuple[int, str]:
+        """(HTTP status, body) of one request to the server; status 0 with the reason when it did not answer."""
+        req = urllib.request.Request(self.base_url + path, method=method, data=b"" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as response:
+                return response.status, response.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+        except OSError as exc:
+            return 0, f"{type(exc).__name__}: {exc}"
 
 
 def first_model(base_url: str) -> str:

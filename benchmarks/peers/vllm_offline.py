@@ -2,7 +2,8 @@
 
 Measures what `pagoda bench throughput` and `pagoda bench latency` measure, the same way: the same
 token-id prompts (prompts.random_token_prompts == pagoda.bench.common.random_prompts), greedy, EOS
-ignored, no tokenizer (skip_tokenizer_init), one warm-up on other prompts and the prefix cache emptied
+ignored, no tokenizer (skip_tokenizer_init), the warm-up `pagoda bench throughput` runs (--warmup-prompts
+other prompts of the workload's length, --warmup-output-len tokens each) and the prefix cache emptied
 after it (the timed run computes every prefill); decode step time = (time for n tokens -
 time for 1 token) / (n - 1), best of the repeats, prefix cache reset before each timing.
 
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 
 from prompts import random_token_prompts
-from workloads import GPU_MEMORY_UTILIZATION, MAX_MODEL_LEN, SEED
+from workloads import (GPU_MEMORY_UTILIZATION, LIMITS, MATCHED_MAX_NUM_BATCHED_TOKENS, MATCHED_MAX_NUM_SEQS,
+                       MAX_MODEL_LEN, SEED)
 
 
 def parse_args() -> argparse.Namespace:
@@ -26,7 +28,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", required=True, help="folder with config.json (dummy weights)")
     p.add_argument("--workloads", default="", help="name:num_prompts:input_len:output_len, comma-separated")
     p.add_argument("--latency", help="batch_sizes(comma):input_len:output_len:repeats, e.g. 1,8,64:128:32:2")
-    p.add_argument("--match-limits", action="store_true", help="Pagoda's limits: 256 sequences, 8192 tokens a step")
+    p.add_argument("--limits", choices=LIMITS, default="matched",
+                   help=f"matched: {MATCHED_MAX_NUM_SEQS} sequences, {MATCHED_MAX_NUM_BATCHED_TOKENS} tokens a step "
+                        "(as Pagoda's run); own: vLLM's defaults")
+    p.add_argument("--warmup-prompts", type=int, default=MATCHED_MAX_NUM_SEQS,
+                   help="warm-up prompts before each workload, at most its count (Pagoda's: its max_num_seqs)")
+    p.add_argument("--warmup-output-len", type=int, default=8, help="tokens each warm-up prompt generates")
     p.add_argument("--engine-flag", action="append", default=[], help="extra vLLM flag, e.g. --attention-backend=TRITON_ATTN")
     p.add_argument("--result-file", required=True)
     return p.parse_args()
@@ -35,8 +42,8 @@ def parse_args() -> argparse.Namespace:
 def engine_kwargs(args: argparse.Namespace) -> dict:
     kwargs = dict(model=args.model, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=SEED,
                   max_model_len=MAX_MODEL_LEN, gpu_memory_utilization=GPU_MEMORY_UTILIZATION)
-    if args.match_limits:
-        kwargs.update(max_num_seqs=256, max_num_batched_tokens=8192)
+    if args.limits == "matched":
+        kwargs.update(max_num_seqs=MATCHED_MAX_NUM_SEQS, max_num_batched_tokens=MATCHED_MAX_NUM_BATCHED_TOKENS)
     for flag in args.engine_flag:  # "--attention-backend=TRITON_ATTN" -> attention_backend="TRITON_ATTN"
         key, _, value = flag.lstrip("-").partition("=")
         kwargs[key.replace("-", "_")] = flag_value(value)
@@ -61,15 +68,17 @@ def timed_generate(llm, prompts, params) -> tuple[float, list]:
     return time.perf_counter() - start, outputs
 
 
-def throughput(llm, spec: str, vocab_size: int) -> tuple[str, dict]:
+def throughput(llm, spec: str, vocab_size: int, warmup: tuple[int, int]) -> tuple[str, dict]:
     from vllm import SamplingParams, TokensPrompt
 
     name, num, input_len, output_len = spec.split(":")
     num, input_len, output_len = int(num), int(input_len), int(output_len)
     prompts = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(num, input_len, vocab_size, SEED)]
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True, detokenize=False)
-    warmup = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(8, input_len, vocab_size, SEED + 1)]
-    llm.generate(warmup, SamplingParams(max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+    count, tokens = min(num, warmup[0]), warmup[1]  # as `pagoda bench throughput`: other prompts, seed + 1
+    others = [TokensPrompt(prompt_token_ids=p) for p in random_token_prompts(count, input_len, vocab_size, SEED + 1)]
+    llm.generate(others, SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True, detokenize=False),
+                 use_tqdm=False)
     llm.reset_prefix_cache()  # as `pagoda bench throughput`: the timed run computes every prefill
     elapsed, outputs = timed_generate(llm, prompts, params)
     num_out = sum(len(o.outputs[0].token_ids) for o in outputs)
@@ -114,7 +123,7 @@ def main() -> int:
               "startup_s": time.perf_counter() - start, "scheduler": scheduler_limits(llm), "throughput": {}}
     vocab_size = llm.llm_engine.model_config.get_vocab_size()
     for spec in filter(None, args.workloads.split(",")):
-        name, rates = throughput(llm, spec, vocab_size)
+        name, rates = throughput(llm, spec, vocab_size, (args.warmup_prompts, args.warmup_output_len))
         result["throughput"][name] = rates
         print(name, json.dumps(rates), flush=True)
         write(result, args.result_file)  # after each workload: a later timeout keeps what finished
@@ -126,10 +135,15 @@ def main() -> int:
 
 
 def scheduler_limits(llm) -> dict:
+    """The limits, attention backend and compilation vLLM settled on (its log says the same: vllm_log.py)."""
     config = llm.llm_engine.vllm_config
+    compilation = getattr(config, "compilation_config", None)
     return {"max_num_seqs": config.scheduler_config.max_num_seqs,
             "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
-            "attention_backend": str(getattr(config.attention_config, "backend", None))}
+            "attention_backend": str(getattr(getattr(config, "attention_config", None), "backend", None)),
+            "compilation_mode": str(getattr(compilation, "mode", getattr(compilation, "level", None))),
+            "cudagraph_mode": str(getattr(compilation, "cudagraph_mode", None)),
+            "cudagraph_capture_sizes": list(getattr(compilation, "cudagraph_capture_sizes", None) or [])}
 
 
 def write(result: dict, path: str) -> None:

@@ -21,7 +21,7 @@
 #  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. benchmarks/peers/README.md.)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-PART_MB="${PART_MB:-40}"   # + .whl (~8 MiB) + the tree (~16 MiB with benchmarks/results) stays under a call's 64 MiB
+PART_MB="${PART_MB:-40}"   # + the tree (under 16 MiB: carry_size.py's TREE_BUDGET_MIB) stays under a call's 64 MiB
 DL=.vllm_dl
 VLLM=vllm==0.26.0
 # Not in the GPU image (KINDS.md "Python packages already there"); versions satisfy vLLM 0.26.0's Requires-Dist.
@@ -101,3 +101,6 @@ done
 rm -rf .vllm_stage
 du -sh .vllm[0-9]* "$DL/bundle.tar.xz"
 echo "carry each .vllmN in its own call: bash scripts/device/vllm_install.sh .vllmN"
+# the last part travels with .whl (the recipe's call that installs it also runs the suite): check that it fits
+last=".vllm${#parts[@]}"
+python3 scripts/device/carry_size.py "$last" .whl || echo "$last and .whl do not fit one call: install $last alone, then run the suite in a call carrying .whl" >&2

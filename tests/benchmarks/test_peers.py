@@ -166,7 +166,7 @@ def test_vllm_engine_flags_become_typed_kwargs():
 
     import vllm_offline
 
-    args = argparse.Namespace(model="/m", match_limits=True, engine_flag=[
+    args = argparse.Namespace(model="/m", limits="matched", engine_flag=[
         "--attention-backend=TRITON_ATTN", "--enforce-eager", "--max-num-seqs=128", "--gpu-memory-utilization=0.8"])
     kwargs = vllm_offline.engine_kwargs(args)
     assert kwargs["attention_backend"] == "TRITON_ATTN" and kwargs["enforce_eager"] is True
@@ -195,7 +195,13 @@ def test_pagoda_command_lines_parse_with_the_same_settings_as_vllm(tmp_path):
     assert (offline.num_prompts, offline.input_len, offline.output_len) == (1000, 1024, 128)
     assert latency.batch_sizes == "1,8,64" and server.port == 8100
     assert (client.request_rate, client.num_prompts, client.ignore_eos) == (8.0, served.num_prompts, True)
-    vllm_server = engines.server_cmd("vllm", engines.Settings(model_dir=tmp_path, match_limits=True), 8200)
+    assert (server.max_num_seqs, server.max_num_batched_tokens) == (256, 8192)  # matched limits: explicit on both
+    assert (offline.max_num_seqs, offline.max_num_batched_tokens) == (256, 8192)
+    vllm_server = engines.server_cmd("vllm", engines.Settings(model_dir=tmp_path), 8200)
     for flag, value in (("--max-model-len", str(workloads.MAX_MODEL_LEN)), ("--max-num-seqs", "256"),
+                        ("--max-num-batched-tokens", "8192"),
                         ("--gpu-memory-utilization", str(workloads.GPU_MEMORY_UTILIZATION))):
         assert vllm_server[vllm_server.index(flag) + 1] == value
+    own = engines.Settings(model_dir=tmp_path, limits="own")
+    for engine in ("pagoda", "vllm"):
+        assert "--max-num-seqs" not in engines.server_cmd(engine, own, 8200)
