@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -214,6 +215,7 @@ def test_runs_made_before_limits_were_recorded_merge_as_own():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("pagoda") is None, reason="the harness runs the pagoda command")
 def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
     """Pagoda alone (no vLLM here), tiny dummy model: the warm-up, a reset before each run, the hit rate of each
     run from /metrics (0: fresh prompts), matched limits, the whole logs kept."""
