@@ -96,6 +96,7 @@ class Choice(Variable):
 
 # The server
 API_KEY = Text("PAGODA_API_KEY")  # `pagoda serve`'s --api-key when the flag is not given
+LOG_FORMAT = Choice("PAGODA_LOG_FORMAT", "text", ("text", "json"))  # --log-format; every process of a command reads it
 
 # Plugins (comma-separated plugin names; the --plugins / --disable-plugins flags win)
 PLUGINS = Text("PAGODA_PLUGINS")  # load only these
@@ -119,6 +120,6 @@ CUDA_BUILD_VERBOSE = Switch("PAGODA_CUDA_BUILD_VERBOSE", "0")  # 1: show the com
 ROCM_BUILD_VERBOSE = Switch("PAGODA_ROCM_BUILD_VERBOSE", "0")
 
 VARIABLES: tuple[Variable, ...] = (
-    API_KEY, PLUGINS, DISABLE_PLUGINS, ALLOW_PLUGIN_OVERRIDES, HOST_IP, DIST_TIMEOUT_S, TRACE_DIR, TORCH_PROFILER_DIR,
-    CUDA_KERNELS, ROCM_KERNELS, CUDA_BUILD, ROCM_BUILD, CUDA_BUILD_VERBOSE, ROCM_BUILD_VERBOSE,
+    API_KEY, LOG_FORMAT, PLUGINS, DISABLE_PLUGINS, ALLOW_PLUGIN_OVERRIDES, HOST_IP, DIST_TIMEOUT_S, TRACE_DIR,
+    TORCH_PROFILER_DIR, CUDA_KERNELS, ROCM_KERNELS, CUDA_BUILD, ROCM_BUILD, CUDA_BUILD_VERBOSE, ROCM_BUILD_VERBOSE,
 )

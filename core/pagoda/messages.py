@@ -19,6 +19,8 @@ from pagoda.pooling_params import PoolingParams
 from pagoda.sampling_params import SamplingParams
 
 TopLogprobs = list[tuple[int, float]]  # (token id, logprob), most likely first
+# Upper bounds of StepStats.iteration_tokens' buckets: tokens computed per engine step (vLLM's buckets)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 class PoolingInfo(msgspec.Struct, frozen=True):
@@ -117,6 +119,10 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
     pooled: bytes | None = None  # a pooling request's result: float32 values, C order
     pooled_shape: list[int] | None = None
+    # with a sequence's first token only (time.monotonic() of the core, one clock per host): when the core
+    # took it and when its first step was launched (the queue and prefill times of /metrics and traces)
+    queued_time: float | None = None
+    scheduled_time: float | None = None
 
 
 class StepStats(msgspec.Struct):
@@ -129,6 +135,12 @@ class StepStats(msgspec.Struct):
     num_preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (counter)
+    prefix_cache_hits: int = 0  # of them, found cached
+    # steps by tokens computed: [i] counts steps of at most ITERATION_TOKENS_BUCKETS[i] tokens (above the
+    # previous bound), the last entry those above every bound; empty before the first step
+    iteration_tokens: list[int] = []
+    iteration_tokens_sum: int = 0
     # speculative decoding (counters since start; the list is empty without speculation)
     spec_num_drafts: int = 0  # verification rounds: a request verifying its drafts in a step
     spec_num_draft_tokens: int = 0  # drafted tokens verified
@@ -150,6 +162,7 @@ class EngineCoreOutputs(msgspec.Struct, tag=True):
     outputs: list[EngineCoreOutput]
     stats: StepStats | None = None
     error: str | None = None  # why the request of an "abort" output was refused
+    engine_index: int = 0  # which data-parallel engine core sent it (set by the front end's client)
 
 
 class UtilityResult(msgspec.Struct, tag=True):

@@ -34,12 +34,17 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
+    """A request's times, ``time.monotonic()`` seconds (one clock for every process of a host): arrival and
+    token times as the front end saw them, ``queued_time`` and ``first_scheduled_time`` as the engine core
+    did (when it took the request, when its first step was launched; the earliest of its sequences)."""
+
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
     finished_time: float | None = None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    queued_time: float | None = None
 
 
 @dataclass

@@ -93,13 +93,15 @@ class RunningServer:
 
 
 def start_server(config: EngineConfig, api_key: str | None = API_KEY, name: str = MODEL_NAME,
-                 core_factory=build_test_core, **app_options) -> RunningServer:
+                 core_factory=build_test_core, observers: dict | None = None, **app_options) -> RunningServer:
     """Start a core process (made by ``core_factory``) and serve it from a background thread on a free
-    loopback port; ``app_options`` go to ``build_app`` (``tool_parser=``, ``reasoning_parser=``, ``lora=``);
-    images are read within the config's media limits, as ``pagoda serve`` does."""
+    loopback port; ``observers`` go to ``AsyncEngine`` (``metrics=``, ``tracer=``, ``request_log=``),
+    ``app_options`` to ``build_app`` (``tool_parser=``, ``reasoning_parser=``, ``lora=``); images are read
+    within the config's media limits, as ``pagoda serve`` does."""
     core = CoreProcess(config, core_factory=core_factory, log_level="WARNING")
     tokenizer = load_tokenizer(resolve_model(config.model))
-    async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive), tokenizer, ServerMetrics(name))
+    observers = {"metrics": ServerMetrics(name), **(observers or {})}
+    async_engine = AsyncEngine(AsyncMPClient(core.address, core.info, core.alive), tokenizer, **observers)
     images = ServerImages(config.model, tokenizer, MediaConfig.from_engine(config))
     app = build_app(async_engine, [name], api_key, **{"images": images, **app_options})
     sock = bind_socket("127.0.0.1", 0)

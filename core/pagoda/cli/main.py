@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import sys
 
 from typing import NoReturn
 
-from pagoda import __version__
+from pagoda import __version__, envs
 from pagoda.errors import ConfigError, IncompatibleChoiceError, UnknownChoiceError
+from pagoda.logs import LOG_FORMATS, configure_logging
 from pagoda.plugins import manager as plugin_manager
 from pagoda.plugins.names import OVERRIDES_FLAG
 
@@ -37,6 +38,11 @@ def common_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="logging verbosity"
+    )
+    group.add_argument(
+        "--log-format", default=None, choices=LOG_FORMATS,
+        help=f"log lines as text (default) or one JSON object a line, in every process of the command (env "
+        f"{envs.LOG_FORMAT.name})",
     )
     return parent
 
@@ -82,9 +88,13 @@ def _core_command_modules() -> list:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     early = _preparse(argv)
-    logging.basicConfig(
-        level=early.log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    )
+    if early.log_format is not None:  # also for the processes this command starts
+        os.environ[envs.LOG_FORMAT.name] = early.log_format
+    try:
+        configure_logging(early.log_level)
+    except envs.EnvVarError as exc:
+        print(f"pagoda: error: {exc}", file=sys.stderr)
+        return 2
     try:
         manager = plugin_manager.configure(early.plugins, early.disable_plugins, early.allow_plugin_overrides)
     except ValueError as exc:  # a malformed --allow-plugin-overrides

@@ -11,6 +11,7 @@ from pagoda import envs
 from pagoda.entrypoints.engine_args import DEFAULT_MODEL_HELP, RegistryName, add_engine_args, engine_config
 from pagoda.errors import PagodaError
 from pagoda.plugins import get_plugin_manager
+from pagoda.server.observability_config import add_observability_args, observability_config
 
 logger = logging.getLogger("pagoda.server")
 
@@ -45,6 +46,7 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                         "first (0: none kept; store=true is then a 400)")
     g.add_argument("--responses-store-ttl", type=float, default=3600.0, metavar="SECONDS",
                    help="/v1/responses: seconds a stored response is kept after it finished (default 3600)")
+    add_observability_args(p.add_argument_group("metrics, traces and request logs (docs/observability.md)"))
     add_parser_args(p.add_argument_group("tool calling and reasoning (docs/tools.md)"))
     add_lora_args(p.add_argument_group("LoRA adapters (docs/lora.md; with --enable-lora)"))
     add_engine_args(p, get_plugin_manager())
@@ -107,6 +109,7 @@ def check_args(args: argparse.Namespace):
                          f"{args.responses_store_size} and {args.responses_store_ttl}")
     if args.request_timeout is not None and not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be > 0 seconds (leave it out for no limit), got {args.request_timeout}")
+    args.observability = observability_config(args)
     return check_engine(args)
 
 
@@ -180,7 +183,7 @@ def _serve(args: argparse.Namespace, config, sock) -> int:
                          args.api_server_count, args.max_n_per_request, args.request_timeout, args.tool_call_parser,
                          args.reasoning_parser, config.enable_lora, args.allow_runtime_lora_updating,
                          MediaConfig.from_engine(config), responses_store_size=args.responses_store_size,
-                         responses_store_ttl=args.responses_store_ttl,
+                         responses_store_ttl=args.responses_store_ttl, observability=args.observability,
                          data_parallel_cores=[(c.address, c.pid) for c in cores] if len(cores) > 1 else [])
     parsers = "".join(f"; {label} {name}" for label, name in (("tool-call parser", args.tool_call_parser),
                                                                 ("reasoning parser", args.reasoning_parser)) if name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pagoda.engine.detokenizer import IncrementalDetokenizer
 from pagoda.messages import EngineCoreOutput, TopLogprobs, sequence_ids
@@ -63,11 +64,31 @@ class RequestState:
         return sorted(self.children, key=lambda c: -c.cumulative_logprob)[: self.num_returned]
 
 
+class OutputListener(Protocol):
+    """Told of each request's progress while outputs are processed (the server's metrics, traces and logs)."""
+
+    def on_tokens(self, state: RequestState, num_tokens: int, previous: float | None, now: float) -> None:
+        """``num_tokens`` new tokens of one of ``state``'s sequences arrived at ``now``; ``previous``: the
+        request's last token time before them (None: they are its first)."""
+
+    def on_finished(self, state: RequestState) -> None:
+        """Every sequence of ``state`` finished (its times and tokens are complete)."""
+
+
+def _note_core_times(metrics: RequestMetrics, out: EngineCoreOutput) -> None:
+    """When the core took a sequence and first launched it (the earliest over a request's sequences)."""
+    if metrics.first_scheduled_time is None or out.scheduled_time < metrics.first_scheduled_time:
+        metrics.first_scheduled_time = out.scheduled_time
+    if out.queued_time is not None and (metrics.queued_time is None or out.queued_time < metrics.queued_time):
+        metrics.queued_time = out.queued_time
+
+
 class OutputProcessor:
     """Owns per-request output state; turns core outputs into RequestOutputs."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, listener: OutputListener | None = None) -> None:
         self.tokenizer = tokenizer
+        self.listener = listener
         self.states: dict[str, RequestState] = {}
         self.child_of: dict[str, tuple[RequestState, ChildState]] = {}  # core request id -> its state
 
@@ -126,8 +147,13 @@ class OutputProcessor:
                 self._record_prompt_logprobs(state, out.prompt_logprobs)
             if out.new_token_ids:
                 state.num_cached_tokens = out.num_cached_tokens
+                if out.scheduled_time is not None:
+                    _note_core_times(state.metrics, out)
+                before, previous = len(child.token_ids), state.metrics.last_token_time
                 if self._on_tokens(state, child, out, now):
                     stopped.append(child.request_id)
+                if self.listener is not None:
+                    self.listener.on_tokens(state, len(child.token_ids) - before, previous, now)
                 touched[state.request_id] = state
             elif out.finish_reason is not None:  # ended without a token (refused, or its data-parallel core died)
                 self._finish(state, child, out.finish_reason, now)
@@ -137,6 +163,8 @@ class OutputProcessor:
             if state.finished or (state.stream and not state.picks_best):
                 results.append(self.snapshot(state))
             if state.finished:
+                if self.listener is not None:
+                    self.listener.on_finished(state)
                 self._drop(state)
         return results, stopped
 

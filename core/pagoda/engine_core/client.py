@@ -258,6 +258,10 @@ class AsyncMPClient:
         for add in adds:
             await self.socket.send(msg.encode(add))
 
+    def engine_of(self, request_id: str) -> int:
+        """The engine core index of a request (one core: 0; see AsyncDataParallelClient)."""
+        return 0
+
     async def abort(self, request_ids: list[str]) -> None:
         await self.socket.send(msg.encode(msg.AbortRequests(request_ids)))
 

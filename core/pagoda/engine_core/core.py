@@ -22,6 +22,7 @@ runner queues the sampling before the next forward pass, or when the step's toke
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from pagoda.runner.model_runner import PendingStep, RunnerOutput
 from pagoda.request import PLACEHOLDER, Request, RequestStatus
 from pagoda.sampling.sampler import needs_tokens_before_launch
 from pagoda.runner.torch_profiler import profiler_dir
-from pagoda.messages import AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
+from pagoda.messages import ITERATION_TOKENS_BUCKETS, AddRequest, EngineCoreOutput, EngineInfo, PoolingInfo, StepStats
 from pagoda.engine_core.trace import CountDeltas, Trace
 from pagoda.errors import RequestError
 from pagoda.executor import make_executor
@@ -209,15 +210,15 @@ class EngineCore:
         block_tables = [self.kv_cache.block_ids(req.request_id) for req in scheduled.requests]
         self.stats.prompt_tokens += _num_prompt_tokens(scheduled)
         self.stats.num_preemptions += len(scheduled.preempted)
+        _count_iteration(self.stats, scheduled.total_tokens)
+        now = time.monotonic()
+        for req in scheduled.requests:  # the queue time of /metrics and traces ends here
+            if req.first_launch_time is None:
+                req.first_launch_time = now
         prev = self._inflight.pending if self._inflight is not None else None
         pending = self.executor.launch(scheduled, block_tables, prev)
         self.scheduler.update_from_output(scheduled, dict.fromkeys(pending.rows, PLACEHOLDER))
         positions = [req.num_tokens - 1 for req in pending.requests]
-        if self.trace is not None:  # only traces read it: no per-step loop otherwise
-            now = time.monotonic()
-            for req in scheduled.requests:
-                if req.first_launch_time is None:
-                    req.first_launch_time = now
         for request_id in pending.pooled_request_ids:  # pooled: nothing more to compute, free seats and blocks
             self.scheduler.finish(request_id, RequestStatus.FINISHED_STOPPED)
         for req in pending.requests:  # their last token is in flight: free their seats and blocks now
@@ -260,6 +261,8 @@ class EngineCore:
                               launched=req.first_launch_time, first_token=time.monotonic())
         out.new_token_ids.append(token)
         out.num_cached_tokens = req.num_cached_tokens
+        if index == req.num_prompt_tokens:  # its first token: the front end's queue and prefill times
+            out.queued_time, out.scheduled_time = req.received_time, req.first_launch_time
         verified = result.verified.get(req.request_id)
         if verified is not None and verified.logprobs is not None:  # one per emitted token of the round
             out.logprobs = [*(out.logprobs or []), verified.logprobs[offset]]
@@ -310,12 +313,14 @@ class EngineCore:
         s.num_running = self.scheduler.num_running
         s.num_waiting = self.scheduler.num_waiting
         s.kv_cache_usage = self.kv_cache.usage
-        s.prefix_cache_hit_rate = self.kv_cache.prefix_cache_stats.hit_rate
+        prefix = self.kv_cache.prefix_cache_stats
+        s.prefix_cache_hit_rate = prefix.hit_rate
+        s.prefix_cache_queries, s.prefix_cache_hits = prefix.queries, prefix.hits
         if self.speculator is not None:
             self.speculator.fill_stats(s)
         if self.kv_transfers is not None:
             self.kv_transfers.fill_stats(s)
-        return msgspec.structs.replace(s)
+        return msgspec.structs.replace(s, iteration_tokens=list(s.iteration_tokens))
 
     def kv_cache_state(self) -> dict:
         return {"num_blocks": self.kv_cache.num_blocks, "num_free_blocks": self.kv_cache.num_free_blocks,
@@ -392,6 +397,14 @@ def _needs_tokens(scheduled: SchedulerOutput) -> bool:
 def _without_finished(scheduled: SchedulerOutput) -> SchedulerOutput:
     kept = [(r, n) for r, n in zip(scheduled.requests, scheduled.num_tokens) if not r.status.finished]
     return SchedulerOutput([r for r, _ in kept], [n for _, n in kept], scheduled.preempted)
+
+
+def _count_iteration(stats: StepStats, num_tokens: int) -> None:
+    """Count one step of ``num_tokens`` computed tokens in ``stats.iteration_tokens`` (its bucket)."""
+    if not stats.iteration_tokens:
+        stats.iteration_tokens = [0] * (len(ITERATION_TOKENS_BUCKETS) + 1)
+    stats.iteration_tokens[bisect.bisect_left(ITERATION_TOKENS_BUCKETS, num_tokens)] += 1
+    stats.iteration_tokens_sum += num_tokens
 
 
 def _num_prompt_tokens(scheduled: SchedulerOutput) -> int:

@@ -200,7 +200,13 @@ class AsyncDataParallelClient:
 
     def _outputs(self, core: int, batch: msg.EngineCoreOutputs, on_outputs) -> None:
         self.replicas.received(core, batch)
+        batch.engine_index = core  # /metrics labels its requests' series with it
         on_outputs(batch)
+
+    def engine_of(self, request_id: str) -> int:
+        """The core a request (not yet finished) was routed to; 0 if unknown."""
+        owner = self.replicas.owner
+        return owner.get(request_id, owner.get(f"{request_id}#0", 0))
 
     def _dead(self, core: int, reason: str, on_dead) -> None:
         ids = self.replicas.lost(core)

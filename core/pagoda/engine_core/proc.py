@@ -25,6 +25,7 @@ from pagoda import messages as msg
 from pagoda.engine_core.core import EngineCore
 from pagoda.engine_core.gc_freeze import freeze_startup_objects
 from pagoda.errors import RequestError
+from pagoda.logs import configure_logging
 from pagoda.plugins import manager as plugin_manager
 
 logger = logging.getLogger("pagoda.core")
@@ -37,8 +38,7 @@ def run_engine_core(config: EngineConfig, address: str, status, core_factory: Ca
     """Process entry point: build the core, report ``("ready", info)`` or ``("error", text)`` on
     the ``status`` pipe, then serve clients on ``address`` until shut down. ``plugins`` is the
     parent's plugin settings (``PluginManager.settings``)."""
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    configure_logging(log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()  # before the (long) build: a parent that dies meanwhile is noticed after it
     plugin_manager.configure(*plugins)

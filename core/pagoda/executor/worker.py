@@ -22,6 +22,7 @@ import torch.distributed as dist
 import zmq
 
 from pagoda.config import EngineConfig
+from pagoda.logs import configure_logging
 from pagoda.interfaces.parallel import PipelineParallel, TensorParallel, join_groups
 from pagoda.runner.torch_profiler import RankProfiler
 from pagoda.executor import messages
@@ -37,8 +38,7 @@ def run_spawned_worker(spec: WorkerSpec) -> None:
     from pagoda.runner.shard import select_platform
     from pagoda.plugins import manager as plugin_manager
 
-    logging.basicConfig(level=spec.log_level, format="%(levelname)s %(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    configure_logging(spec.log_level)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
     torch.set_num_threads(spec.num_threads)
     plugin_manager.configure(*spec.plugins)

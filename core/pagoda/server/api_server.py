@@ -10,8 +10,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pagoda.logs import configure_logging
 from pagoda.messages import EngineInfo
 from pagoda.multimodal.media import MediaConfig
+from pagoda.server.observability_config import ObservabilityConfig
 
 logger = logging.getLogger("pagoda.server")
 
@@ -44,6 +46,7 @@ class ApiServerSpec:
     responses_store_ttl: float = 3600.0  # --responses-store-ttl: seconds a stored response is kept once finished
     # --data-parallel-size: every engine core as (address, pid), the first being core_address; empty: one core
     data_parallel_cores: list[tuple[str, int]] = field(default_factory=list)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)  # metric names, traces, logs
 
 
 def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None = None,
@@ -55,13 +58,11 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     from pagoda.server.async_engine import AsyncEngine
     from pagoda.server.images import ServerImages
     from pagoda.server.launcher import make_server
-    from pagoda.server.metrics import ServerMetrics
     from pagoda.server.responses_api.store import ResponseStore
 
     tokenizer = None if spec.skip_tokenizer_init else load_tokenizer(resolve_model(spec.model), spec.tokenizer)
-    engine = AsyncEngine(_core_client(spec, core_alive), tokenizer,
-                         ServerMetrics(spec.served_model_names[0]), share_metrics=spec.api_server_count > 1,
-                         request_timeout=spec.request_timeout)
+    engine = AsyncEngine(_core_client(spec, core_alive), tokenizer, share_metrics=spec.api_server_count > 1,
+                         request_timeout=spec.request_timeout, **observers(spec))
     lora = LoRAServing(spec.enable_lora, spec.allow_runtime_lora_updating, shared=spec.api_server_count > 1)
     store = ResponseStore(spec.responses_store_size, spec.responses_store_ttl, spec.api_server_count)
     app = build_app(engine, spec.served_model_names, spec.api_key, spec.max_n_per_request, spec.tool_call_parser,
@@ -70,6 +71,18 @@ def serve_api(sock, spec: ApiServerSpec, core_alive: Callable[[], bool] | None =
     freeze_startup_objects()
     server.run(sockets=[sock])
     return 0
+
+
+def observers(spec: ApiServerSpec) -> dict:
+    """AsyncEngine's metrics, tracer and request log, as the observability flags ask."""
+    from pagoda.server.metrics import ServerMetrics
+    from pagoda.server.request_log import RequestLog
+    from pagoda.server.tracing import RequestTracer
+
+    config = spec.observability
+    return {"metrics": ServerMetrics(spec.served_model_names[0], config.metrics_name_prefix, spec.info.max_model_len),
+            "tracer": RequestTracer(config.otlp_traces_endpoint) if config.otlp_traces_endpoint else None,
+            "request_log": RequestLog(config.log_request_prompts) if config.log_requests else None}
 
 
 def _core_client(spec: ApiServerSpec, core_alive: Callable[[], bool] | None):
@@ -88,6 +101,5 @@ def api_server_process(sock, spec: ApiServerSpec, index: int, ready) -> None:
     """Entry point of the spawned API server processes (``--api-server-count`` > 1); sets the
     ``ready`` event once it serves."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped while starting: a clean exit (uvicorn takes over)
-    logging.basicConfig(level=spec.log_level.upper(), format=f"%(levelname)s %(asctime)s api{index} %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    configure_logging(spec.log_level, tag=f"api{index}")
     raise SystemExit(serve_api(sock, spec, on_ready=ready.set))

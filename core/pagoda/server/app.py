@@ -20,6 +20,7 @@ from pagoda.server.openapi import install_openapi
 from pagoda.server.responses_api import routes as routes_responses
 from pagoda.server.responses_api.store import ResponseStore
 from pagoda.server.state import ServerState
+from pagoda.server.tracing import TraceContextMiddleware
 from pagoda.tools.plan import parser_class
 
 OPEN_PATHS = ("/health", "/metrics")  # answer without an API key, and while draining
@@ -129,4 +130,6 @@ def build_app(engine: AsyncEngine, served_model_names: list[str], api_key: str |
     if envs.TORCH_PROFILER_DIR.get():
         app.include_router(routes_profile.router)
     app.add_middleware(GateMiddleware, state=state)
+    if engine.observers.tracer is not None:  # the trace context of each request, for its spans
+        app.add_middleware(TraceContextMiddleware)
     return app

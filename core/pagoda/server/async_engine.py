@@ -34,6 +34,9 @@ from pagoda.sampling_params import SamplingParams
 from pagoda.engine.pooling_tracker import PoolingTracker
 from pagoda.server.async_pooling import AsyncPooling
 from pagoda.server.metrics import ServerMetrics
+from pagoda.server.request_log import RequestLog
+from pagoda.server.request_observers import RequestObservers
+from pagoda.server.tracing import RequestTracer
 
 logger = logging.getLogger("pagoda.server")
 
@@ -56,7 +59,8 @@ class AsyncEngine(AsyncPooling):
     """Serve many asyncio tasks from one engine core process."""
 
     def __init__(self, client: AsyncMPClient, tokenizer, metrics: ServerMetrics | None = None,
-                 share_metrics: bool = False, request_timeout: float | None = None) -> None:
+                 share_metrics: bool = False, request_timeout: float | None = None,
+                 tracer: RequestTracer | None = None, request_log: RequestLog | None = None) -> None:
         self.client = client
         self.request_timeout = request_timeout  # seconds from arrival; None: no limit
         self.tokenizer = tokenizer
@@ -64,7 +68,8 @@ class AsyncEngine(AsyncPooling):
         self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
         self.metrics.engine_stats = client.engine_stats  # each core's latest gauges (several under data parallelism)
-        self.outputs = OutputProcessor(tokenizer)
+        self.observers = RequestObservers(self.metrics, tracer, request_log, client.engine_of)
+        self.outputs = OutputProcessor(tokenizer, listener=self.observers)
         self.pooling = PoolingTracker()  # pooling requests (runner "pooling"): see AsyncPooling.encode
         self.error: str | None = None
         self.draining = False  # set on shutdown: new requests get 503
@@ -92,6 +97,7 @@ class AsyncEngine(AsyncPooling):
             await asyncio.gather(self._reporter, return_exceptions=True)
         await self.client.close()
         self._fail_pending("the server is shutting down")
+        self.observers.close()
 
     @property
     def num_pending(self) -> int:
@@ -128,7 +134,8 @@ class AsyncEngine(AsyncPooling):
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = queue
         sequences = self.outputs.add(request_id, prompt, prompt_token_ids, params, arrival, stream=True)
-        self.metrics.on_added(len(prompt_token_ids))
+        self.observers.added(request_id, prompt, prompt_token_ids, params,
+                             lora_request.lora_name if lora_request is not None else None)
         finished = traced = False
         timer = self._arm_timeout(queue)
         try:
@@ -168,7 +175,7 @@ class AsyncEngine(AsyncPooling):
         if self.pooling.discard(request_id):
             sequences.append(request_id)
         if state is not None:
-            self.metrics.on_aborted(request_id, len(state.children))
+            self.observers.aborted(state)
         if sequences and self.error is None:
             await self.client.abort(sequences)
 
@@ -199,6 +206,7 @@ class AsyncEngine(AsyncPooling):
     def _on_outputs(self, batch: EngineCoreOutputs) -> None:
         if batch.stats is not None:
             self.metrics.snapshot = batch.stats
+        self.observers.batch_engine = batch.engine_index
         if batch.error is not None:  # the core refused these requests
             for out in batch.outputs:
                 self._fail(out.request_id.partition("#")[0], RequestError(batch.error))
@@ -207,7 +215,6 @@ class AsyncEngine(AsyncPooling):
         self._deliver_pooled(batch.outputs)
         if stopped:
             asyncio.get_running_loop().create_task(self.client.abort(stopped))
-        self.metrics.observe_outputs(results)
         for output in results:
             queue = self._streams.get(output.request_id)
             if queue is None:
@@ -231,6 +238,9 @@ class AsyncEngine(AsyncPooling):
 
     def _fail(self, request_id: str, error: BaseException) -> None:
         queue = self._streams.pop(request_id, None)
+        state = self.outputs.states.get(request_id)
+        if state is not None:
+            self.observers.failed(state)
         self.outputs.fail(request_id)
         self.pooling.discard(request_id)
         if queue is not None:
