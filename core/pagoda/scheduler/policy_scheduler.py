@@ -138,7 +138,8 @@ class PolicyScheduler(Scheduler):
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             remaining = tokens_to_compute(request)
-            n = self._num_tokens_to_schedule(request, prefills.cap(remaining, budget))
+            prefilling = remaining > 1  # decodes (most of a batch) skip the prefill limits' calls
+            n = self._num_tokens_to_schedule(request, prefills.cap(remaining, budget) if prefilling else budget)
             if n <= 0:
                 i += 1
                 continue
@@ -146,7 +147,8 @@ class PolicyScheduler(Scheduler):
                 continue  # running[i] itself was preempted: the next request moved into its place
             out.requests.append(request)
             out.num_tokens.append(n)
-            prefills.scheduled_running(remaining, n)
+            if prefilling:
+                prefills.scheduled_running(remaining, n)
             budget -= n
             i += 1
         return budget
