@@ -44,8 +44,8 @@ def formatter(tag: str = "", log_format: str | None = None) -> logging.Formatter
     return logging.Formatter(f"%(levelname)s %(asctime)s {prefix}%(name)s: %(message)s", datefmt="%H:%M:%S")
 
 
-def configure_logging(level: str, tag: str = "", log_format: str | None = None) -> None:
+def configure_logging(level: str | int, tag: str = "", log_format: str | None = None) -> None:
     """``logging.basicConfig`` at ``level`` with :func:`formatter` (a no-op where the root logger has handlers)."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter(tag, log_format))
-    logging.basicConfig(level=level.upper(), handlers=[handler])
+    logging.basicConfig(level=level.upper() if isinstance(level, str) else level, handlers=[handler])
