@@ -68,7 +68,7 @@ class AsyncEngine(AsyncPooling):
         self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
         self.metrics.engine_stats = client.engine_stats  # each core's latest gauges (several under data parallelism)
-        self.observers = RequestObservers(self.metrics, tracer, request_log, client.engine_of)
+        self.observers = RequestObservers(self.metrics, tracer, request_log, lambda i: client.engine_of(i))
         self.outputs = OutputProcessor(tokenizer, listener=self.observers)
         self.pooling = PoolingTracker()  # pooling requests (runner "pooling"): see AsyncPooling.encode
         self.error: str | None = None
