@@ -48,6 +48,8 @@ def test_dp2_spreads_requests_reports_each_core_and_survives_one_dying(tiny_chat
         assert all(httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200 for _ in range(3))
         values = read_metrics(url)
         assert metric(values, "pagoda:num_requests_running", engine="0") == 0
-        assert not any('engine="1"' in key for key in values), "a dead core's gauges are gone"
+        gauges = [key for key in values if key.startswith(("pagoda:num_requests_", "pagoda:kv_cache_usage_perc"))]
+        assert not any('engine="1"' in key for key in gauges), "a dead core's gauges are gone"
+        assert metric(values, "pagoda:request_success_total", engine="1", finished_reason="error") == 2  # its requests
     finally:
         stop(proc, log)

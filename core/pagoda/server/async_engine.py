@@ -141,6 +141,7 @@ class AsyncEngine(AsyncPooling):
         try:
             await self.client.add_requests(add_messages(request_id, prompt_token_ids, sequences, arrival, priority,
                                                         beam, lora_request, mm_items))
+            self.observers.routed(request_id)
             while not finished:
                 item = await queue.get()
                 while isinstance(item, RequestOutput) and not item.finished and not queue.empty():

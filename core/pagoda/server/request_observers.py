@@ -28,7 +28,7 @@ class Watched:
 
     model: str  # label model_name: the served name, or the LoRA adapter it named
     params: SamplingParams
-    engine: int | None = None  # the engine core that sent its first tokens
+    engine: int | None = None  # the engine core it was routed to
     incoming: IncomingRequest | None = None  # the HTTP request it came with (traces only)
 
 
@@ -52,12 +52,18 @@ class RequestObservers:
         if self.request_log is not None:
             self.request_log.received(request_id, watched.model, prompt, prompt_token_ids, params)
 
+    def routed(self, request_id: str) -> None:
+        """The request reached its engine core: note which (its series are labelled with it)."""
+        watched = self._watched.get(request_id)
+        if watched is not None and watched.engine is None:
+            watched.engine = self.engine_of(request_id)
+
     # -- the output processor's listener -----------------------------------------------------------------
     def on_tokens(self, state: RequestState, num_tokens: int, previous: float | None, now: float) -> None:
         watched = self._watched.get(state.request_id)
         if watched is None:
             return
-        if watched.engine is None:
+        if watched.engine is None:  # its tokens came before AsyncEngine noted the routing
             watched.engine = self.batch_engine
         labels = (watched.model, str(watched.engine))
         if previous is None:
