@@ -42,6 +42,9 @@ class GraphSafeTorchBackend(TorchAttentionBackend):
     priority = -1
     supports_graphs = True
 
+    def prepare(self, metadata):  # replays rerun forward on the static buffers: derive nothing once per step
+        return metadata if self.spec.causal else super().prepare(metadata)
+
 
 @contextlib.contextmanager
 def graph_test_plugins(name: str, platform: type[CpuPlatform]):

@@ -39,17 +39,23 @@ class TorchAttentionBackend(AttentionBackend):
         self.ops = platform.custom_ops()  # the platform's KV-write kernel
 
     def prepare(self, metadata: AttentionMetadata) -> AttentionMetadata:
-        if self.spec.causal:
-            return metadata
-        return replace(metadata, extra=Padding.of(metadata))  # once per step, shared by the layers
+        if not self.spec.causal:
+            return replace(metadata, extra=Padding.of(metadata))  # once per step, shared by the layers
+        if metadata.num_decodes and not self.spec.mla:  # the decodes' block index and lengths, for every layer
+            return replace(metadata, extra=Decodes.of(metadata, self.spec.block_size))
+        return metadata
 
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         if not self.spec.causal:  # encoders: every prompt is whole in this step, so attend over q/k/v directly
             padding = metadata.extra if isinstance(metadata.extra, Padding) else Padding.of(metadata)
             return self._attend_whole(query, key, value, padding)
         self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping, *self._scales())
-        return self._each_sequence(query, torch.empty_like(query), metadata,
-                                   lambda q, tables, lens, q_len: self._attend(q, kv_cache, tables, lens, q_len))
+        out = torch.empty_like(query)
+        decodes = metadata.extra if isinstance(metadata.extra, Decodes) else None
+        if decodes is not None:  # prepared: one batched call without per-layer index work
+            out[: decodes.count] = self._attend_decodes(query[: decodes.count], kv_cache, decodes)
+        return self._each_sequence(query, out, metadata, lambda q, tables, lens, q_len: self._attend(
+            q, kv_cache, tables, lens, q_len), first=0 if decodes is None else decodes.count)
 
     def forward_mla(self, query, latent, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         write_latent(latent, kv_cache, metadata.slot_mapping)
@@ -63,15 +69,17 @@ class TorchAttentionBackend(AttentionBackend):
 
         return self._each_sequence(query, out, metadata, attend)
 
-    def _each_sequence(self, query, out, metadata: AttentionMetadata, attend) -> torch.Tensor:
-        """Fill ``out`` with ``attend(q [batch, q_len, heads, d], block_tables, seq_lens, q_len)``: the decodes in
-        one batch, then each other sequence on its own."""
+    def _each_sequence(self, query, out, metadata: AttentionMetadata, attend, first: int = 0) -> torch.Tensor:
+        """Fill ``out`` from sequence ``first`` on with ``attend(q [batch, q_len, heads, d], block_tables, seq_lens,
+        q_len)``: the decodes in one batch, then each other sequence on its own."""
+        if first == metadata.num_seqs:
+            return out
         starts = metadata.query_start_loc.tolist()
         seq_lens = metadata.seq_lens.tolist()
         d = metadata.num_decodes
-        if d:
+        if d > first:
             out[:d] = attend(query[:d, None], metadata.block_tables[:d], seq_lens[:d], 1)[:, 0]
-        for i in range(d, metadata.num_seqs):
+        for i in range(max(d, first), metadata.num_seqs):
             q = query[starts[i] : starts[i + 1]]
             out[starts[i] : starts[i + 1]] = attend(q[None], metadata.block_tables[i : i + 1], seq_lens[i : i + 1],
                                                     q.shape[0])[0]
@@ -97,6 +105,22 @@ class TorchAttentionBackend(AttentionBackend):
                 q.transpose(1, 2).to(k.dtype), k, v, attn_mask=mask[:, None], scale=s.scale, enable_gqa=True
             )
         return out.transpose(1, 2).to(q.dtype)
+
+    def _attend_decodes(self, q: torch.Tensor, kv_cache: torch.Tensor, decodes: "Decodes") -> torch.Tensor:
+        """``q``: [count, heads, d], one query per decoding sequence, attended over its cached keys."""
+        s = self.spec
+        k = kv_cache[0][decodes.blocks].flatten(1, 2)[:, : decodes.max_len]  # [count, max_len, kv_heads, d]
+        v = kv_cache[1][decodes.blocks].flatten(1, 2)[:, : decodes.max_len]
+        if s.kv_quantized:
+            k_scale, v_scale = self._scales()
+            k, v = dequantize_kv(k, k_scale, q.dtype), dequantize_kv(v, v_scale, q.dtype)
+        mask = decodes.mask if not s.sliding_window else decodes.mask & decodes.window(s.sliding_window)
+        k, v, q = k.transpose(1, 2), v.transpose(1, 2), q[:, :, None].to(k.dtype)  # [count, heads, 1, d]
+        if s.logits_soft_cap:
+            out = _soft_capped_attention(q, k, v, mask, s.scale, s.logits_soft_cap)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s.scale, enable_gqa=True)
+        return out[:, :, 0].to(q.dtype)
 
     def _scales(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(k_scale, v_scale) of a quantized cache, else (None, None)."""
@@ -135,6 +159,30 @@ def _soft_capped_attention(
     scores = torch.tanh(scores / cap) * cap
     probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     return torch.matmul(probs, v).to(q.dtype)
+
+
+@dataclass(frozen=True)
+class Decodes:
+    """The decoding sequences of a step (the first ``count``), laid out once for every layer's gather."""
+
+    count: int
+    blocks: torch.Tensor  # [count, blocks of the longest] int64 block ids
+    lens: torch.Tensor  # [count] tokens each attends over
+    max_len: int
+    mask: torch.Tensor  # [count, 1, 1, max_len] bool: within the sequence
+
+    @classmethod
+    def of(cls, metadata: AttentionMetadata, block_size: int) -> "Decodes":
+        count = metadata.num_decodes
+        lens = metadata.seq_lens[:count]
+        max_len = int(lens.max())
+        blocks = metadata.block_tables[:count, : -(-max_len // block_size)].long()
+        mask = torch.arange(max_len, device=lens.device)[None, :] < lens[:, None]
+        return cls(count, blocks, lens, max_len, mask[:, None, None])
+
+    def window(self, size: int) -> torch.Tensor:
+        """[count, 1, 1, max_len]: the last ``size`` positions of each sequence."""
+        return (torch.arange(self.max_len, device=self.lens.device)[None, :] >= (self.lens - size)[:, None])[:, None, None]
 
 
 @dataclass(frozen=True)

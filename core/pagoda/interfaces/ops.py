@@ -70,8 +70,14 @@ class CustomOps:
         return rows.masked_fill_(~mine.unsqueeze(-1), 0)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer."""
+        """``x``: [num_tokens, in] @ ``weight`` [out, in]^T (+ ``bias``): a dense layer. ``weight`` is as loaded
+        or as :meth:`pack_linear_weight` made it."""
         return F.linear(x, weight, bias)
+
+    def pack_linear_weight(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """A dense weight [out, in] in the layout :meth:`linear` multiplies fastest, made once after loading
+        (the caller then keeps only it, unless the dense tensor has other readers); None: keep it as it is."""
+        return None
 
     def fused_moe(
         self,

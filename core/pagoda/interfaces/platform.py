@@ -116,6 +116,12 @@ class Platform(Capability, ABC):
         """
         return torch.empty(nbytes, dtype=torch.uint8)
 
+    def kv_cache_tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """One layer's KV cache, zeroed (attention masks unwritten slots, but a NaN there would still poison
+        the weighted sum). Platforms whose memory is committed lazily may return pages the OS zeroes on first
+        touch, so memory grows with the blocks actually used."""
+        return torch.zeros(shape, dtype=dtype, device=self.device())
+
     def allocator_counts(self) -> dict[str, int]:
         """Cumulative counts of device-allocator events that cost host time, for traces
         (``PAGODA_TRACE_DIR``): e.g. device allocations, and allocations retried after freeing the cache."""

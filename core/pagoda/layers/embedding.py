@@ -77,9 +77,20 @@ class LMHead(nn.Module):
         else:
             self.weight = nn.Parameter(torch.empty(self.rows.per_rank, hidden_size, dtype=dtype), requires_grad=False)
         self.tied = tied is not None
+        self.packed: torch.Tensor | None = None  # the tied weight in the ops' linear layout (process_weights_...)
+
+    def process_weights_after_loading(self) -> None:
+        """Let the platform's ops pack the weight for their ``linear``; a tied weight keeps its dense tensor too
+        (the embedding looks rows up in it)."""
+        packed = self.ops.pack_linear_weight(self.weight.data)
+        if packed is not None and self.tied:
+            self.packed = packed
+        elif packed is not None:
+            self.weight = nn.Parameter(packed, requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.ops.linear(hidden.to(self.weight.dtype), self.weight)  # [n, vocab rows of this rank]
+        weight = self.weight if self.packed is None else self.packed
+        logits = self.ops.linear(hidden.to(weight.dtype), weight)  # [n, vocab rows of this rank]
         if self.tp.size > 1:
             logits = self.tp.all_gather_last(logits)[:, : self.vocab_size]  # [n, vocab]
         return logits.float()

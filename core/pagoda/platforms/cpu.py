@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 
 import torch
 
+from pagoda.interfaces.ops import CustomOps
 from pagoda.interfaces.platform import Platform
+from pagoda.platforms.cpu_ops import CpuOps
 
-DEFAULT_CPU_KV_CACHE_BYTES = 4 << 30
+KV_CACHE_MEMORY_FRACTION = 0.5  # of the memory available once the weights are loaded
+LAZY_KV_MIN_BYTES = 1 << 20  # caches at least this large are mapped lazily (kv_cache_tensor)
 
 
 class CpuPlatform(Platform):
@@ -31,6 +36,9 @@ class CpuPlatform(Platform):
             return "float16 matmuls are slow and inexact on CPU; use float32 or bfloat16"
         return None
 
+    def custom_ops(self) -> CustomOps:
+        return CpuOps()
+
     def dist_backend(self) -> str | None:
         return "gloo"
 
@@ -39,5 +47,30 @@ class CpuPlatform(Platform):
         return os.cpu_count() or 1
 
     def kv_cache_bytes(self, requested_bytes: int | None, memory_utilization: float, activation_bytes: int) -> int:
-        """CPU memory is shared with everything else: use the explicit size or a 4 GiB default."""
-        return requested_bytes if requested_bytes is not None else DEFAULT_CPU_KV_CACHE_BYTES
+        """The explicit size, else half the memory available now (after the weights) less the activations.
+        The engine caps it further at what ``max_num_seqs`` full sequences use, and the pages are committed
+        only as blocks are first written (:meth:`kv_cache_tensor`), so a short run holds what it used."""
+        if requested_bytes is not None:
+            return requested_bytes
+        return max(int(available_memory_bytes() * KV_CACHE_MEMORY_FRACTION) - activation_bytes, 0)
+
+    def kv_cache_tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An anonymous memory map: the OS hands out zeroed pages on first touch, so resident memory grows with
+        the blocks written, not the cache's size (``torch.zeros`` would write every page at start-up)."""
+        nbytes = math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
+        if nbytes < LAZY_KV_MIN_BYTES:
+            return torch.zeros(shape, dtype=dtype)
+        pages = mmap.mmap(-1, nbytes)  # the tensor keeps the map alive
+        return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)
+
+
+def available_memory_bytes() -> int:
+    """The memory the OS can give without swapping (Linux's MemAvailable), else the physical memory."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

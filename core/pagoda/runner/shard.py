@@ -166,7 +166,6 @@ def allocate_kv_cache(config, platform, attention, hf_config, max_model_len, mod
             f"the KV cache budget ({budget} bytes) holds no block of {per_block} bytes; "
             "raise kv_cache_memory / --gpu-memory-utilization"
         )
-    device = platform.device()
-    kv_caches = [torch.zeros(attention.kv_cache_shape(num_blocks if i in own else 0), dtype=cache_dtype, device=device)
+    kv_caches = [platform.kv_cache_tensor(attention.kv_cache_shape(num_blocks if i in own else 0), cache_dtype)
                  for i in range(layers)]
     return kv_caches, num_blocks

@@ -1,0 +1,60 @@
+"""The CPU platform's kernels: dense layers on oneDNN with weights packed once, RMSNorm in one pass.
+
+``torch.nn.functional.linear`` multiplies a row-major weight on every call; oneDNN's packed (blocked)
+layout, made once after loading, runs the same products 2-2.5x faster on AVX-512 cores at every batch
+size tried (1 to 2048 rows; ``python -m benchmarks.kernel_bench cpu_linear``). The packed tensor keeps the
+weight's shape and dtype; the dense one is dropped unless something else reads it (a tied embedding).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pagoda.interfaces.ops import CustomOps
+
+PACK_BATCH_HINT = 64  # oneDNN's expected rows per call; the products were as fast at 1 to 2048 rows
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class CpuOps(CustomOps):
+    name = "cpu"
+
+    def pack_linear_weight(self, weight: torch.Tensor) -> torch.Tensor | None:
+        if not (torch.backends.mkldnn.is_available() and weight.dim() == 2 and weight.dtype in PACKED_DTYPES
+                and weight.device.type == "cpu" and not weight.is_mkldnn):
+            return None
+        return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_BATCH_HINT)
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if not weight.is_mkldnn:
+            return F.linear(x, weight, bias)
+        return torch.ops.mkldnn._linear_pointwise(x.to(weight.dtype), weight, bias, "none", [], "")
+
+    def reshape_and_cache(self, key, value, kv_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
+        """As the reference, with one ``index_copy_`` a half when every slot is real (no padding) and the cache
+        unquantized: no boolean-mask gathers."""
+        if k_scale is not None or key.dtype != kv_cache.dtype or bool((slot_mapping < 0).any()):
+            return super().reshape_and_cache(key, value, kv_cache, slot_mapping, k_scale, v_scale)
+        slots = slot_mapping.long()
+        for half, x in ((0, key), (1, value)):
+            kv_cache[half].view(-1, *key.shape[1:]).index_copy_(0, slots, x)
+
+    def rotary_embedding(self, positions, query, key, head_size, cos_sin_cache, is_neox) -> None:
+        """As the reference, rotating each half in place (no concatenated copy); float32 models only."""
+        if query.dtype != torch.float32 or cos_sin_cache.dtype != torch.float32 or not is_neox:
+            return super().rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+        cos, sin = cos_sin_cache[positions].chunk(2, dim=-1)  # [num_tokens, rotary_dim / 2]
+        cos, sin = cos[:, None], sin[:, None]
+        half = cos.shape[-1]
+        for x in (query, key):
+            heads = x.view(x.shape[0], -1, head_size)
+            x1, x2 = heads[..., :half], heads[..., half : 2 * half]
+            rotated = x1 * sin  # x1's share of the second half, before x1 is overwritten
+            x1.mul_(cos).addcmul_(x2, sin, value=-1)
+            x2.mul_(cos).add_(rotated)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if x.dtype != torch.float32 or weight.dtype != torch.float32:  # the reference's float32 casts
+            return super().rms_norm(x, weight, eps)
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
