@@ -108,6 +108,7 @@ HOST_IP = Text("PAGODA_HOST_IP")  # this host's address as the other hosts reach
 DIST_TIMEOUT_S = Seconds("PAGODA_DIST_TIMEOUT_S", "600")  # how long a collective waits for the other ranks
 
 # Traces
+CACHE_DIR = Text("PAGODA_CACHE_DIR")  # what Pagoda keeps between runs (a GGUF file's tokenizer); default ~/.cache/pagoda
 TRACE_DIR = Text("PAGODA_TRACE_DIR")  # JSON-lines timing traces of steps and requests
 TORCH_PROFILER_DIR = Text("PAGODA_TORCH_PROFILER_DIR")  # torch profiler traces (start_profile / stop_profile)
 
@@ -120,6 +121,6 @@ CUDA_BUILD_VERBOSE = Switch("PAGODA_CUDA_BUILD_VERBOSE", "0")  # 1: show the com
 ROCM_BUILD_VERBOSE = Switch("PAGODA_ROCM_BUILD_VERBOSE", "0")
 
 VARIABLES: tuple[Variable, ...] = (
-    API_KEY, LOG_FORMAT, PLUGINS, DISABLE_PLUGINS, ALLOW_PLUGIN_OVERRIDES, HOST_IP, DIST_TIMEOUT_S, TRACE_DIR,
+    API_KEY, LOG_FORMAT, PLUGINS, DISABLE_PLUGINS, ALLOW_PLUGIN_OVERRIDES, HOST_IP, DIST_TIMEOUT_S, CACHE_DIR, TRACE_DIR,
     TORCH_PROFILER_DIR, CUDA_KERNELS, ROCM_KERNELS, CUDA_BUILD, ROCM_BUILD, CUDA_BUILD_VERBOSE, ROCM_BUILD_VERBOSE,
 )

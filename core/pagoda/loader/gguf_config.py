@@ -14,7 +14,7 @@ from typing import Any
 
 from pagoda.loader.gguf_file import GGUFFile
 
-FAST_ARCHITECTURES = {"gemma3": "gemma3_text"}  # GGUF architecture -> transformers model_type
+FAST_ARCHITECTURES = {"gemma3": "gemma3_text", "llama": "llama"}  # GGUF architecture -> transformers model_type
 
 
 def _plain(value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,11 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
             "pass --tokenizer PATH to a folder that has them."
         )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+        tokenizer = cached_gguf_tokenizer(Path(path) / kwargs["gguf_file"]) if kwargs else None
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+            if kwargs:
+                save_gguf_tokenizer(Path(path) / kwargs["gguf_file"], tokenizer)
     except Exception as exc:
         raise ModelLoadError(
             f"Cannot load a tokenizer from {where}: {exc}. The folder needs tokenizer.json or "
@@ -109,3 +114,44 @@ def _tokenizer_path(tokenizer: str) -> tuple[str, dict[str, Any], str]:
     raise ModelLoadError(
         f"Tokenizer '{tokenizer}' is not a local folder or .gguf file; Pagoda never downloads from the hub."
     )
+
+
+def gguf_tokenizer_cache(gguf: Path) -> Path:
+    """The folder a GGUF file's tokenizer is saved to: keyed by the file's path, size and modification time."""
+    import hashlib
+
+    from pagoda import envs
+
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = envs.CACHE_DIR.get() or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pagoda")
+    return Path(root) / "gguf_tokenizers" / f"{gguf.stem}-{key}"
+
+
+def cached_gguf_tokenizer(gguf: Path) -> Any:
+    """The tokenizer saved from ``gguf`` by an earlier run, or None."""
+    from transformers import AutoTokenizer
+
+    folder = gguf_tokenizer_cache(gguf)
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def save_gguf_tokenizer(gguf: Path, tokenizer: Any) -> None:
+    """Save ``tokenizer`` for the next run, whole or not at all (a folder renamed into place); a cache that
+    cannot be written only costs the next start its time."""
+    import shutil
+    import tempfile
+
+    folder = gguf_tokenizer_cache(gguf)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".partial-"))
+    except OSError:
+        return
+    try:
+        tokenizer.save_pretrained(str(staging))
+        staging.rename(folder)
+    except OSError:  # unwritable, or another process saved it first
+        shutil.rmtree(staging, ignore_errors=True)
