@@ -5,7 +5,10 @@ The adapters are random rank-``--rank`` LoRA matrices on every projection (q/k/v
 PEFT's format for the model's config. Phases (each ``--num-prompts`` x ``--input-len``/``--output-len``,
 ``ignore_eos``): the base model in an engine without LoRA, then in the LoRA engine (``--max-loras`` slots,
 every adapter's host copy kept) the base model again and each adapter count, requests assigned round-robin.
-Ratios are against the engine without LoRA.
+Before each timed run the engine serves ``--warmup-prompts`` other prompts of the same length and adapter mix
+(``--warmup-output-len`` tokens each), then its prefix cache is emptied. Ratios are against the engine without
+LoRA. ``--adapter-dir`` keeps the adapters in a folder (written once, reused by later runs and by vLLM's side of
+``benchmarks/peers``, part ``lora``).
 
 GPU (the device suite ``e2e``, part ``lora``, runs it on dummy Llama-3.1-8B weights):
     python benchmarks/lora_throughput.py benchmarks/configs/llama-3.1-8b --load-format dummy --max-model-len 2048
@@ -54,9 +57,31 @@ def write_adapter(cfg, folder: Path, rank: int, seed: int) -> Path:
             tensors[f"{prefix}.lora_B.weight"] = (torch.randn(out_f, rank, generator=g) * 0.01).bfloat16()
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "adapter_model.safetensors"))
-    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(PROJECTIONS)}
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(PROJECTIONS),
+              "bias": "none"}
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return folder
+
+
+def write_adapters(cfg, root: Path, rank: int, count: int) -> list[Path]:
+    """Adapters ``root/a0`` .. ``a<count - 1>`` (seed = index); a folder already written for the same model
+    shapes and rank is kept as it is (``root/adapters.json`` records what was written)."""
+    stamp = {"rank": rank, "layers": cfg.num_hidden_layers, "shapes": projection_shapes(cfg)}
+    record = root / "adapters.json"
+    done = json.loads(record.read_text()) if record.exists() else {}
+    if {k: done.get(k) for k in stamp} != json.loads(json.dumps(stamp)):
+        done = {**stamp, "count": 0}
+    folders = [root / f"a{i}" for i in range(count)]
+    for i in range(done.get("count", 0), count):
+        write_adapter(cfg, folders[i], rank, i)
+    root.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({**done, "count": max(count, done.get("count", 0))}) + "\n")
+    return folders
+
+
+def lora_slots(requested: int, adapter_counts: list[int]) -> int:
+    """Device slots: --max-loras, raised to the most adapters used up to 8 (8 slots when not asked for more)."""
+    return max(requested, min(8, max(adapter_counts)))
 
 
 def timed_generate(llm, prompts, params, loras) -> float:
@@ -68,9 +93,18 @@ def timed_generate(llm, prompts, params, loras) -> float:
     return time.perf_counter() - start
 
 
-def throughput(llm, prompts, params, loras) -> float:
-    """Requests per second (after a short warm-up of the same mix)."""
-    timed_generate(llm, prompts[:8], params, loras[:8] if isinstance(loras, list) else loras)
+def adapter_mix(loras: list, count: int, num: int) -> list:
+    """Requests spread round-robin over the first ``count`` adapters."""
+    return [loras[i % count] for i in range(num)]
+
+
+def throughput(llm, prompts, params, loras, warmup: list[list[int]], warmup_tokens: int) -> float:
+    """Requests per second, after a warm-up: other prompts with the same adapter mix, then an empty prefix cache."""
+    from pagoda import SamplingParams
+
+    mix = loras[:len(warmup)] if isinstance(loras, list) else loras
+    timed_generate(llm, warmup, SamplingParams(temperature=0, max_tokens=warmup_tokens, ignore_eos=True), mix)
+    llm.engine.core.reset_prefix_cache()  # the timed run computes every prefill
     return len(prompts) / timed_generate(llm, prompts, params, loras)
 
 
@@ -93,16 +127,17 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
     llm = LLM(**{**vars(config), "enable_lora": lora_engine, "max_cpu_loras": len(adapters) if lora_engine else None})
     vocab = llm.engine.info.vocab_size
     result = {}
+    warmup = random_prompts(min(args.warmup_prompts, len(prompts)), args.input_len, vocab, seed=1)
     try:
         tag = "lora_engine_" if lora_engine else ""
-        result[f"{tag}base_req_per_s"] = throughput(llm, prompts, params, None)
+        result[f"{tag}base_req_per_s"] = throughput(llm, prompts, params, None, warmup, args.warmup_output_len)
         result[f"{tag}base_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, None, vocab) for b in args.batch_sizes}
         if not lora_engine:
             return result
         loras = [LoRARequest(f"a{i}", i + 1, str(path)) for i, path in enumerate(adapters)]
         for count in args.adapter_counts:
-            mix = [loras[i % count] for i in range(len(prompts))]
-            result[f"adapters_{count}_req_per_s"] = throughput(llm, prompts, params, mix)
+            mix = adapter_mix(loras, count, len(prompts))
+            result[f"adapters_{count}_req_per_s"] = throughput(llm, prompts, params, mix, warmup, args.warmup_output_len)
         result["one_adapter_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, loras[0], vocab)
                                          for b in args.batch_sizes}
         return result
@@ -114,7 +149,7 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
             torch.cuda.empty_cache()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-prompts", type=int, default=1000)
     parser.add_argument("--input-len", type=int, default=256)
@@ -122,23 +157,32 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16, help="rank of every adapter")
     parser.add_argument("--adapter-counts", default="1,8,32", help="distinct adapters the requests are spread over")
     parser.add_argument("--batch-sizes", default="1,64", help="decode-step batch sizes timed with one adapter")
+    parser.add_argument("--adapter-dir", help="keep the adapters here (written once; default: a temporary folder)")
+    parser.add_argument("--warmup-prompts", type=int, default=256,
+                        help="other prompts run before each timed run, at most --num-prompts (default: a full batch)")
+    parser.add_argument("--warmup-output-len", type=int, default=8, help="tokens each warm-up prompt generates")
     add_common_args(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.adapter_counts = [int(n) for n in args.adapter_counts.split(",")]
     args.batch_sizes = [int(n) for n in args.batch_sizes.split(",")]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     from pagoda import SamplingParams
     from pagoda.loader import load_hf_config, resolve_model
 
     config = engine_config(args, args.model)
     config.skip_tokenizer_init = True
-    config.max_loras = max(config.max_loras, min(8, max(args.adapter_counts)))  # default: 8 slots
+    config.max_loras = lora_slots(config.max_loras, args.adapter_counts)
     config.max_lora_rank = max(config.max_lora_rank, args.rank)
     hf_config = load_hf_config(resolve_model(config.model))
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
     prompts = random_prompts(args.num_prompts, args.input_len, hf_config.vocab_size, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        adapters = [write_adapter(hf_config, Path(tmp) / f"a{i}", args.rank, i) for i in range(max(args.adapter_counts))]
+        adapters = write_adapters(hf_config, Path(args.adapter_dir or tmp), args.rank, max(args.adapter_counts))
         written_s = time.perf_counter() - start
         result = run_phases(args, config, prompts, params, adapters, lora_engine=False)
         result.update(run_phases(args, config, prompts, params, adapters, lora_engine=True))

@@ -23,7 +23,7 @@ CHART_METRICS = ("requests_per_s", "step_ms", "request_throughput", "p50_ttft_ms
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric.endswith("_ms") or metric == "seconds"
+    return metric.endswith("_ms") or metric in ("seconds", "step_vs_own_base")
 
 
 def measurement(workload: str, client: str, engine: str, metrics: dict, limits: str = "own") -> dict:

@@ -7,7 +7,9 @@
 Parts (benchmarks/peers/README.md): offline (1000 x 256/256, 1000 x 1024/128, batch-1/8/64 decode),
 serve (the served rates, driven by `pagoda bench serve`), serve_vllm_client (the same rates driven by
 `vllm bench serve`), mixed / mixed_vllm_client (ShareGPT-shaped mixed lengths at the same rates), prefix
-(10 shared 1k-token prefixes, both clients). Both engines get the same scheduler limits unless --limits own.
+(10 shared 1k-token prefixes, both clients), lora (1, 8 and 32 adapters against the base model, offline:
+lora_part.py), vlm (one image a prompt, offline: vlm_part.py). Both engines get the same scheduler limits unless
+--limits own.
 Every step runs in its own process under a time limit, and the whole run under --budget-s: what does not fit
 is recorded as skipped.
 """
@@ -26,7 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engines  # noqa: E402
+import lora_part  # noqa: E402
 import report  # noqa: E402
+import vlm_part  # noqa: E402
 from model_dir import build_model_dir  # noqa: E402
 from serving import ServerSession, vllm_choices  # noqa: E402
 from steps import Deadline, StepRecord, read_json, run_step  # noqa: E402
@@ -43,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parts", default="offline", help=f"comma-separated: {', '.join(PARTS)}; or all / none")
     p.add_argument("--engines", default="pagoda,vllm", help="which engines run (both for ratios)")
     p.add_argument("--config", default=str(ROOT / "benchmarks/configs/llama-3.1-8b"), help="folder with config.json")
+    p.add_argument("--vlm-config", default=str(ROOT / "benchmarks/configs/qwen2.5-vl-7b"),
+                   help="the vlm part's model: folder with config.json and preprocessor_config.json")
     p.add_argument("--out", default="peers_out", help="folder for the JSON, the chart and the logs")
     p.add_argument("--work-dir", default="/tmp/peers", help="model folder, prompts files, raw results")
     p.add_argument("--budget-s", type=float, default=520, help="the whole run's time limit (a device call: 600)")
@@ -129,6 +135,9 @@ class Run:
     def execute(self, parts: list[str]) -> None:
         if "offline" in parts:
             self.offline()
+        for name, part in (("lora", lora_part), ("vlm", vlm_part)):
+            if name in parts:
+                part.run(self)
         served = []
         for part in parts:
             kind, clients = PARTS[part]

@@ -100,7 +100,7 @@ PREFIX = Served("prefix_10x1024+128x128_inf", 500, 128, 128, math.inf, num_prefi
 # once reaches the shapes of the timed runs (the largest prefill steps, every decode batch size up to 256).
 WARMUP = Served("warmup_256x32", 256, 256, 32, seed=SEED + 99)
 
-# part name -> (kind, clients). Kinds: offline (throughput + latency), serve (the served rates), prefix.
+# part name -> (kind, clients). Kinds: offline (throughput + latency), serve (the served rates), prefix, lora, vlm.
 PARTS = {
     "offline": ("offline", ()),
     "serve": ("serve", ("pagoda",)),
@@ -108,6 +108,8 @@ PARTS = {
     "mixed": ("mixed", ("pagoda",)),
     "mixed_vllm_client": ("mixed", ("vllm",)),
     "prefix": ("prefix", ("pagoda", "vllm")),
+    "lora": ("lora", ()),  # lora_part.py: 1, 8, 32 adapters and the base model, offline
+    "vlm": ("vlm", ()),  # vlm_part.py: one image a prompt, offline
 }
 
 
