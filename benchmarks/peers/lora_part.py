@@ -2,11 +2,12 @@
 (vllm_lora.py) on the same adapters, written once to a folder both engines load (PEFT format, rank 16 on every
 projection, lora_throughput.write_adapters).
 
-Both report the same keys: the base model's requests/s in an engine without LoRA (`base`), in the LoRA engine
-(`lora_engine_base`), with the requests spread over 1, 8 and 32 adapters (`max_loras` 8: 32 swaps through 8
-slots), and the decode step at batch 1 and 64, base and one adapter. Each figure becomes a row both ways: Pagoda /
-vLLM, and each engine against its own base (`vs_own_base`: adapters / engine-without-LoRA; `step_vs_own_base`:
-one adapter's step / the base step, lower is better).
+Both scripts write the same keys: the base model's requests/s in an engine without LoRA and in the LoRA engine,
+with the requests spread over 1, 8 and 32 adapters (`max_loras` 8: 32 adapters swap through 8 slots), and the
+decode step at batch 1 and 64, base and one adapter. Each figure becomes a row both ways (workloads lora_base,
+lora_engine_base, lora_adapters_N, lora_step_bB_base, lora_step_bB_adapter): Pagoda / vLLM, and each engine against
+its own base (`vs_own_base`: requests/s over the engine without LoRA; `step_vs_own_base`: one adapter's decode
+step over the base step, lower is better).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1]
 class LoRAWorkload:
     """num_prompts x input_len/output_len, the requests spread round-robin over each adapter count."""
 
-    name: str = "lora_1000x256x256_r16"
+    name: str = "lora"  # rows: lora_base, lora_engine_base, lora_adapters_8, lora_step_b64_adapter, ...
     num_prompts: int = 1000
     input_len: int = 256
     output_len: int = 256
@@ -84,7 +85,7 @@ def measurements(engine: str, raw: dict, w: LoRAWorkload, limits: str) -> list[d
     """One measurement per figure of the raw results (lora_throughput.py's or vllm_lora.py's, merged phases)."""
     out = []
     base = raw.get("base_req_per_s")
-    runs = {"lora_engine_base": raw.get("lora_engine_base_req_per_s"),
+    runs = {"engine_base": raw.get("lora_engine_base_req_per_s"),
             **{f"adapters_{n}": raw.get(f"adapters_{n}_req_per_s") for n in w.adapter_counts}}
     if base:
         out.append(report.measurement(f"{w.name}_base", "offline", engine, {"requests_per_s": base}, limits))
@@ -100,7 +101,7 @@ def measurements(engine: str, raw: dict, w: LoRAWorkload, limits: str) -> list[d
             out.append(report.measurement(f"{w.name}_step_b{batch}_base", "offline", engine, {"step_ms": base_ms}, limits))
         if adapter_ms:
             metrics = {"step_ms": adapter_ms, **({"step_vs_own_base": adapter_ms / base_ms} if base_ms else {})}
-            out.append(report.measurement(f"{w.name}_step_b{batch}_one_adapter", "offline", engine, metrics, limits))
+            out.append(report.measurement(f"{w.name}_step_b{batch}_adapter", "offline", engine, metrics, limits))
     return out
 
 

@@ -88,10 +88,10 @@ def test_adapters_are_written_once_in_peft_layout(tmp_path):
     assert again == folders and [f.stat().st_mtime_ns for f in folders] == stamp  # kept, not written again
 
 
-def fake_raw(base: float, scale: float) -> dict:
+def fake_raw(base: float, scale: float, counts: tuple[int, ...] = (1, 8, 32)) -> dict:
     """Raw LoRA results as both scripts write them (made-up figures; JSON keys of step sizes are strings)."""
     return {"base_req_per_s": base, "lora_engine_base_req_per_s": base * 0.95,
-            **{f"adapters_{n}_req_per_s": base * scale / (1 + n / 100) for n in (1, 8, 32)},
+            **{f"adapters_{n}_req_per_s": base * scale / (1 + n / 100) for n in counts},
             "base_step_ms": {"1": 6.0, "64": 10.0}, "one_adapter_step_ms": {"1": 7.5, "64": 11.0}}
 
 
@@ -104,7 +104,7 @@ def test_lora_rows_both_ways():
     assert eight["pagoda"] == pytest.approx(50 * 0.8 / 1.08) and eight["ratio"] == pytest.approx(50 * 0.8 / (40 * 0.9))
     own = by[(f"{w.name}_adapters_8", "vs_own_base")]
     assert (own["pagoda"], own["vllm"]) == (pytest.approx(0.8 / 1.08), pytest.approx(0.9 / 1.08))
-    step = by[(f"{w.name}_step_b1_one_adapter", "step_vs_own_base")]
+    step = by[(f"{w.name}_step_b1_adapter", "step_vs_own_base")]
     assert step["better"] == "lower" and step["pagoda"] == step["vllm"] == pytest.approx(1.25)
     assert by[(f"{w.name}_base", "requests_per_s")]["ratio"] == 1.25
     assert {m for _, m in by} == {"requests_per_s", "vs_own_base", "step_ms", "step_vs_own_base"}
@@ -177,3 +177,48 @@ def test_vlm_rows_both_ways():
     by = {r["metric"]: r for r in rows}
     assert by["requests_per_s"]["pagoda_advantage"] == 1.25 and by["prompt_tokens"]["ratio"] == 1.0
     assert vlm_part.measurements("vllm", {}, w, "matched") == []
+
+
+def fake_result(cmd: list[str], engine: str) -> dict:
+    """What each script would write for ``cmd`` (made-up figures, the keys the real ones write)."""
+    if "--image-size" in cmd:
+        return {"requests_per_s": 10.0 if engine == "pagoda" else 8.0, "prompt_tokens": 34}
+    if engine == "pagoda" or "lora" in cmd[cmd.index("--phase") + 1]:
+        return {k: v for k, v in fake_raw(50.0 if engine == "pagoda" else 40.0, 0.8, (1, 2, 10)).items()
+                if engine == "pagoda" or not k.startswith("base")}
+    return {k: v for k, v in fake_raw(40.0, 0.8, (1, 2, 10)).items() if k.startswith("base")}
+
+
+def test_run_py_runs_both_parts_and_keeps_every_figure(tmp_path, monkeypatch):
+    import run as run_py
+    from steps import StepRecord
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    args = run_py.parse_args(["--parts", "lora,vlm", "--quick", "--config", str(tmp_path / "cfg"), "--work-dir",
+                              str(tmp_path / "work"), "--vlm-config", str(save_tiny("qwen2_5_vl", tmp_path / "vlm"))])
+    r = run_py.Run(args)
+    commands = []
+
+    def fake_step(name, engine, cmd, cap_s, min_s=20.0, runs_in=None):
+        commands.append((name, engine, cmd))
+        result = Path(cmd[cmd.index("--result-file") + 1])
+        result.write_text(json.dumps(fake_result(cmd, engine)))
+        record = StepRecord(name, engine, status="ok")
+        r.records.append(record)
+        return record
+
+    monkeypatch.setattr(r, "step", fake_step)
+    r.execute(run_py.parse_parts(args.parts))
+    w = lora_part.LORA.quick()
+    assert [(n, e) for n, e, _ in commands] == [(w.name, "pagoda"), (f"{w.name}_base", "vllm"), (f"{w.name}_lora", "vllm"),
+                                                (vlm_part.VLM.quick().name, "pagoda"), (vlm_part.VLM.quick().name, "vllm")]
+    adapter_dirs = {cmd[cmd.index("--adapter-dir") + 1] for _, _, cmd in commands[:3]}
+    assert adapter_dirs == {str(tmp_path / "work" / "lora_adapters")}
+    assert len(list((tmp_path / "work" / "lora_adapters").glob("a*/adapter_model.safetensors"))) == 10
+    assert (tmp_path / "work" / "vlm_model" / "tokenizer.json").exists()
+    path = run_py.write_outputs(r, ["lora", "vlm"], tmp_path / "out", "t")
+    rows = json.loads(path.read_text())["rows"]
+    assert {(r["workload"], r["metric"]) for r in rows} >= {(f"{w.name}_adapters_10", "vs_own_base"),
+                                                            (vlm_part.VLM.quick().name, "requests_per_s")}
+    assert all(r["pagoda"] and r["vllm"] for r in rows)
