@@ -29,7 +29,7 @@ def test_profile_routes_write_a_trace_of_the_steps_between_them(tiny_chat_model,
         (trace,) = (tmp_path / "traces").glob("rank0.*.pt.trace.json.gz")
         with gzip.open(trace, "rt") as f:
             ops = {e.get("name", "") for e in json.load(f)["traceEvents"]}
-        assert {"aten::mm", "aten::addmm", "aten::linear"} & ops
+        assert {"aten::mm", "aten::addmm", "aten::linear", "mkldnn::_linear_pointwise"} & ops
     finally:
         running.stop()
 

@@ -15,6 +15,17 @@ from pagoda.interfaces.ops import CustomOps
 
 PACK_BATCH_HINT = 64  # oneDNN's expected rows per call; the products were as fast at 1 to 2048 rows
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+ROW_STEP = 64  # row counts above this are rounded up to a multiple of it, those below to a power of two
+
+
+def row_bucket(rows: int) -> int:
+    """The row count a product runs at. oneDNN builds and keeps a primitive (and work memory) for every input
+    shape it meets; a server meets every count of tokens a step, and glibc kept gigabytes of the memory freed
+    between them. Rounding bounds the shapes to about 30 per weight (up to 2048 rows); the padded rows cost
+    little, the product streams the weight once whatever the rows."""
+    if rows <= ROW_STEP:
+        return 1 << max(rows - 1, 0).bit_length()
+    return -(-rows // ROW_STEP) * ROW_STEP
 
 
 class CpuOps(CustomOps):
@@ -29,7 +40,12 @@ class CpuOps(CustomOps):
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if not weight.is_mkldnn:
             return F.linear(x, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise(x.to(weight.dtype), weight, bias, "none", [], "")
+        rows = x.reshape(-1, x.shape[-1]).to(weight.dtype)
+        n, padded = rows.shape[0], row_bucket(rows.shape[0])
+        if padded != n:
+            rows = torch.cat((rows, rows.new_zeros(padded - n, rows.shape[1])))
+        y = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+        return y[:n].view(*x.shape[:-1], y.shape[-1])
 
     def reshape_and_cache(self, key, value, kv_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
         """As the reference, with one ``index_copy_`` a half when every slot is real (no padding) and the cache

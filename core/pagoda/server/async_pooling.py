@@ -20,7 +20,7 @@ from pagoda.engine.pooling_tracker import POOLING_SAMPLING, PoolingTracker
 
 
 class AsyncPooling:
-    """Needs the AsyncEngine's ``client``, ``info``, ``metrics``, ``_streams``, ``abort`` and
+    """Needs the AsyncEngine's ``client``, ``info``, ``_streams``, ``abort`` and
     ``unavailable_reason``; owns ``pooling`` (a PoolingTracker, created by AsyncEngine)."""
 
     pooling: PoolingTracker
@@ -38,7 +38,6 @@ class AsyncPooling:
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request_id] = queue
         self.pooling.add(request_id, prompt, prompt_token_ids)
-        self.metrics.on_added(len(prompt_token_ids))
         finished = False
         try:
             await self.client.add_requests([AddRequest(request_id, list(prompt_token_ids), POOLING_SAMPLING,
