@@ -9,7 +9,7 @@ suite_run() {
   local model=${MODEL:-benchmarks/configs/qwen2.5-vl-7b}
   has_part tests && pytest_step pytest_multimodal 300 -m gpu tests/multimodal
   has_part bench && step throughput_images 480 "$PYTHON" benchmarks/multimodal_throughput.py "$model" \
-    --load-format dummy --max-model-len 4096 --log-level warning ${ATTENTION:+--attention-backend "$ATTENTION"} \
+    --load-format dummy --max-model-len 4096 ${ATTENTION:+--attention-backend "$ATTENTION"} \
     --num-prompts "$(quick 500 8)" --image-size "$(quick 448 112)" --input-len 64 --output-len "$(quick 128 8)" \
     --result-file "$WORK/throughput_images.json"
   return 0
