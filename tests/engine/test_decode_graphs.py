@@ -13,38 +13,11 @@ import types
 import pytest
 
 from pagoda import LLM, SamplingParams
-from pagoda.attention.torch_ref import TorchAttentionBackend
 from pagoda.hookspecs import hookimpl
 from pagoda.plugins import manager as plugin_manager
 from pagoda.platforms.cpu import CpuPlatform
+from graph_replay import REPLAYS, GraphSafeTorchBackend, ReplayPlatform
 from tiny_models import random_prompts
-
-REPLAYS = {"count": 0}
-
-
-class ReplayPlatform(CpuPlatform):
-    priority = -1
-
-    def supports_graphs(self) -> bool:
-        return True
-
-    def capture_graph(self, fn):
-        out = fn()
-
-        def replay():
-            REPLAYS["count"] += 1
-            out.copy_(fn())
-
-        return replay, out
-
-
-class GraphSafeTorchBackend(TorchAttentionBackend):
-    priority = -1
-    supports_graphs = True
-
-    def prepare(self, metadata):  # replays rerun forward on the static buffers: derive nothing once per step
-        return metadata if self.spec.causal else super().prepare(metadata)
-
 
 @contextlib.contextmanager
 def graph_test_plugins(name: str, platform: type[CpuPlatform]):
@@ -76,9 +49,9 @@ def test_replayed_decode_steps_equal_eager(replay_plugins, tiny_models, family):
     eager = LLM(**args, enforce_eager=True).generate(prompts, params, use_tqdm=False)
     graphed_llm = LLM(**args)
     assert sorted(graphed_llm.engine.core.runner.graphs.graphs) == [1, 2, 4, 8, 16]
-    REPLAYS["count"] = 0
+    REPLAYS[0] = 0
     graphed = graphed_llm.generate(prompts, params, use_tqdm=False)
-    assert REPLAYS["count"] > 10  # decode steps went through the graphs
+    assert REPLAYS[0] > 10  # decode steps went through the graphs
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
 
 

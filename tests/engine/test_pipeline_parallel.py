@@ -141,76 +141,31 @@ def test_killed_stage_fails_fast_naming_it(tiny_models):
     assert "workers left: 0" in run.stdout, run.stdout[-1000:]
 
 
-GRAPH_PLUGIN = '''
-"""A CPU platform whose decode "graphs" rerun the step on their static buffers (tests/engine/test_pipeline_parallel)."""
-from pagoda.attention.torch_ref import TorchAttentionBackend
-from pagoda.hookspecs import hookimpl
-from pagoda.interfaces.model import IntermediateTensors
-from pagoda.platforms.cpu import CpuPlatform
-
-REPLAYS = [0]
-
-
-class ReplayPlatform(CpuPlatform):
-    priority = -1
-
-    def supports_graphs(self):
-        return True
-
-    def capture_graph(self, fn):
-        out = fn()
-
-        def replay():
-            REPLAYS[0] += 1
-            new = fn()
-            for a, b in ((out.hidden, new.hidden), (out.residual, new.residual)) if isinstance(out, IntermediateTensors) \\
-                    else ((out, new),):
-                a.copy_(b)
-
-        return replay, out
-
-
-class GraphSafeTorchBackend(TorchAttentionBackend):
-    priority = -1
-    supports_graphs = True
-
-    def prepare(self, metadata):  # replays rerun forward on the static buffers: derive nothing once per step
-        return metadata if self.spec.causal else super().prepare(metadata)
-
-
-@hookimpl
-def register_platforms(register):
-    register("replay-pp", ReplayPlatform)
-
-
-@hookimpl
-def register_attention_backends(register):
-    register("torch-graphs-pp", GraphSafeTorchBackend)
-'''
-
-
 def test_pp2_with_replayed_decode_graphs_equals_eager(tiny_models, tmp_path, monkeypatch):
     """Every stage replays its decode steps from static buffers (the stage after the first receives into the
     graph's static inputs; the one before the last sends the graph's static outputs), through a plugin platform
-    installed for this test (an entry point every rank's process finds on PYTHONPATH)."""
+    installed for this test (tests/engine/graph_replay.py, an entry point every rank's process finds on PYTHONPATH)."""
     import importlib
 
     from pagoda.plugins import manager as plugin_manager
 
-    (tmp_path / "pp_graph_plugin.py").write_text(GRAPH_PLUGIN)
-    info = tmp_path / "pp_graph_plugin-0.1.dist-info"
+    import graph_replay
+
+    info = tmp_path / "pp_graph_plugin-0.1.dist-info"  # an installed distribution whose plugin is graph_replay
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pp-graph-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pagoda.plugins]\npp_graph = pp_graph_plugin\n")
+    (info / "entry_points.txt").write_text("[pagoda.plugins]\npp_graph = graph_replay\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    here = os.path.dirname(graph_replay.__file__)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), here, *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.setattr(plugin_manager, "_MANAGER", None)  # found again, with the test's plugin
     importlib.invalidate_caches()
     path, _ = tiny_models["llama"]
     prompts = random_prompts(6, range(4, 20), seed=9)
     args = dict(platform="replay-pp", attention_backend="torch-graphs-pp", max_tokens=10)
     expected, _, _ = run(path, prompts, enforce_eager=True, **args)
-    replays = sys.modules["pp_graph_plugin"].REPLAYS
+    replays = graph_replay.REPLAYS
+    replays[0] = 0
     got, _, in_flight = run(path, prompts, pipeline_parallel_size=2, **args)
     assert replays[0] > 5, "the first stage's decode steps should replay its graphs"
     assert got == expected and in_flight == 2

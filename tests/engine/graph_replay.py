@@ -1,0 +1,50 @@
+"""A CPU platform whose decode "graphs" rerun the step on their static buffers, and a torch attention backend
+that declares itself graph-safe: what the CUDA graph path relies on, checked without a GPU.
+
+tests/engine/test_decode_graphs.py registers the classes in-process; tests/engine/test_pipeline_parallel.py
+installs this module as a plugin (its hooks below) that every rank's process loads."""
+
+from pagoda.attention.torch_ref import TorchAttentionBackend
+from pagoda.hookspecs import hookimpl
+from pagoda.interfaces.model import IntermediateTensors
+from pagoda.platforms.cpu import CpuPlatform
+
+REPLAYS = [0]  # replays in this process
+
+
+class ReplayPlatform(CpuPlatform):
+    priority = -1
+
+    def supports_graphs(self) -> bool:
+        return True
+
+    def capture_graph(self, fn):
+        out = fn()
+
+        def replay():
+            REPLAYS[0] += 1
+            new = fn()
+            pairs = ((out.hidden, new.hidden), (out.residual, new.residual)) if isinstance(out, IntermediateTensors) \
+                else ((out, new),)
+            for static, fresh in pairs:
+                static.copy_(fresh)
+
+        return replay, out
+
+
+class GraphSafeTorchBackend(TorchAttentionBackend):
+    priority = -1
+    supports_graphs = True
+
+    def prepare(self, metadata):  # replays rerun forward on the static buffers: derive nothing once per step
+        return metadata if self.spec.causal else super().prepare(metadata)
+
+
+@hookimpl
+def register_platforms(register):
+    register("replay-pp", ReplayPlatform)
+
+
+@hookimpl
+def register_attention_backends(register):
+    register("torch-graphs-pp", GraphSafeTorchBackend)
