@@ -104,9 +104,9 @@ def test_verify_steps_replay_graphs(replay_plugins, tiny_models) -> None:  # noq
     assert graphs is not None and sorted(graphs.graphs) == [1, 2, 4, 8] and graphs.q == 4
     replayed, replay = [], graphs.replay
     graphs.replay = lambda size: replayed.append(size) or replay(size)
-    REPLAYS["count"] = 0
+    REPLAYS[0] = 0
     assert _tokens(llm.generate(_prompts(), _params(), use_tqdm=False)) == eager
-    assert len(replayed) > 10 and REPLAYS["count"] > len(replayed)  # verify steps, and plain decodes
+    assert len(replayed) > 10 and REPLAYS[0] > len(replayed)  # verify steps, and plain decodes
     assert llm.engine.stats.spec_num_accepted_tokens > 0
     drafted = _llm(target, {"method": "draft", "model": draft, "num_speculative_tokens": 3}, **extra)
     assert drafted.engine.core.speculator.proposer.chain.steps.sizes == [1, 2, 4, 8]  # the draft's step graphs

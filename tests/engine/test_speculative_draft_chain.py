@@ -101,11 +101,11 @@ def test_draft_rounds_replay_step_graphs(replay_plugins, tiny_models) -> None:  
     replayed = _record_steps(steps)
     reference = LLM(model=draft, skip_tokenizer_init=True, block_size=8, kv_cache_memory=1 << 20, enforce_eager=True,
                     **extra)
-    REPLAYS["count"] = 0
+    REPLAYS[0] = 0
     assert _rounds(proposer, reference) > 30
     assert len(replayed) >= 3 * K and all(graphed for _, _, graphed in replayed)
     assert {size for size, _, _ in replayed} <= {1, 4, 8} and {q for _, q, _ in replayed} == {1, 2}
-    assert REPLAYS["count"] == len(replayed)
+    assert REPLAYS[0] == len(replayed)
     _check_released(proposer)
 
 

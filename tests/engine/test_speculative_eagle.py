@@ -183,10 +183,10 @@ def test_the_engine_hands_over_the_targets_hidden_states_at_their_positions(tiny
     target, hf_model = tiny_models["llama"]
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (30, 3, 17, 30, 9, 25)]
     llm = _llm(target, {"method": "recorder", "num_speculative_tokens": K, "backoff": False}, **extra)
-    REPLAYS["count"] = 0
+    REPLAYS[0] = 0
     llm.generate(_prompts(), params, use_tqdm=False)
     if extra is GRAPHS:
-        assert llm.engine.core.runner.feature(SpecDecodeStep).step_graphs is not None and REPLAYS["count"] > 10
+        assert llm.engine.core.runner.feature(SpecDecodeStep).step_graphs is not None and REPLAYS[0] > 10
     s = llm.engine.stats
     assert 0 < s.spec_num_accepted_tokens < s.spec_num_draft_tokens  # acceptances and rejections
     covered: dict[str, int] = {}

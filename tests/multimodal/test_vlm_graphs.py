@@ -48,9 +48,9 @@ def test_replayed_decode_steps_with_images_equal_eager(vlm):
         eager = outputs(LLM(**args, enforce_eager=True), family)
         graphed_llm = LLM(**args)
         assert graphed_llm.engine.core.runner.graphs is not None
-        REPLAYS["count"] = 0
+        REPLAYS[0] = 0
         graphed = outputs(graphed_llm, family)
-    assert REPLAYS["count"] >= 10  # the decode steps went through the graphs
+    assert REPLAYS[0] >= 10  # the decode steps went through the graphs
     assert [tokens for tokens, _ in graphed] == [tokens for tokens, _ in eager]
     for (_, ours), (_, theirs) in zip(graphed, eager):
         assert max(abs(a - b) for a, b in zip(ours, theirs)) < 1e-5
