@@ -85,7 +85,7 @@ def test_sigterm_drains_in_flight_request_refuses_new_and_exits_0(tiny_chat_mode
     proc, url, log = start_serve(tiny_chat_model, tmp_path, "--api-server-count", str(api_servers))
     try:
         startup = "".join(log)
-        assert re.search(r"Pagoda engine: platform \S+.*attention torch.*quantization none.*KV cache \d+ blocks x 8 = \d+ tokens",
+        assert re.search(r"Pagoda engine: platform \S+.*attention \S+.*quantization none.*KV cache \d+ blocks x 8 = \d+ tokens",
                          startup), startup
         body = {"model": "tiny", "prompt": "t1 t2", "max_tokens": 120, "temperature": 0, "stream": True}
         text, finish = [], None

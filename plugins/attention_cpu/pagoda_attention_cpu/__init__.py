@@ -1,0 +1,1 @@
+"""pagoda-attention-cpu: C++ paged decode attention for CPUs (attention backend ``cpu``)."""

@@ -1,0 +1,78 @@
+"""The C++ decode kernel against a float64 reference: block tables in any order, any lengths, GQA/MQA/MHA,
+sliding windows, float32/bfloat16/float16, a strided query, head sizes on and off the vector path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pagoda_attention_cpu.build import load_kernel
+
+BLOCK = 16
+
+
+def reference(q, cache, tables, lens, scale, window):
+    """float64 attention of each sequence's one query over its cached rows, read block by block."""
+    num_seqs, heads, d = q.shape
+    kv_heads = cache.shape[3]
+    out = torch.empty(num_seqs, heads, d, dtype=torch.float64)
+    for i in range(num_seqs):
+        length = int(lens[i])
+        first = max(0, length - window) if window else 0
+        rows = cache[:, tables[i].long()].flatten(1, 2)[:, first:length].double()  # [2, n, kv_heads, d]
+        k, v = (x.repeat_interleave(heads // kv_heads, dim=1) for x in rows)
+        probs = (torch.einsum("hd,thd->ht", q[i].double(), k) * scale).softmax(-1)
+        out[i] = torch.einsum("ht,thd->hd", probs, v)
+    return out
+
+
+def random_case(num_seqs, heads, kv_heads, d, lens, dtype, seed=0):
+    torch.manual_seed(seed)
+    per_seq = -(-max(lens) // BLOCK)
+    num_blocks = num_seqs * per_seq + 3
+    cache = torch.randn(2, num_blocks, BLOCK, kv_heads, d).to(dtype)
+    tables = torch.randperm(num_blocks)[: num_seqs * per_seq].view(num_seqs, per_seq).to(torch.int32)
+    qkv = torch.randn(num_seqs, heads + 2 * kv_heads, d).to(dtype)  # the query is a strided view, as in a model
+    return qkv[:, :heads], cache, tables, torch.tensor(lens, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("heads,kv_heads,d", [(8, 2, 64), (4, 1, 128), (3, 3, 32), (6, 2, 40)])
+@pytest.mark.parametrize("window", [0, 7])
+def test_float32_matches_float64_reference(heads, kv_heads, d, window):
+    lens = [1, 15, 16, 17, 40, 97, 3]  # one token, block edges, several blocks
+    q, cache, tables, seq_lens = random_case(len(lens), heads, kv_heads, d, lens, torch.float32)
+    out = torch.empty(q.shape)
+    load_kernel().paged_decode_attention(out, q, cache[0], cache[1], tables, seq_lens, d**-0.5, window)
+    expected = reference(q, cache, tables, seq_lens, d**-0.5, window)
+    assert (out.double() - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
+def test_half_precisions_match_float64_reference(dtype, tolerance):
+    lens = [5, 33, 64, 200]
+    q, cache, tables, seq_lens = random_case(len(lens), 8, 2, 64, lens, dtype, seed=1)
+    out = torch.empty(q.shape, dtype=dtype)
+    load_kernel().paged_decode_attention(out, q, cache[0], cache[1], tables, seq_lens, 0.125, 0)
+    expected = reference(q, cache, tables, seq_lens, 0.125, 0)
+    assert (out.double() - expected).abs().max() < tolerance
+
+
+def test_large_scores_stay_finite():
+    """Scores far from zero: the softmax subtracts the maximum before its exponential."""
+    q, cache, tables, seq_lens = random_case(2, 4, 2, 64, [50, 70], torch.float32, seed=2)
+    q = q * 40
+    out = torch.empty(q.shape)
+    load_kernel().paged_decode_attention(out, q, cache[0], cache[1], tables, seq_lens, 0.125, 0)
+    expected = reference(q, cache, tables, seq_lens, 0.125, 0)
+    assert torch.isfinite(out).all() and (out.double() - expected).abs().max() < 1e-4
+
+
+def test_bad_arguments_are_refused_with_the_reason():
+    q, cache, tables, seq_lens = random_case(2, 4, 2, 64, [5, 9], torch.float32)
+    kernel = load_kernel().paged_decode_attention
+    with pytest.raises(RuntimeError, match="int32"):
+        kernel(torch.empty(q.shape), q, cache[0], cache[1], tables.long(), seq_lens, 0.125, 0)
+    with pytest.raises(RuntimeError, match="one dtype"):
+        kernel(torch.empty(q.shape), q.double(), cache[0], cache[1], tables, seq_lens, 0.125, 0)
+    with pytest.raises(RuntimeError, match="heads % kv_heads"):
+        kernel(torch.empty(2, 3, 64), q[:, :3], cache[0], cache[1], tables, seq_lens, 0.125, 0)
