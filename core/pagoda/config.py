@@ -54,7 +54,7 @@ class EngineConfig:
     enforce_eager: bool = False
     scheduler: str = "fcfs"
     platform: str = "auto"
-    overlap_steps: bool = True  # schedule step N+1 while step N runs on the device (engine_core/core.py)
+    overlap_steps: bool | None = None  # schedule step N+1 while step N runs (engine_core/core.py); None: the platform's default
     tensor_parallel_size: int = 1  # ranks that split each layer (docs/distributed.md)
     pipeline_parallel_size: int = 1  # stages that split the layers, each tensor_parallel_size ranks (docs/distributed.md)
     pp_layer_partition: list[int] | str | None = None  # layers per stage, e.g. [10, 6] or "10,6"; None: an even split

@@ -29,6 +29,6 @@ def test_a_quick_offline_run_records_pagoda_and_its_memory(tmp_path):
 
 def test_the_engines_run_with_the_same_limits(tmp_path):
     engine = run.Engine("pagoda", "pagoda", sys.executable)
-    cmd = run.offline_cmd(engine, tmp_path, tmp_path / "p.json", 16)
-    assert [a for a in cmd if a.startswith("--max")] == ["--max-model-len=2048", "--max-num-seqs=256",
-                                                         "--max-num-batched-tokens=8192"]
+    cmd = run.offline_cmd(engine, tmp_path, tmp_path / "p.json", 16, "bfloat16")
+    assert [a for a in cmd if a.startswith(("--max", "--dtype"))] == [
+        "--dtype=bfloat16", "--max-model-len=2048", "--max-num-seqs=256", "--max-num-batched-tokens=8192"]

@@ -94,3 +94,11 @@ def test_prompt_logprobs_of_a_one_token_request(tiny_models, overlap):
     out, _ = run(tiny_models["llama"][0], [prompt], SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0), overlap)
     assert out[0].prompt_logprobs[0] is None and len(out[0].prompt_logprobs) == len(prompt)
     assert all(prompt[i] in entry for i, entry in enumerate(out[0].prompt_logprobs) if entry is not None)
+
+
+def test_the_platform_chooses_the_default(tiny_models):
+    """Unset, ``overlap_steps`` is the platform's choice: off on the CPU platform (its host cores are the device);
+    set, it is obeyed."""
+    path = tiny_models["llama"][0]
+    assert LLM(model=path, block_size=BLOCK).engine.core.overlap is False
+    assert LLM(model=path, block_size=BLOCK, overlap_steps=True).engine.core.overlap is True

@@ -82,7 +82,8 @@ class EngineCore:
         self.adapters = engine_adapters(self.runner, self.scheduler)  # LoRA (None without --enable-lora)
         self.kv_transfers = attach_kv_transfers(self.scheduler, self.runner)  # None without a KV connector
         self.speculator = build_speculator(self.config.speculative_config, parts, self.runner)
-        self.overlap = self.config.overlap_steps  # steps with drafts are read at once (see step())
+        overlap = self.config.overlap_steps
+        self.overlap = parts.platform.overlaps_steps() if overlap is None else overlap  # drafts: read at once (step())
         self.eos_token_id = _eos_token_id(parts)
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
         self.beams = BeamGroups(self.scheduler, self._release, self.max_model_len, parts.hf_config.vocab_size,

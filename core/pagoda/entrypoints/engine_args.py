@@ -76,9 +76,9 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
     g.add_argument("--enforce-eager", action="store_true",
                    help="never capture device graphs (by default decode steps are captured as CUDA graphs at "
                         "start-up when the platform and the attention backend support it)")
-    g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=True,
+    g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=None,
                    help="schedule and launch step N+1 while step N runs on the device, reading N's tokens "
-                        "afterwards (default on; --no-overlap-steps runs steps strictly in turn)")
+                        "afterwards (default: on GPUs, off on CPUs; --no-overlap-steps runs steps strictly in turn)")
     registry_flag(g, "--scheduler", manager, "scheduler", default="fcfs",
                   help="request scheduling policy: fcfs, priority (lower value first), or a plugin's; 'auto' takes "
                        "the one of highest priority")

@@ -157,6 +157,11 @@ class Platform(Capability, ABC):
         """Context for capturing a step as a device graph; platforms without graphs ignore it."""
         return nullcontext()
 
+    def overlaps_steps(self) -> bool:
+        """``overlap_steps``'s default: schedule step N+1 on the host while the device runs step N. It pays where the
+        device computes apart from the host; the CPU platform says no (its device is the host's cores)."""
+        return True
+
     def supports_graphs(self) -> bool:
         """Whether decode steps can be captured as device graphs (CUDA graphs, HIP graphs)."""
         return False

@@ -53,6 +53,7 @@ FIRST_PARTY: dict[tuple[str, str], str] = {
     ("platform", "rocm"): "platform_rocm",
     ("attention", "triton"): "attention_triton",
     ("attention", "flash"): "attention_flash",
+    ("attention", "cpu"): "attention_cpu",
     ("quantization", "fp8"): "quant_fp8",
     ("quantization", "int8"): "quant_fp8",
     ("quantization", "awq"): "quant_awq",

@@ -1,10 +1,10 @@
 // Paged decode attention on CPU: one query token per sequence, attended over the sequence's cached keys
 // and values read in place through its block table (no gather into a padded copy).
 //
-// Work is split over (sequence, kv head) pairs on torch's intra-op threads. Each pair loads its group of
-// query heads (GQA/MQA: every query head of one kv head shares each key and value row), scores every cached
-// key, takes the softmax in float32, and sums the value rows weighted by it: one pass over the keys and
-// one over the values.
+// One task per sequence on torch's intra-op threads. A task reads the sequence's cache rows (one token's keys
+// or values for every kv head: contiguous) in order, block by block, prefetching one block ahead; scores every
+// query head against its kv head's row (GQA/MQA: a group of query heads shares each row), takes the softmax in
+// float32, and sums the value rows weighted by it: one pass over the keys and one over the values.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -42,7 +42,7 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.f;
   int32_t bits;
   std::memcpy(&bits, &p, sizeof bits);
-  bits += static_cast<int32_t>(n) << 23;
+  bits += static_cast<int32_t>(n) * (1 << 23);
   float result;
   std::memcpy(&result, &bits, sizeof result);
   return x < -87.f ? 0.f : result;
