@@ -25,7 +25,9 @@ def model_path(tmp_path_factory) -> str:
 
 
 def make_llm(model_path: str) -> LLM:
-    return LLM(model=model_path, max_model_len=512, kv_cache_memory=64 << 20, max_num_seqs=16)
+    """Overlapped steps (the GPU platforms' default; the CPU platform's is steps in turn), which the guided
+    worker must keep."""
+    return LLM(model=model_path, max_model_len=512, kv_cache_memory=64 << 20, max_num_seqs=16, overlap_steps=True)
 
 
 @pytest.fixture(scope="module")
