@@ -47,3 +47,17 @@ def test_check_names_the_platform_it_runs_on() -> None:
 
     assert CpuAttentionBackend.check(Elsewhere) == "the cpu backend runs on the cpu platform only"
     assert CpuAttentionBackend.check(CpuPlatform()) is None
+
+
+def test_fp8_cache_takes_the_reference_path(tmp_path: Path) -> None:
+    """An FP8 KV cache (stored scaled) is attended by the torch reference's path: the same tokens as `torch`."""
+    make_tiny_model(tmp_path, "llama")
+    prompts = random_prompts(4, range(5, 40), seed=12)
+    params = SamplingParams(temperature=0, max_tokens=12)
+
+    def tokens(backend: str) -> list[list[int]]:
+        llm = LLM(model=str(tmp_path), dtype="float32", attention_backend=backend, kv_cache_dtype="fp8", block_size=8,
+                  kv_cache_memory=16 << 20)
+        return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+
+    assert tokens("cpu") == tokens("torch")
