@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 from pathlib import Path
 from types import ModuleType
@@ -38,8 +39,16 @@ def load_kernel() -> ModuleType:
         module = cpp_extension.load(name=JIT_NAME, sources=[str(SOURCE)], extra_cflags=CXX_FLAGS,
                                     extra_ldflags=LD_FLAGS)
     except Exception as error:  # compiler errors arrive as RuntimeError / CalledProcessError
-        raise ExtensionUnavailable(f"the C++ build failed: {first_line(error)}") from error
+        raise ExtensionUnavailable(f"the C++ build failed ({compiler_message(error)}); install a C++ compiler such "
+                                   "as g++, or use --attention-backend torch") from error
     seconds = time.perf_counter() - start
     if seconds > COMPILED_S:  # a load from torch's cache takes a fraction of a second
         logger.info("compiled the CPU attention kernel in %.1f s (first use; later runs load the cached build)", seconds)
     return module
+
+
+def compiler_message(error: BaseException) -> str:
+    """The line of a failed build that says what went wrong (the first names only the command that failed)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines[1:] if re.search(r"error|not found|no such file", line, re.IGNORECASE)), None)
+    return reason or first_line(error)

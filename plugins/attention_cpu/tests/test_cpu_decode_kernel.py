@@ -3,6 +3,10 @@ sliding windows, float32/bfloat16/float16, a strided query, head sizes on and of
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -76,3 +80,14 @@ def test_bad_arguments_are_refused_with_the_reason():
         kernel(torch.empty(q.shape), q.double(), cache[0], cache[1], tables, seq_lens, 0.125, 0)
     with pytest.raises(RuntimeError, match="heads % kv_heads"):
         kernel(torch.empty(2, 3, 64), q[:, :3], cache[0], cache[1], tables, seq_lens, 0.125, 0)
+
+
+def test_a_machine_without_a_compiler_gets_the_reason_and_the_fix(tmp_path):
+    """No C++ compiler: the build error names what failed and how to go on; nothing half-built is loaded."""
+    probe = ("from pagoda_attention_cpu.build import load_kernel\n"
+             "from pagoda.platforms.csrc import ExtensionUnavailable\n"
+             "try:\n    load_kernel()\nexcept ExtensionUnavailable as error:\n    print(error)\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-c++"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300).stdout
+    assert out.startswith("the C++ build failed (") and "no-such-c++" in out, out
+    assert "install a C++ compiler such as g++, or use --attention-backend torch" in out
