@@ -1,8 +1,8 @@
 """Speculative verify steps replayed from (emulated) graphs with the Triton kernels: each request
 padded to k + 1 query slots and the batch to a captured size, over the paged cache, gives the
 tokens of eager steps. On CPU the kernels run under the interpreter and the "graph" reruns the
-recorded step on its static buffers (as tests/engine/test_decode_graphs.py); the CUDA twin is
-tests/engine/test_speculative_draft.py::test_verify_graphs_on_cuda_match_eager."""
+recorded step on its static buffers (the replaying platform of tests/engine/graph_replay.py); the CUDA twin
+is tests/engine/test_speculative_draft.py::test_verify_graphs_on_cuda_match_eager."""
 
 from __future__ import annotations
 
@@ -15,28 +15,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "engine"))
+from graph_replay import ReplayPlatform  # noqa: E402
 from tiny_models import make_tiny_model, random_prompts  # noqa: E402
 
 import pagoda.plugins.manager as manager  # noqa: E402
 from pagoda import LLM, SamplingParams  # noqa: E402
 from pagoda.hookspecs import hookimpl  # noqa: E402
-from pagoda.platforms.cpu import CpuPlatform  # noqa: E402
 from pagoda.spec_decode.step import SpecDecodeStep  # noqa: E402
-
-
-class ReplayPlatform(CpuPlatform):
-    priority = -1
-
-    def supports_graphs(self) -> bool:
-        return True
-
-    def capture_graph(self, fn):
-        out = fn()
-
-        def replay() -> None:
-            out.copy_(fn())
-
-        return replay, out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; its CUDA twin runs on GPUs")
