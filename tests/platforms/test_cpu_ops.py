@@ -39,9 +39,9 @@ def test_weights_it_cannot_pack_stay_as_they_are():
 
 def test_row_counts_are_bounded_to_a_few_shapes():
     buckets = {row_bucket(n) for n in range(1, 2049)}
-    assert len(buckets) <= 40
-    assert all(n <= row_bucket(n) < 2 * n for n in range(1, 65))
-    assert all(n <= row_bucket(n) < n + 64 for n in range(65, 2049))
+    assert len(buckets) <= 65
+    assert row_bucket(1) == 1 and all(n <= row_bucket(n) <= n + 1 for n in range(2, 17))
+    assert all(n <= row_bucket(n) <= n * 9 / 8 for n in range(17, 2049))
 
 
 def test_rotary_rms_norm_and_cache_writes_equal_the_reference():
