@@ -13,6 +13,8 @@ from pagoda.testing import interpreted_kernels
 
 LAYOUTS = {  # tokens per request (decodes first), and its slot (-1: no adapter)
     "decodes": ([1, 1, 1, 1, 1], [0, -1, 2, 0, 3]),
+    "decode blocks": ([1] * 37, [3, 0, -1, 0, 0, 2, 1, -1, 3, 3, 0, 1, 2, 0, 0, 0, 2, -1, 1, 1, 3, 0, 2, 2, 0, 1, 1, -1,
+                                 3, 0, 0, 2, 1, 0, -1, 3, 1]),  # three blocks of 16 rows, slots mixed in each
     "prefills": ([5, 17, 3, 40], [1, -1, 3, 1]),
     "mixed": ([1, 1, 1, 9, 20, 4, 1], [2, -1, 0, -1, 1, 1, 3]),
     "one adapter": ([1, 33], [2, 2]),

@@ -8,8 +8,10 @@ projection; gate, up; or the one slice of o/down), with ``A``/``B`` of the row's
 1. **shrink** ``buf[s, row, :] = x[row] @ a[slot, s]^T`` (float32 ``[S, T, R]``);
 2. **expand** ``y[row, off_s : off_s + n_s] += buf[s, row] @ b[slot, off_s : off_s + n_s]^T``.
 
-Decode rows (one per request) run the BGMV kernels: one program per row (and slice, and output block),
-a gathered matrix-vector product; a row of slot ``-1`` returns at once. Prefill segments (a request's
+Decode rows (one per request, each its own slot) run the BGMV kernels: programs over blocks of 16 rows (and
+slices, K splits or output blocks), each a tile product per adapter slot present in its block with the other
+rows masked to zero, so that rows sharing an adapter read its matrices once per block, not once per row; rows
+of slot ``-1`` are left as they are. Prefill segments (a request's
 run of rows, one slot) run the SGMV kernels: programs over row blocks of a segment, tile products
 (``tl.dot``). Ranks below the slots' ``R`` are zero-padded in the slots, so every adapter computes at
 ``R`` with exact results.
@@ -33,17 +35,15 @@ from pagoda.triton_support import interpreting
 class Tiles(NamedTuple):
     block_m: int  # rows per SGMV program
     block_n: int  # output features per expand program
-    block_k: int  # input features per SGMV shrink loop step
-    decode_k: int  # input features per BGMV shrink loop step
-    decode_r: int  # rows of A per BGMV shrink program
-    decode_rows: int  # decode rows per BGMV expand program
-    split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them per row)
+    block_k: int  # input features per shrink loop step
+    decode_m: int  # decode rows per BGMV program
+    split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them)
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32, 16, 4, 4, 32)  # small tiles: the interpreter runs every lane on the CPU
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 4, 8, 1024)
+        return Tiles(16, 32, 32, 16, 32)  # small tiles: the interpreter runs every lane on the CPU
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 16, 256)
 
 
 @triton.jit
@@ -74,32 +74,6 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
         acc += tl.dot(xt, at, input_precision=DOT_PREC)
     tl.store(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
-
-
-@triton.jit
-def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, K, R, k_per_split, stride_xm, stride_al, stride_as, stride_ar,
-                        stride_bp, stride_bs, stride_bm, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """buf[split, s, row, r block] = x[row, split's K] @ a[slot(row), s, r block, split's K]^T for one decode row:
-    a row's product spreads over slices, groups of A's rows and K splits (summed by the expand)."""
-    row, pid, split = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
-    slot = tl.load(slot_ptr + row)
-    if slot < 0:
-        return
-    r_blocks = tl.cdiv(R, BLOCK_R)
-    s, pid_r = pid // r_blocks, pid % r_blocks
-    offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    r_ok = offs_r < R
-    a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
-    acc = tl.zeros((BLOCK_R, BLOCK_K), dtype=tl.float32)
-    k_end = tl.minimum(K, (split + 1) * k_per_split)
-    for k0 in range(split * k_per_split, k_end, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < k_end
-        xk = tl.load(x_ptr + row * stride_xm + offs_k, mask=k_ok, other=0.0).to(tl.float32)  # [BK]
-        at = tl.load(a_base + offs_r[:, None] * stride_ar + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :],
-                     other=0.0).to(tl.float32)  # [BR, BK]
-        acc += at * xk[None, :]
-    tl.store(buf_ptr + split * stride_bp + s * stride_bs + row * stride_bm + offs_r, tl.sum(acc, axis=1), mask=r_ok)
 
 
 @triton.jit
@@ -135,53 +109,99 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
 
 
 @triton.jit
-def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, R, n_blocks, num_splits, stride_bp,
-                        stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, ROWS: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
-    """y[row, slice s block] += (sum of buf[:, s, row]) @ b[slot(row), slice s block]^T for ``ROWS`` decode rows
-    in turn (rows of slot -1 skipped): one program per output block and group of rows."""
-    pid_rows, pid = tl.program_id(0), tl.program_id(1)
+def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, num_rows, num_slots, K, R, k_per_split, stride_xm,
+                        stride_al, stride_as, stride_ar, stride_bp, stride_bs, stride_bm, DOT_PREC: tl.constexpr,
+                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """buf[split, s, rows] = x[rows, split's K] @ a[slot(row), s, :, split's K]^T for a block of decode rows: one
+    product per slot present among the rows (the others' rows masked to zero), so rows sharing an adapter read
+    its matrix once. Partial sums over K splits, added by the expand."""
+    pid_m, s, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < num_rows
+    slots = tl.load(slot_ptr + rows, mask=row_ok, other=-1)
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    k_start = split * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
+    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for slot in range(num_slots):
+        match = slots == slot
+        if tl.sum(match.to(tl.int32)) > 0:
+            a_base = a_ptr + tl.cast(slot, tl.int64) * stride_al + s * stride_as
+            for k0 in range(k_start, k_end, BLOCK_K):
+                offs_k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = offs_k < k_end
+                xt = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=match[:, None] & k_ok[None, :],
+                             other=0.0)  # [BM, BK]: this slot's rows
+                at = tl.load(a_base + offs_r[None, :] * stride_ar + offs_k[:, None], mask=k_ok[:, None] & r_ok[None, :],
+                             other=0.0)  # [BK, BR]
+                if UPCAST:
+                    xt, at = xt.to(tl.float32), at.to(tl.float32)
+                acc += tl.dot(xt, at, input_precision=DOT_PREC)
+    tl.store(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
+             mask=row_ok[:, None] & r_ok[None, :])
+
+
+@triton.jit
+def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, num_slots, R, n_blocks, num_splits,
+                        stride_bp, stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, DOT_PREC: tl.constexpr,
+                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+    """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot(row), slice s block]^T for a block of decode
+    rows, one product per slot present among them; rows of slot -1 are not written."""
+    pid_m, pid = tl.program_id(0), tl.program_id(1)
     s, pid_n = pid // n_blocks, pid % n_blocks
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
     if pid_n * BLOCK_N >= n_size:
         return
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    row_ok = rows < num_rows
+    slots = tl.load(slot_ptr + rows, mask=row_ok, other=-1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < n_size
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
-    for i in range(ROWS):
-        row = (pid_rows * ROWS + i).to(tl.int64)
-        slot = tl.load(slot_ptr + row, mask=row < num_rows, other=-1)
-        if slot >= 0:
-            t = tl.zeros((BLOCK_R,), dtype=tl.float32)
-            for split in range(num_splits):  # the shrink's K splits
-                t += tl.load(buf_ptr + split * stride_bp + s * stride_bs + row * stride_bm + offs_r, mask=r_ok,
-                             other=0.0)  # [BR]
-            w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[:, None] * stride_bn + offs_r[None, :],
-                        mask=n_ok[:, None] & r_ok[None, :], other=0.0).to(tl.float32)  # [BN, BR]
-            y_ptrs = y_ptr + row * stride_ym + n_off + offs_n
-            y = tl.load(y_ptrs, mask=n_ok, other=0.0)
-            tl.store(y_ptrs, (y.to(tl.float32) + tl.sum(w * t[None, :], axis=1)).to(y_ptr.dtype.element_ty), mask=n_ok)
+    t = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
+    for split in range(num_splits):  # the shrink's K splits
+        t += tl.load(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
+                     mask=row_ok[:, None] & r_ok[None, :], other=0.0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for slot in range(num_slots):
+        match = slots == slot
+        if tl.sum(match.to(tl.int32)) > 0:
+            w = tl.load(b_ptr + tl.cast(slot, tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
+                        mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
+            ts = tl.where(match[:, None], t, 0.0)
+            if UPCAST:
+                acc += tl.dot(ts, w.to(tl.float32), input_precision=DOT_PREC)
+            else:
+                acc += tl.dot(ts.to(w.dtype), w, input_precision=DOT_PREC)
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
+    mask = (row_ok & (slots >= 0))[:, None] & n_ok[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 MAX_SPLITS = 16
 
 
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles) -> None:
+          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles, prec: str, upcast: bool) -> None:
     """The decode rows' shrink (split over K into partial sums) and expand (summing them)."""
-    k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
+    k, num_slots, num_slices, rank = x.shape[1], a.shape[0], a.shape[1], a.shape[2]
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
-    k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
+    k_per_split = triton.cdiv(triton.cdiv(k, splits), t.block_k) * t.block_k
     splits = triton.cdiv(k, k_per_split)
+    block_r = max(16, triton.next_power_of_2(rank))
+    m_blocks = triton.cdiv(decodes, t.decode_m)
     buf = torch.empty(splits, num_slices, decodes, rank, dtype=torch.float32, device=x.device)  # [P, S, D, R]
-    _bgmv_shrink_kernel[(decodes, num_slices * triton.cdiv(rank, t.decode_r), splits)](
-        x, a, buf, slots, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1), a.stride(2), buf.stride(0),
-        buf.stride(1), buf.stride(2), BLOCK_R=t.decode_r, BLOCK_K=t.decode_k)
-    _bgmv_expand_kernel[(triton.cdiv(decodes, t.decode_rows), num_slices * n_blocks)](
-        buf, b, y, slots, slices, decodes, rank, n_blocks, splits, buf.stride(0), buf.stride(1), buf.stride(2),
-        b.stride(0), b.stride(1), y.stride(0), ROWS=t.decode_rows, BLOCK_N=t.block_n,
-        BLOCK_R=max(16, triton.next_power_of_2(rank)))
+    _bgmv_shrink_kernel[(m_blocks, num_slices, splits)](
+        x, a, buf, slots, decodes, num_slots, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1),
+        a.stride(2), buf.stride(0), buf.stride(1), buf.stride(2), DOT_PREC=prec, UPCAST=upcast,
+        BLOCK_M=t.decode_m, BLOCK_R=block_r, BLOCK_K=t.block_k)
+    _bgmv_expand_kernel[(m_blocks, num_slices * n_blocks)](
+        buf, b, y, slots, slices, decodes, num_slots, rank, n_blocks, splits, buf.stride(0), buf.stride(1),
+        buf.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.decode_m,
+        BLOCK_N=t.block_n, BLOCK_R=block_r)
 
 
 def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
@@ -199,7 +219,7 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     if decodes:
-        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t)
+        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t, prec, upcast)
     if plan.num_segments:
         buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
