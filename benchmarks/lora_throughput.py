@@ -15,6 +15,7 @@ GPU (the device suite ``e2e``, part ``lora``, runs it on dummy Llama-3.1-8B weig
 CPU smoke run:
     python benchmarks/lora_throughput.py benchmarks/configs/smollm2-135m --load-format dummy --num-prompts 8 \\
         --input-len 16 --output-len 8 --adapter-counts 1,2 --max-loras 1 --batch-sizes 1
+``--profile-kernels`` adds each decode step's kernels by name (base and one adapter) to the result.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -121,6 +123,23 @@ def decode_step_ms(llm, batch: int, input_len: int, lora, vocab: int) -> float:
     return (best(129) - best(1)) / 128 * 1000
 
 
+def step_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int = 32) -> dict[str, float]:
+    """One decode step's device kernels (host ops on a CPU): microseconds by name, from traces of ``steps + 1``
+    new tokens and of 1 (pagoda.bench.trace_kernels)."""
+    from pagoda import SamplingParams
+    from pagoda.bench.trace_kernels import per_step, traced_times_us
+
+    prompts = random_prompts(batch, input_len, vocab, seed=batch)
+    category = "kernel" if torch.cuda.is_available() else "cpu_op"
+
+    def traced(tokens: int):
+        params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+        llm.engine.core.reset_prefix_cache()  # both runs compute the same prefill, which the difference cancels
+        return traced_times_us(llm, lambda: llm.generate(prompts, params, use_tqdm=False, lora_request=lora), category)
+
+    return per_step(traced(steps + 1), traced(1), steps)
+
+
 def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> dict:
     from pagoda import LLM, LoRARequest
 
@@ -132,6 +151,9 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
         tag = "lora_engine_" if lora_engine else ""
         result[f"{tag}base_req_per_s"] = throughput(llm, prompts, params, None, warmup, args.warmup_output_len)
         result[f"{tag}base_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, None, vocab) for b in args.batch_sizes}
+        if args.profile_kernels:
+            result[f"{tag}base_step_kernels"] = {b: step_kernels(llm, b, args.input_len, None, vocab)
+                                                 for b in args.batch_sizes}
         if not lora_engine:
             return result
         loras = [LoRARequest(f"a{i}", i + 1, str(path)) for i, path in enumerate(adapters)]
@@ -140,6 +162,9 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
             result[f"adapters_{count}_req_per_s"] = throughput(llm, prompts, params, mix, warmup, args.warmup_output_len)
         result["one_adapter_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, loras[0], vocab)
                                          for b in args.batch_sizes}
+        if args.profile_kernels:
+            result["one_adapter_step_kernels"] = {b: step_kernels(llm, b, args.input_len, loras[0], vocab)
+                                                  for b in args.batch_sizes}
         return result
     finally:
         llm.shutdown()
@@ -161,6 +186,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-prompts", type=int, default=256,
                         help="other prompts run before each timed run, at most --num-prompts (default: a full batch)")
     parser.add_argument("--warmup-output-len", type=int, default=8, help="tokens each warm-up prompt generates")
+    parser.add_argument("--profile-kernels", action="store_true",
+                        help="also record each timed decode step's kernels (time by name, from torch profiler traces "
+                             "in PAGODA_TORCH_PROFILER_DIR, default a temporary folder), base and adapter")
     add_common_args(parser)
     args = parser.parse_args(argv)
     args.adapter_counts = [int(n) for n in args.adapter_counts.split(",")]
@@ -170,6 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.profile_kernels and not os.environ.get("PAGODA_TORCH_PROFILER_DIR"):
+        os.environ["PAGODA_TORCH_PROFILER_DIR"] = tempfile.mkdtemp(prefix="lora_traces_")
     from pagoda import SamplingParams
     from pagoda.loader import load_hf_config, resolve_model
 

@@ -30,7 +30,7 @@ suite_run() {
   fi
   has_part lora && step lora 420 "$PYTHON" benchmarks/lora_throughput.py "$model" "${engine[@]}" \
     --num-prompts "$n" --input-len "$(quick 256 32)" --output-len "$(quick 256 16)" \
-    --adapter-counts "$(quick 1,8,32 1,2)" --batch-sizes "$(quick 1,64 1,2)" --result-file "$WORK/lora.json"
+    --adapter-counts "$(quick 1,8,32 1,2)" --batch-sizes "$(quick 1,64 1,2)" --profile-kernels --result-file "$WORK/lora.json"
   has_part guided && step guided 300 "$PYTHON" benchmarks/guided_decoding.py "$model" "${engine[@]}" --tokenizer "$tok" \
     --batch-size "$(quick 64 2)" --output-len "$(quick 256 8)" --repeats "$(quick 3 1)" --result-file "$WORK/guided.json"
   return 0
