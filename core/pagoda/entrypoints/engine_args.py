@@ -43,6 +43,17 @@ def registry_flag(group, flag: str, manager: PluginManager, key: str, **kwargs) 
 def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> None:
     """Add every EngineConfig flag; one-of-N choices come from the plugin registries."""
     g = parser.add_argument_group("engine")
+    _add_model_args(g, manager)
+    _add_batch_args(g, manager)
+    _add_parallel_args(g)
+    _add_feature_args(g, manager)
+    add_lora_args(g)
+    add_multimodal_args(parser)
+    add_kv_transfer_args(parser)
+
+
+def _add_model_args(g, manager: PluginManager) -> None:
+    """How the model is read and computed: tokenizer, kernels, quantization, dtypes, platform."""
     g.add_argument("--tokenizer", help="tokenizer folder (default: the model's)")
     registry_flag(g, "--attention-backend", manager, "attention", default=AUTO,
                   help="attention kernels over the paged KV cache; 'auto' takes the usable one of highest priority "
@@ -62,6 +73,10 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                    help="weight and activation dtype; 'auto' = the platform's choice for this checkpoint")
     g.add_argument("--load-format", default="auto", choices=LOAD_FORMATS,
                    help="weights: safetensors, gguf, or 'dummy' (random, for benchmarks); 'auto' detects")
+
+
+def _add_batch_args(g, manager: PluginManager) -> None:
+    """What a step holds and how steps run: lengths, limits, the KV cache, graphs, the scheduler."""
     g.add_argument("--max-model-len", type=int, help="longest prompt + output in tokens (default: the model's)")
     g.add_argument("--max-num-seqs", type=int, default=256, help="most requests in one batch")
     g.add_argument("--max-num-batched-tokens", type=int,
@@ -83,6 +98,10 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                   help="request scheduling policy: fcfs, priority (lower value first), or a plugin's; 'auto' takes "
                        "the one of highest priority")
     g.add_argument("--seed", type=int, default=0, help="seed for unseeded sampling and dummy weights")
+
+
+def _add_parallel_args(g) -> None:
+    """Tensor, pipeline and data parallelism, and how their ranks start and sum."""
     g.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
                    help="split every layer over this many devices (one process per device; docs/distributed.md)")
     g.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1,
@@ -106,6 +125,10 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                    help="sum the tensor-parallel ranks' partial results over NCCL (RCCL) alone; by default ranks "
                         "of one host sum small messages (decode steps) with the platform's own all-reduce over "
                         "peer-to-peer memory where it has one, and fall back to NCCL where it does not")
+
+
+def _add_feature_args(g, manager: PluginManager) -> None:
+    """Structured output, pooling runners, speculative decoding."""
     registry_flag(g, "--guided-decoding-backend", manager, "guided_decoding", default=AUTO,
                   help="grammar engine for structured output (guided_decoding, response_format); 'auto' takes the "
                        "usable one of highest priority (docs/structured_output.md)")
@@ -118,9 +141,6 @@ def add_engine_args(parser: argparse.ArgumentParser, manager: PluginManager) -> 
                         '\'{"method": "draft", "model": DIR, "num_speculative_tokens": 4}\' (a small model of the '
                         'same tokenizer); "backoff": false keeps k drafts always. Outputs are unchanged '
                         "(exact verification), greedy or sampled (docs/speculative.md)")
-    add_lora_args(g)
-    add_multimodal_args(parser)
-    add_kv_transfer_args(parser)
 
 
 PREFILL_LIMIT_FLAGS = (  # (flag, default, metavar, help): the scheduler's latency limits on prefills
