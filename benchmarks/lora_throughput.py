@@ -130,7 +130,7 @@ def step_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int =
     from pagoda.bench.trace_kernels import per_step, traced_times_us
 
     prompts = random_prompts(batch, input_len, vocab, seed=batch)
-    category = "kernel" if torch.cuda.is_available() else "cpu_op"
+    category = "cpu_op" if llm.engine.core.parts.platform.device_type == "cpu" else "kernel"
 
     def traced(tokens: int):
         params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
