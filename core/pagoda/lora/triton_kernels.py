@@ -47,6 +47,36 @@ def tiles(max_segment_len: int) -> Tiles:
 
 
 @triton.jit
+def _shrink_tile(acc, x_ptr, a_ptr, slot, s, rows, row_mask, offs_r, r_ok, k_start, k_end, stride_xm, stride_al,
+                 stride_as, stride_ar, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``acc`` [BM, BR] + x[rows, k_start:k_end] @ a[slot, s, :, k_start:k_end]^T, rows outside ``row_mask``
+    read as zero."""
+    a_base = a_ptr + tl.cast(slot, tl.int64) * stride_al + s * stride_as
+    for k0 in range(k_start, k_end, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < k_end
+        xt = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=row_mask[:, None] & k_ok[None, :],
+                     other=0.0)  # [BM, BK]
+        at = tl.load(a_base + offs_r[None, :] * stride_ar + offs_k[:, None], mask=k_ok[:, None] & r_ok[None, :],
+                     other=0.0)  # [BK, BR]
+        if UPCAST:
+            xt, at = xt.to(tl.float32), at.to(tl.float32)
+        acc += tl.dot(xt, at, input_precision=DOT_PREC)
+    return acc
+
+
+@triton.jit
+def _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC: tl.constexpr,
+                 UPCAST: tl.constexpr):
+    """``t`` [BM, BR] (float32) @ b[slot, n_off + offs_n]^T: [BM, BN] float32."""
+    w = tl.load(b_ptr + tl.cast(slot, tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
+                mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
+    if UPCAST:
+        return tl.dot(t, w.to(tl.float32), input_precision=DOT_PREC)
+    return tl.dot(t.to(w.dtype), w, input_precision=DOT_PREC)
+
+
+@triton.jit
 def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
                         stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -60,18 +90,8 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
     row_ok = rows < end
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
-    a_base = a_ptr + slot.to(tl.int64) * stride_al + s * stride_as
-    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < K
-        xt = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=row_ok[:, None] & k_ok[None, :],
-                     other=0.0)  # [BM, BK]
-        at = tl.load(a_base + offs_r[None, :] * stride_ar + offs_k[:, None], mask=k_ok[:, None] & r_ok[None, :],
-                     other=0.0)  # [BK, BR]
-        if UPCAST:
-            xt, at = xt.to(tl.float32), at.to(tl.float32)
-        acc += tl.dot(xt, at, input_precision=DOT_PREC)
+    acc = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
+                       r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
     tl.store(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
 
@@ -96,12 +116,7 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
     r_ok = offs_r < R
     t = tl.load(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
                 mask=row_ok[:, None] & r_ok[None, :], other=0.0)  # [BM, BR] float32
-    w = tl.load(b_ptr + slot.to(tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
-                mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
-    if UPCAST:
-        acc = tl.dot(t, w.to(tl.float32), input_precision=DOT_PREC)  # [BM, BN]
-    else:
-        acc = tl.dot(t.to(w.dtype), w, input_precision=DOT_PREC)
+    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
     y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
     mask = row_ok[:, None] & n_ok[None, :]
     y = tl.load(y_ptrs, mask=mask, other=0.0)
@@ -126,18 +141,9 @@ def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, num_rows, num_slots, K,
     acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
     for slot in range(num_slots):
         match = slots == slot
-        if tl.sum(match.to(tl.int32)) > 0:
-            a_base = a_ptr + tl.cast(slot, tl.int64) * stride_al + s * stride_as
-            for k0 in range(k_start, k_end, BLOCK_K):
-                offs_k = k0 + tl.arange(0, BLOCK_K)
-                k_ok = offs_k < k_end
-                xt = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=match[:, None] & k_ok[None, :],
-                             other=0.0)  # [BM, BK]: this slot's rows
-                at = tl.load(a_base + offs_r[None, :] * stride_ar + offs_k[:, None], mask=k_ok[:, None] & r_ok[None, :],
-                             other=0.0)  # [BK, BR]
-                if UPCAST:
-                    xt, at = xt.to(tl.float32), at.to(tl.float32)
-                acc += tl.dot(xt, at, input_precision=DOT_PREC)
+        if tl.sum(match.to(tl.int32)) > 0:  # this slot's rows
+            acc = _shrink_tile(acc, x_ptr, a_ptr, slot, s, rows, match, offs_r, r_ok, k_start, k_end, stride_xm,
+                               stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
     tl.store(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
 
@@ -168,13 +174,8 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, nu
     for slot in range(num_slots):
         match = slots == slot
         if tl.sum(match.to(tl.int32)) > 0:
-            w = tl.load(b_ptr + tl.cast(slot, tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
-                        mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
-            ts = tl.where(match[:, None], t, 0.0)
-            if UPCAST:
-                acc += tl.dot(ts, w.to(tl.float32), input_precision=DOT_PREC)
-            else:
-                acc += tl.dot(ts.to(w.dtype), w, input_precision=DOT_PREC)
+            acc += _expand_tile(tl.where(match[:, None], t, 0.0), b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok,
+                                stride_bl, stride_bn, DOT_PREC, UPCAST)
     y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
     mask = (row_ok & (slots >= 0))[:, None] & n_ok[None, :]
     y = tl.load(y_ptrs, mask=mask, other=0.0)
@@ -185,13 +186,12 @@ MAX_SPLITS = 16
 
 
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles, prec: str, upcast: bool) -> None:
+          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
     """The decode rows' shrink (split over K into partial sums) and expand (summing them)."""
     k, num_slots, num_slices, rank = x.shape[1], a.shape[0], a.shape[1], a.shape[2]
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), t.block_k) * t.block_k
     splits = triton.cdiv(k, k_per_split)
-    block_r = max(16, triton.next_power_of_2(rank))
     m_blocks = triton.cdiv(decodes, t.decode_m)
     buf = torch.empty(splits, num_slices, decodes, rank, dtype=torch.float32, device=x.device)  # [P, S, D, R]
     _bgmv_shrink_kernel[(m_blocks, num_slices, splits)](
@@ -219,7 +219,7 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     if decodes:
-        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t, prec, upcast)
+        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t, block_r, prec, upcast)
     if plan.num_segments:
         buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
