@@ -29,4 +29,5 @@ def test_guided_benchmark_runs_both_modes_to_full_length(tmp_path, monkeypatch) 
     assert set(runs) == {"unguided", "guided_json"} and all(len(r) == 2 for r in runs.values())
     ratio = result["guided_json_tokens_per_s"] / result["unguided_tokens_per_s"]
     assert abs(result["ratio_guided_over_unguided"] - ratio) < 2e-3
-    assert result["ratio_best_runs"] == round(max(runs["guided_json"]) / max(runs["unguided"]), 3)
+    # runs are recorded rounded to 0.1 tok/s, the ratio from the unrounded rates
+    assert abs(result["ratio_best_runs"] - max(runs["guided_json"]) / max(runs["unguided"])) < 2e-3
