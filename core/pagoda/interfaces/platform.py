@@ -116,6 +116,10 @@ class Platform(Capability, ABC):
         """
         return torch.empty(nbytes, dtype=torch.uint8)
 
+    def prepare_process(self) -> None:
+        """Process-wide settings the platform computes best with, made once in each process that loads a model
+        shard, before its weights (the CPU's host allocator, for one). Default: none."""
+
     def kv_cache_tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """One layer's KV cache, zeroed (attention masks unwritten slots, but a NaN there would still poison
         the weighted sum). Platforms whose memory is committed lazily may return pages the OS zeroes on first

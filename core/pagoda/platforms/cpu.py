@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import logging
 import math
 import mmap
 import os
@@ -13,6 +15,7 @@ from pagoda.interfaces.ops import CustomOps
 from pagoda.interfaces.platform import Platform
 from pagoda.platforms.cpu_ops import CpuOps
 
+logger = logging.getLogger(__name__)
 KV_CACHE_MEMORY_FRACTION = 0.5  # of the memory available once the weights are loaded
 LAZY_KV_MIN_BYTES = 1 << 20  # caches at least this large are mapped lazily (kv_cache_tensor)
 
@@ -43,6 +46,9 @@ class CpuPlatform(Platform):
         """No: host work moved beside a step competes with its threads. Served on the 2-core machine, strict turns
         gave a 25% lower time to first token at the same time per output token (docs/cpu.md)."""
         return False
+
+    def prepare_process(self) -> None:
+        keep_freed_host_memory()
 
     def supports_dtype(self, dtype: torch.dtype) -> str | None:
         if dtype == torch.float16:
@@ -75,6 +81,25 @@ class CpuPlatform(Platform):
             return torch.zeros(shape, dtype=dtype)
         pages = mmap.mmap(-1, nbytes)  # the tensor keeps the map alive
         return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)
+
+
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+@functools.cache
+def keep_freed_host_memory() -> bool:
+    """glibc's malloc hands every block of 32 MB or more (a prefill's activations) back to the OS when freed and
+    maps fresh pages for the next, which the OS then zeroes page by page on first touch; a long prefill spent a
+    tenth of its time in those faults. With no maps and no trimming, freed memory stays in the heap for the next
+    step: 64 x 128/128 offline ran 8% faster, at 0.3 GB more peak memory. False where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        done = bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    except (OSError, AttributeError):
+        done = False
+    if not done:
+        logger.debug("the C library is not glibc: the host allocator keeps its defaults")
+    return done
 
 
 @functools.cache

@@ -82,6 +82,7 @@ def resolve_max_model_len(config: EngineConfig, hf_config) -> int:
 def build_model_shard(config: EngineConfig, platform: Platform, source: ModelSource, hf_config,
                       tp: TensorParallel = SINGLE, pp: PipelineParallel = WHOLE) -> ModelShard:
     """Attention backend, quantization method, this rank's weights and KV cache (every rank runs this)."""
+    platform.prepare_process()
     plugins = get_plugin_manager()
     pp = stage_layers_of(config, hf_config, pp)
     dtype = resolve_dtype(config, hf_config, platform)
