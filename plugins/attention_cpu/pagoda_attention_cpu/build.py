@@ -29,7 +29,7 @@ COMPILED_S = 2.0  # a load slower than this compiled
 
 @functools.cache
 def load_kernel() -> ModuleType:
-    """The module with ``paged_decode_attention`` (cached for the process); raises ExtensionUnavailable."""
+    """The module with ``paged_attention`` (cached for the process); raises ExtensionUnavailable."""
     from torch.utils import cpp_extension
 
     if not cpp_extension.is_ninja_available():

@@ -1,13 +1,16 @@
-// Paged decode attention on CPU: one query token per sequence, attended over the sequence's cached keys
-// and values read in place through its block table (no gather into a padded copy).
+// Paged causal attention on CPU: each sequence's new query tokens (one for a decode, a prompt or a chunk of one
+// for a prefill) attended over its cached keys and values, read in place through its block table (no gather into
+// a padded copy). The cache already holds this step's keys and values.
 //
-// One task per (sequence, kv head) on torch's intra-op threads. A task reads the kv head's rows of the sequence
-// in order, block by block, prefetching ahead; scores each query head of the kv head's group against them (GQA/MQA
-// share a row among the group), takes the softmax in float32, and sums the value rows weighted by it: one pass over
-// the keys and one over the values.
+// Tasks of one sequence, one kv head and up to 16 of its query tokens, on OpenMP threads (taken in turn, the
+// longest first). A task's rows are its query tokens x the kv head's group of query heads (GQA/MQA share a cache
+// row among the group). It reads the kv head's rows of the sequence in order, prefetching ahead; scores every row
+// against them, masked to the row's own causal (and sliding-window) range; takes each row's softmax in float32;
+// and sums the value rows weighted by it: one pass over the keys and one over the values.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -98,48 +101,52 @@ inline void prefetch_row(const scalar_t* row, int64_t elements) {
     __builtin_prefetch(bytes + offset);
 }
 
-struct Sequence {
-  const int32_t* blocks;  // its block table row
-  int64_t first, length;  // attends over positions [first, length)
+// Where one call's tensors are and how they are laid out.
+template <typename scalar_t>
+struct Call {
+  scalar_t* out;                    // [tokens, heads, d] contiguous
+  const scalar_t* query;            // [tokens, heads, d] at token_stride, head_stride
+  int64_t token_stride, head_stride;
+  const scalar_t *keys, *values;    // the cache halves
+  CacheView kv;
+  const int32_t *tables, *lens, *starts;
+  int64_t table_stride, block_size, heads, group, d, window;
+  float scale;
 };
 
-// What one task attends: one sequence's `heads` query heads that share one kv head (GQA's group; 1 for MHA).
-// Tasks by kv head ran faster than tasks by sequence reading whole cache rows (0.66 vs 0.90 ms a layer for 64
-// sequences of 192 tokens), and a batch of 1 spreads over the threads too.
+// One task: sequence `seq`'s query tokens [q0, q0 + count) (counted from its first new token) and the query
+// heads of kv head `kv_head`.
+struct Unit {
+  int64_t seq, kv_head, q0, count, cost;
+};
+
+constexpr int64_t QUERY_TILE = 16;  // query tokens a task
+
+// What a task attends: rows (query token i, head h of the group) = row i * group + h; row r attends key
+// positions [lo(r), hi(r)); the task reads positions [first, last).
 template <typename scalar_t>
 struct Task {
-  scalar_t* out;          // [heads, d] contiguous
-  const scalar_t* query;  // [heads, d] at query_head_stride
-  int64_t query_head_stride;
-  const scalar_t* keys;   // the cache halves, offset to the kv head
-  const scalar_t* values;
-  const CacheView* kv;
-  int64_t block_size, heads, d;
-  Sequence seq;
-  float scale;
+  const Call<scalar_t>* call;
+  const int32_t* blocks;  // the sequence's block table row
+  int64_t token0;         // the packed index of the task's first query token
+  int64_t pos0;           // its position in the sequence
+  int64_t rows, kv_head, first, last;
 
-  int64_t length() const { return seq.length - seq.first; }
-  const scalar_t* row(const scalar_t* base, int64_t t) const {  // token t's keys or values
-    return base + seq.blocks[t / block_size] * kv->block_stride + (t % block_size) * kv->slot_stride;
+  int64_t hi(int64_t r) const { return pos0 + r / call->group + 1; }
+  int64_t lo(int64_t r) const { return call->window > 0 ? std::max<int64_t>(0, hi(r) - call->window) : 0; }
+  const scalar_t* row(const scalar_t* base, int64_t t) const {  // position t's keys or values of the kv head
+    return base + blocks[t / call->block_size] * call->kv.block_stride + (t % call->block_size) * call->kv.slot_stride +
+           kv_head * call->kv.head_stride;
   }
+  int64_t head(int64_t r) const { return kv_head * call->group + r % call->group; }
+  const scalar_t* query(int64_t r) const {
+    return call->query + (token0 + r / call->group) * call->token_stride + head(r) * call->head_stride;
+  }
+  scalar_t* out(int64_t r) const { return call->out + ((token0 + r / call->group) * call->heads + head(r)) * call->d; }
 };
 
-// Softmax of each head's n scores in place (row h of [heads, stride]); returns 1 / each row's sum in inv.
-inline void softmax_rows(float* scores, int64_t heads, int64_t n, int64_t stride, float* inv) {
-  for (int64_t h = 0; h < heads; ++h) {
-    float* s = scores + h * stride;
-    float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, s[i]);
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) sum += (s[i] = exp_nonpositive(s[i] - m));
-    inv[h] = 1.f / sum;
-  }
-}
-
-// A task's working memory: scores [heads, stride], the scaled float32 queries and the weighted sums [heads, d],
-// and 1 / each head's softmax sum [heads].
+// A task's working memory: scores [rows, stride] over positions [first, first + stride), the scaled float32
+// queries and the weighted sums [rows, d], and 1 / each row's softmax sum [rows].
 struct Buffers {
   float *scores, *q, *acc, *inv;
   int64_t stride;
@@ -148,46 +155,73 @@ struct Buffers {
 // The buffers in scratch, the queries filled in (times the scale) and the sums zeroed.
 template <typename scalar_t>
 Buffers buffers(const Task<scalar_t>& task, int64_t stride, std::vector<float>& scratch) {
-  const int64_t heads = task.heads, d = task.d;
-  scratch.resize(static_cast<size_t>(heads * (stride + 2 * d + 1)));
+  const int64_t rows = task.rows, d = task.call->d;
+  scratch.resize(static_cast<size_t>(rows * (stride + 2 * d + 1)));
   Buffers b{scratch.data(), nullptr, nullptr, nullptr, stride};
-  b.q = b.scores + heads * stride;
-  b.acc = b.q + heads * d;
-  b.inv = b.acc + heads * d;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < d; ++i) b.q[h * d + i] = static_cast<float>(task.query[h * task.query_head_stride + i]) * task.scale;
-  std::fill(b.acc, b.acc + heads * d, 0.f);
+  b.q = b.scores + rows * stride;
+  b.acc = b.q + rows * d;
+  b.inv = b.acc + rows * d;
+  for (int64_t r = 0; r < rows; ++r) {
+    const scalar_t* q = task.query(r);
+    for (int64_t i = 0; i < d; ++i) b.q[r * d + i] = static_cast<float>(q[i]) * task.call->scale;
+  }
+  std::fill(b.acc, b.acc + rows * d, 0.f);
   return b;
 }
 
-// out = acc * inv per head.
+// Each row's softmax over the task's positions in place, positions outside the row's range weighted 0; 1 / the
+// sum into inv.
+template <typename scalar_t>
+void softmax_rows(const Task<scalar_t>& task, const Buffers& b) {
+  const int64_t n = task.last - task.first;
+  for (int64_t r = 0; r < task.rows; ++r) {
+    float* s = b.scores + r * b.stride;
+    const int64_t begin = task.lo(r) - task.first, end = task.hi(r) - task.first;
+    std::fill(s, s + begin, -std::numeric_limits<float>::infinity());
+    std::fill(s + end, s + n, -std::numeric_limits<float>::infinity());
+    float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t i = begin; i < end; ++i) m = std::max(m, s[i]);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += (s[i] = exp_nonpositive(s[i] - m));
+    b.inv[r] = 1.f / sum;
+  }
+}
+
+// out = acc * inv per row.
 template <typename scalar_t>
 void write_out(const Task<scalar_t>& task, const Buffers& b) {
-  for (int64_t h = 0; h < task.heads; ++h)
-    for (int64_t i = 0; i < task.d; ++i) task.out[h * task.d + i] = static_cast<scalar_t>(b.acc[h * task.d + i] * b.inv[h]);
+  const int64_t d = task.call->d;
+  for (int64_t r = 0; r < task.rows; ++r) {
+    scalar_t* o = task.out(r);
+    for (int64_t i = 0; i < d; ++i) o[i] = static_cast<scalar_t>(b.acc[r * d + i] * b.inv[r]);
+  }
 }
 
 // Any head size, any instruction set: dots and sums a row at a time.
 template <typename scalar_t>
 void attend_rows(const Task<scalar_t>& task, std::vector<float>& scratch) {
-  const int64_t n = task.length(), heads = task.heads, d = task.d, first = task.seq.first;
-  const Buffers b = buffers(task, n, scratch);
-  for (int64_t t = first; t < task.seq.length; ++t) {
-    if (t + task.block_size < task.seq.length) prefetch_row(task.row(task.keys, t + task.block_size), d);
-    const scalar_t* k = task.row(task.keys, t);
-    for (int64_t h = 0; h < heads; ++h) b.scores[h * n + (t - first)] = dot(b.q + h * d, k, d);
+  const int64_t d = task.call->d, first = task.first, ahead = task.call->block_size;
+  const Buffers b = buffers(task, task.last - first, scratch);
+  for (int64_t t = first; t < task.last; ++t) {
+    if (t + ahead < task.last) prefetch_row(task.row(task.call->keys, t + ahead), d);
+    const scalar_t* k = task.row(task.call->keys, t);
+    for (int64_t r = 0; r < task.rows; ++r)
+      if (t >= task.lo(r) && t < task.hi(r)) b.scores[r * b.stride + (t - first)] = dot(b.q + r * d, k, d);
   }
-  softmax_rows(b.scores, heads, n, n, b.inv);
-  for (int64_t t = first; t < task.seq.length; ++t) {
-    if (t + task.block_size < task.seq.length) prefetch_row(task.row(task.values, t + task.block_size), d);
-    const scalar_t* v = task.row(task.values, t);
-    for (int64_t h = 0; h < heads; ++h) axpy(b.acc + h * d, b.scores[h * n + (t - first)], v, d);
+  softmax_rows(task, b);
+  for (int64_t t = first; t < task.last; ++t) {
+    if (t + ahead < task.last) prefetch_row(task.row(task.call->values, t + ahead), d);
+    const scalar_t* v = task.row(task.call->values, t);
+    for (int64_t r = 0; r < task.rows; ++r)
+      if (t >= task.lo(r) && t < task.hi(r)) axpy(b.acc + r * d, b.scores[r * b.stride + (t - first)], v, d);
   }
   write_out(task, b);
 }
 
 #if defined(__AVX512F__)
-constexpr int64_t CHUNK = 16;  // tokens a step: one vector of scores per head
+constexpr int64_t CHUNK = 16;  // positions a step: one vector of scores per row
 
 // Lane j of the result: the sum of x[j]'s 16 lanes (a transposing tree of adds: 45 instructions for 16 sums,
 // against about 8 each reduced on their own).
@@ -218,73 +252,73 @@ inline __m512 dots16(const float* q, const scalar_t* const* rows, int64_t d) {
   return sum16(acc);
 }
 
-// acc[h][lanes] += p[h][j] * rows[j][lanes] over `count` rows, for HEADS heads and CHUNKS x 16 lanes (from
+// acc[r][lanes] += p[r][j] * rows[j][lanes] over `count` rows j, for ROWS query rows and CHUNKS x 16 lanes (from
 // offset): the accumulators stay in registers across the rows.
-template <int HEADS, int CHUNKS, typename scalar_t>
+template <int ROWS, int CHUNKS, typename scalar_t>
 void weighted_sum(const scalar_t* const* rows, int64_t count, int64_t offset, const float* p, int64_t p_stride,
                   float* acc, int64_t d) {
-  __m512 sum[HEADS][CHUNKS];
-  for (int h = 0; h < HEADS; ++h)
-    for (int c = 0; c < CHUNKS; ++c) sum[h][c] = _mm512_loadu_ps(acc + h * d + 16 * c);
+  __m512 sum[ROWS][CHUNKS];
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < CHUNKS; ++c) sum[r][c] = _mm512_loadu_ps(acc + r * d + 16 * c);
   for (int64_t j = 0; j < count; ++j) {
     __m512 v[CHUNKS];
     for (int c = 0; c < CHUNKS; ++c) v[c] = load16(rows[j] + offset + 16 * c);
-    for (int h = 0; h < HEADS; ++h) {
-      const __m512 weight = _mm512_set1_ps(p[h * p_stride + j]);
-      for (int c = 0; c < CHUNKS; ++c) sum[h][c] = _mm512_fmadd_ps(weight, v[c], sum[h][c]);
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512 weight = _mm512_set1_ps(p[r * p_stride + j]);
+      for (int c = 0; c < CHUNKS; ++c) sum[r][c] = _mm512_fmadd_ps(weight, v[c], sum[r][c]);
     }
   }
-  for (int h = 0; h < HEADS; ++h)
-    for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc + h * d + 16 * c, sum[h][c]);
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc + r * d + 16 * c, sum[r][c]);
 }
 
 template <typename scalar_t>
 using WeightedSum = void (*)(const scalar_t* const*, int64_t, int64_t, const float*, int64_t, float*, int64_t);
 
-template <typename scalar_t, int HEADS>
+template <typename scalar_t, int ROWS>
 WeightedSum<scalar_t> weighted_sum_for(int64_t chunks) {
-  return chunks == 1 ? weighted_sum<HEADS, 1, scalar_t> : chunks == 2 ? weighted_sum<HEADS, 2, scalar_t>
-       : chunks == 3 ? weighted_sum<HEADS, 3, scalar_t> : weighted_sum<HEADS, 4, scalar_t>;
+  return chunks == 1 ? weighted_sum<ROWS, 1, scalar_t> : chunks == 2 ? weighted_sum<ROWS, 2, scalar_t>
+       : chunks == 3 ? weighted_sum<ROWS, 3, scalar_t> : weighted_sum<ROWS, 4, scalar_t>;
 }
 
-// The kernel for up to 4 heads x 64 lanes.
+// The kernel for up to 4 rows x 64 lanes.
 template <typename scalar_t>
-WeightedSum<scalar_t> weighted_sum_for(int64_t heads, int64_t chunks) {
-  return heads == 1 ? weighted_sum_for<scalar_t, 1>(chunks) : heads == 2 ? weighted_sum_for<scalar_t, 2>(chunks)
-       : heads == 3 ? weighted_sum_for<scalar_t, 3>(chunks) : weighted_sum_for<scalar_t, 4>(chunks);
+WeightedSum<scalar_t> weighted_sum_for(int64_t rows, int64_t chunks) {
+  return rows == 1 ? weighted_sum_for<scalar_t, 1>(chunks) : rows == 2 ? weighted_sum_for<scalar_t, 2>(chunks)
+       : rows == 3 ? weighted_sum_for<scalar_t, 3>(chunks) : weighted_sum_for<scalar_t, 4>(chunks);
 }
 
-// The rows of tokens [t0, t0 + 16), the last repeated past the sequence's end (their lanes are not used).
+// The rows of positions [t0, t0 + 16), the last repeated past the task's end (their lanes are not used); the
+// next 16 prefetched.
 template <typename scalar_t>
 void chunk_rows(const Task<scalar_t>& task, const scalar_t* base, int64_t t0, const scalar_t** rows) {
-  const int64_t count = std::min(CHUNK, task.seq.length - t0);
+  const int64_t count = std::min(CHUNK, task.last - t0);
   for (int64_t j = 0; j < CHUNK; ++j) rows[j] = task.row(base, t0 + std::min(j, count - 1));
-  for (int64_t t = t0 + CHUNK; t < std::min(t0 + 2 * CHUNK, task.seq.length); ++t)
-    prefetch_row(task.row(base, t), task.d);
+  for (int64_t t = t0 + CHUNK; t < std::min(t0 + 2 * CHUNK, task.last); ++t) prefetch_row(task.row(base, t), task.call->d);
 }
 
-// Head sizes a multiple of 16 on AVX-512, 16 tokens at a time: the scores of 16 tokens in one vector a head
-// (2x the row-at-a-time path's speed on rows in cache); the weighted sum 4 heads x 64 lanes at a time with the
-// accumulators in registers.
+// Head sizes a multiple of 16 on AVX-512, 16 positions at a time: the scores of 16 positions in one vector a
+// row (2x the row-at-a-time path's speed on rows in cache), chunks past a row's range skipped; the weighted sum
+// 4 rows x 64 lanes at a time with the accumulators in registers.
 template <typename scalar_t>
 void attend_vectors(const Task<scalar_t>& task, std::vector<float>& scratch) {
-  const int64_t n = task.length(), heads = task.heads, d = task.d, first = task.seq.first;
-  const int64_t stride = n + CHUNK;  // whole vectors of scores are stored past n
-  const Buffers b = buffers(task, stride, scratch);
+  const int64_t d = task.call->d, first = task.first;
+  const Buffers b = buffers(task, task.last - first + CHUNK, scratch);  // whole vectors are stored past the end
   const scalar_t* rows[CHUNK];
-  for (int64_t t0 = first; t0 < task.seq.length; t0 += CHUNK) {
-    chunk_rows(task, task.keys, t0, rows);
-    for (int64_t h = 0; h < heads; ++h)
-      _mm512_storeu_ps(b.scores + h * stride + (t0 - first), dots16(b.q + h * d, rows, d));
+  for (int64_t t0 = first; t0 < task.last; t0 += CHUNK) {
+    chunk_rows(task, task.call->keys, t0, rows);
+    for (int64_t r = 0; r < task.rows; ++r)
+      if (t0 < task.hi(r) && t0 + CHUNK > task.lo(r))
+        _mm512_storeu_ps(b.scores + r * b.stride + (t0 - first), dots16(b.q + r * d, rows, d));
   }
-  softmax_rows(b.scores, heads, n, stride, b.inv);
-  for (int64_t t0 = first; t0 < task.seq.length; t0 += CHUNK) {
-    chunk_rows(task, task.values, t0, rows);
-    const int64_t count = std::min(CHUNK, task.seq.length - t0);
-    for (int64_t h0 = 0; h0 < heads; h0 += 4)
+  softmax_rows(task, b);
+  for (int64_t t0 = first; t0 < task.last; t0 += CHUNK) {
+    chunk_rows(task, task.call->values, t0, rows);
+    const int64_t count = std::min(CHUNK, task.last - t0);
+    for (int64_t r0 = 0; r0 < task.rows; r0 += 4)
       for (int64_t lane0 = 0; lane0 < d; lane0 += 64)
-        weighted_sum_for<scalar_t>(std::min<int64_t>(4, heads - h0), std::min<int64_t>(64, d - lane0) / 16)(
-            rows, count, lane0, b.scores + h0 * stride + (t0 - first), stride, b.acc + h0 * d + lane0, d);
+        weighted_sum_for<scalar_t>(std::min<int64_t>(4, task.rows - r0), std::min<int64_t>(64, d - lane0) / 16)(
+            rows, count, lane0, b.scores + r0 * b.stride + (t0 - first), b.stride, b.acc + r0 * d + lane0, d);
   }
   write_out(task, b);
 }
@@ -292,69 +326,100 @@ void attend_vectors(const Task<scalar_t>& task, std::vector<float>& scratch) {
 
 template <typename scalar_t>
 void attend(const Task<scalar_t>& task, std::vector<float>& scratch) {
-  if (task.length() <= 0) {  // nothing cached to attend over: zeros
-    std::fill(task.out, task.out + task.heads * task.d, static_cast<scalar_t>(0));
+  if (task.last <= task.first) {  // nothing cached to attend over: zeros
+    for (int64_t r = 0; r < task.rows; ++r) std::fill(task.out(r), task.out(r) + task.call->d, static_cast<scalar_t>(0));
     return;
   }
 #if defined(__AVX512F__)
-  if (task.d % 16 == 0) return attend_vectors(task, scratch);
+  if (task.call->d % 16 == 0) return attend_vectors(task, scratch);
 #endif
   attend_rows(task, scratch);
 }
 
+// The tasks of a call, the costliest (rows x positions) first, so that threads taking them in turn finish
+// together.
+template <typename scalar_t>
+std::vector<Unit> units_of(const Call<scalar_t>& call, int64_t num_seqs, int64_t kv_heads) {
+  std::vector<Unit> units;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const int64_t count = call.starts[i + 1] - call.starts[i], length = call.lens[i];
+    for (int64_t q0 = 0; q0 < count; q0 += QUERY_TILE) {
+      const int64_t tile = std::min(QUERY_TILE, count - q0);
+      const int64_t cost = tile * (length - count + q0 + tile);
+      for (int64_t g = 0; g < kv_heads; ++g) units.push_back({i, g, q0, tile, cost});
+    }
+  }
+  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.cost > b.cost; });
+  return units;
+}
+
+template <typename scalar_t>
+Task<scalar_t> task_of(const Call<scalar_t>& call, const Unit& u) {
+  const int64_t count = call.starts[u.seq + 1] - call.starts[u.seq], length = call.lens[u.seq];
+  Task<scalar_t> task{&call, call.tables + u.seq * call.table_stride, call.starts[u.seq] + u.q0, length - count + u.q0,
+                      u.count * call.group, u.kv_head, 0, 0};
+  task.first = task.lo(0);
+  task.last = task.hi(task.rows - 1);
+  return task;
+}
+
+template <typename scalar_t>
+void run_call(const Call<scalar_t>& call, int64_t num_seqs, int64_t kv_heads) {
+  const std::vector<Unit> units = units_of(call, num_seqs, kv_heads);
+  const int64_t n = static_cast<int64_t>(units.size());
+#pragma omp parallel num_threads(at::get_num_threads()) if (n > 1)
+  {
+    std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < n; ++u) attend(task_of(call, units[u]), scratch);
+  }
+}
+
 }  // namespace
 
-// out, query: [num_seqs, num_heads, head_size]; key_cache, value_cache: [num_blocks, block_size, num_kv_heads,
-// head_size] (head_size contiguous); block_tables: [num_seqs, max_blocks] int32; seq_lens: [num_seqs] int32.
-// window > 0 attends over the last `window` positions only.
-void paged_decode_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
-                            torch::Tensor block_tables, torch::Tensor seq_lens, double scale, int64_t window) {
+// out, query: [tokens, num_heads, head_size] (sequence i's new tokens are rows starts[i]:starts[i + 1], the last
+// of its seq_lens[i] positions); key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size]
+// (head_size contiguous), holding every position's keys and values; block_tables: [num_seqs, max_blocks] int32;
+// seq_lens: [num_seqs] int32; query_start_loc: [num_seqs + 1] int32. window > 0 attends over the last `window`
+// positions up to each query's own.
+void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
+                     torch::Tensor block_tables, torch::Tensor seq_lens, torch::Tensor query_start_loc, double scale,
+                     int64_t window) {
   TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes() && out.is_contiguous(),
-              "query and out must be [num_seqs, num_heads, head_size], out contiguous");
+              "query and out must be [tokens, num_heads, head_size], out contiguous");
   TORCH_CHECK(key_cache.dim() == 4 && key_cache.sizes() == value_cache.sizes() &&
                   key_cache.strides() == value_cache.strides(),
               "key and value caches must be [num_blocks, block_size, num_kv_heads, head_size] views alike");
   TORCH_CHECK(query.stride(2) == 1 && key_cache.stride(3) == 1, "head_size must be the contiguous dimension");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && seq_lens.scalar_type() == at::kInt &&
-                  block_tables.stride(1) == 1 && seq_lens.is_contiguous(),
-              "block_tables and seq_lens must be int32 with contiguous rows");
+                  query_start_loc.scalar_type() == at::kInt && block_tables.stride(1) == 1 &&
+                  seq_lens.is_contiguous() && query_start_loc.is_contiguous(),
+              "block_tables, seq_lens and query_start_loc must be int32 with contiguous rows");
+  const int64_t num_seqs = seq_lens.size(0);
+  TORCH_CHECK(query_start_loc.size(0) == num_seqs + 1 && block_tables.size(0) >= num_seqs,
+              "query_start_loc needs num_seqs + 1 entries and block_tables a row per sequence");
   TORCH_CHECK(query.scalar_type() == key_cache.scalar_type() && out.scalar_type() == query.scalar_type(),
               "query, out and the cache must share one dtype");
-  const int64_t num_seqs = query.size(0), num_heads = query.size(1), d = query.size(2);
-  const int64_t block_size = key_cache.size(1), kv_heads = key_cache.size(2);
+  const int64_t num_heads = query.size(1), d = query.size(2), kv_heads = key_cache.size(2);
   TORCH_CHECK(key_cache.size(3) == d && num_heads % kv_heads == 0, "head sizes differ or heads % kv_heads != 0");
-  const CacheView kv{key_cache.stride(0), key_cache.stride(1), key_cache.stride(2)};
-  const int32_t* tables = block_tables.data_ptr<int32_t>();
-  const int32_t* lens = seq_lens.data_ptr<int32_t>();
-  const int64_t table_stride = block_tables.stride(0);
-  const int64_t group = num_heads / kv_heads;
   auto run = [&](auto zero) {
     using scalar_t = decltype(zero);
-    const scalar_t* q = query.data_ptr<scalar_t>();
-    const scalar_t* k = key_cache.data_ptr<scalar_t>();
-    const scalar_t* v = value_cache.data_ptr<scalar_t>();
-    scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, num_seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scratch;
-      for (int64_t unit = begin; unit < end; ++unit) {
-        const int64_t i = unit / kv_heads, g = unit % kv_heads, length = lens[i];
-        const Sequence seq{tables + i * table_stride, window > 0 ? std::max<int64_t>(0, length - window) : 0, length};
-        const Task<scalar_t> task{o + (i * num_heads + g * group) * d, q + i * query.stride(0) + g * group * query.stride(1),
-                                  query.stride(1), k + g * kv.head_stride, v + g * kv.head_stride, &kv, block_size,
-                                  group, d, seq, static_cast<float>(scale)};
-        attend(task, scratch);
-      }
-    });
+    const Call<scalar_t> call{out.data_ptr<scalar_t>(), query.data_ptr<scalar_t>(), query.stride(0), query.stride(1),
+                              key_cache.data_ptr<scalar_t>(), value_cache.data_ptr<scalar_t>(),
+                              CacheView{key_cache.stride(0), key_cache.stride(1), key_cache.stride(2)},
+                              block_tables.data_ptr<int32_t>(), seq_lens.data_ptr<int32_t>(),
+                              query_start_loc.data_ptr<int32_t>(), block_tables.stride(0), key_cache.size(1), num_heads,
+                              num_heads / kv_heads, d, window, static_cast<float>(scale)};
+    run_call(call, num_seqs, kv_heads);
   };
   switch (query.scalar_type()) {
     case at::kFloat: return run(float{});
     case at::kBFloat16: return run(c10::BFloat16{});
     case at::kHalf: return run(c10::Half{});
-    default: TORCH_CHECK(false, "paged_decode_attention takes float32, bfloat16 or float16, not ", query.scalar_type());
+    default: TORCH_CHECK(false, "paged_attention takes float32, bfloat16 or float16, not ", query.scalar_type());
   }
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over a paged KV cache, read in place (CPU)");
+  m.def("paged_attention", &paged_attention, "Causal attention over a paged KV cache, read in place (CPU)");
 }
