@@ -75,11 +75,14 @@ class CpuPlatform(Platform):
 
     def kv_cache_tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An anonymous memory map: the OS hands out zeroed pages on first touch, so resident memory grows with
-        the blocks written, not the cache's size (``torch.zeros`` would write every page at start-up)."""
+        the blocks written, not the cache's size (``torch.zeros`` would write every page at start-up). Private, not
+        Python's default shared map: a first touch cost 0.7 µs against 1.1 µs (shared memory's page cache), 3% of
+        64 x 128/128 offline. Huge pages (``MADV_HUGEPAGE``) were slower still: the kernel compacts memory to find
+        each 2 MB page, in the middle of a step."""
         nbytes = math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
         if nbytes < LAZY_KV_MIN_BYTES:
             return torch.zeros(shape, dtype=dtype)
-        pages = mmap.mmap(-1, nbytes)  # the tensor keeps the map alive
+        pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # the tensor keeps the map alive
         return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)
 
 
