@@ -1,7 +1,8 @@
 """Pagoda plugin 'attention-cpu' (distribution pagoda-attention-cpu).
 
-Registers the attention backend ``cpu``: the ``torch`` backend with its decodes attended by a C++ kernel
-that reads the paged KV cache in place, through the ``register_attention_backends`` hook.
+Registers the attention backend ``cpu``: causal attention (decodes and prefills) by a C++ kernel that reads the
+paged KV cache in place, the ``torch`` backend's path for the rest, through the ``register_attention_backends``
+hook.
 """
 
 from __future__ import annotations
