@@ -79,7 +79,8 @@ def _check_counts(after: dict, before: dict, sent: list[Sent], aborted: int) -> 
     assert d("request_params_max_tokens_sum") == sum(s.max_tokens for s in sent) + aborted * 200
     longest = d("request_max_num_generation_tokens_sum")
     assert longest == sum(s.longest for s in sent) + aborted_tokens
-    # one gap per token after a request's first (an n = 2 request's sequences advance together)
+    # one gap per token of a request's longest sequence after its first (an n = 2 request's sequences may run a
+    # step apart: their tokens are one stream)
     assert d("inter_token_latency_seconds_count") == longest - requests
     assert d("time_per_output_token_seconds_count") == d("inter_token_latency_seconds_count")
     # every completed request made 2 tokens or more (an aborted one may have made only 1)

@@ -69,7 +69,9 @@ class OutputListener(Protocol):
 
     def on_tokens(self, state: RequestState, num_tokens: int, previous: float | None, now: float) -> None:
         """``num_tokens`` new tokens of one of ``state``'s sequences arrived at ``now``; ``previous``: the
-        request's last token time before them (None: they are its first)."""
+        request's last token time before them (None: they are its first), or ``now`` where they do not lengthen
+        its longest sequence (no gap between a request's tokens to count: the sequences of an n > 1 request that
+        run a step apart are one stream of tokens, not two)."""
 
     def on_finished(self, state: RequestState) -> None:
         """Every sequence of ``state`` finished (its times and tokens are complete)."""
@@ -150,10 +152,12 @@ class OutputProcessor:
                 if out.scheduled_time is not None:
                     _note_core_times(state.metrics, out)
                 before, previous = len(child.token_ids), state.metrics.last_token_time
+                longest = max(len(c.token_ids) for c in state.children)
                 if self._on_tokens(state, child, out, now):
                     stopped.append(child.request_id)
                 if self.listener is not None:
-                    self.listener.on_tokens(state, len(child.token_ids) - before, previous, now)
+                    lengthened = previous is None or len(child.token_ids) > longest
+                    self.listener.on_tokens(state, len(child.token_ids) - before, previous if lengthened else now, now)
                 touched[state.request_id] = state
             elif out.finish_reason is not None:  # ended without a token (refused, or its data-parallel core died)
                 self._finish(state, child, out.finish_reason, now)
