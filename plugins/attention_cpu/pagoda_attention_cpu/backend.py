@@ -3,8 +3,8 @@
 The ``torch`` reference gathers each sequence's cached keys and values into a padded copy, layer by layer, and
 runs one SDPA call per prefill; on a CPU the copies cost as much as the attention, and SDPA is slow on short
 prompts. The kernel (``paged_attention.cpp``) attends every sequence of a step, decodes and prefills (whole
-prompts, chunks, after a cached prefix), in one call over the cache as it lies. Encoders, latent (MLA) caches,
-FP8 caches and soft-capped logits keep the reference's path.
+prompts, chunks, after a cached prefix), in one call over the cache as it lies, writing the step's keys and values
+into it first. Encoders, latent (MLA) caches, FP8 caches and soft-capped logits keep the reference's path.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def forward(self, query, key, value, kv_cache, metadata: AttentionMetadata) -> torch.Tensor:
         if not self.in_place:
             return super().forward(query, key, value, kv_cache, metadata)
-        self.ops.reshape_and_cache(key, value, kv_cache, metadata.slot_mapping)
         out = torch.empty(query.shape, dtype=query.dtype)
-        self.kernel(out, query, kv_cache[0], kv_cache[1], metadata.block_tables, metadata.seq_lens,
-                    metadata.query_start_loc, self.spec.scale, self.spec.sliding_window or 0)
+        self.kernel(out, query, key, value, kv_cache[0], kv_cache[1], metadata.slot_mapping, metadata.block_tables,
+                    metadata.seq_lens, metadata.query_start_loc, self.spec.scale, self.spec.sliding_window or 0)
         return out

@@ -1,6 +1,6 @@
 // Paged causal attention on CPU: each sequence's new query tokens (one for a decode, a prompt or a chunk of one
 // for a prefill) attended over its cached keys and values, read in place through its block table (no gather into
-// a padded copy). The cache already holds this step's keys and values.
+// a padded copy). The call first writes this step's keys and values into the cache at their slots.
 //
 // Tasks of one sequence, one kv head and up to 16 of its query tokens, on OpenMP threads (taken in turn, the
 // longest first). A task's rows are its query tokens x the kv head's group of query heads (GQA/MQA share a cache
@@ -107,7 +107,7 @@ struct Call {
   scalar_t* out;                    // [tokens, heads, d] contiguous
   const scalar_t* query;            // [tokens, heads, d] at token_stride, head_stride
   int64_t token_stride, head_stride;
-  const scalar_t *keys, *values;    // the cache halves
+  scalar_t *keys, *values;          // the cache halves
   CacheView kv;
   const int32_t *tables, *lens, *starts;
   int64_t table_stride, block_size, heads, group, d, window;
@@ -363,13 +363,36 @@ Task<scalar_t> task_of(const Call<scalar_t>& call, const Unit& u) {
   return task;
 }
 
+// This step's keys and values, written to their slots before any task reads the cache.
 template <typename scalar_t>
-void run_call(const Call<scalar_t>& call, int64_t num_seqs, int64_t kv_heads) {
-  const std::vector<Unit> units = units_of(call, num_seqs, kv_heads);
+struct NewRows {
+  const scalar_t *keys, *values;  // [tokens, kv_heads, d] at (token, head) strides key_strides, value_strides
+  int64_t key_strides[2], value_strides[2], tokens, kv_heads;
+  const int64_t* slots;  // a negative slot (padding) is skipped
+};
+
+template <typename scalar_t>
+void write_rows(const Call<scalar_t>& call, const NewRows<scalar_t>& rows, int64_t t) {
+  const int64_t slot = rows.slots[t];
+  if (slot < 0) return;
+  const int64_t at = slot / call.block_size * call.kv.block_stride + slot % call.block_size * call.kv.slot_stride;
+  for (int64_t g = 0; g < rows.kv_heads; ++g) {
+    const int64_t to = at + g * call.kv.head_stride;
+    std::memcpy(call.keys + to, rows.keys + t * rows.key_strides[0] + g * rows.key_strides[1], call.d * sizeof(scalar_t));
+    std::memcpy(call.values + to, rows.values + t * rows.value_strides[0] + g * rows.value_strides[1],
+                call.d * sizeof(scalar_t));
+  }
+}
+
+template <typename scalar_t>
+void run_call(const Call<scalar_t>& call, const NewRows<scalar_t>& rows, int64_t num_seqs) {
+  const std::vector<Unit> units = units_of(call, num_seqs, rows.kv_heads);
   const int64_t n = static_cast<int64_t>(units.size());
-#pragma omp parallel num_threads(at::get_num_threads()) if (n > 1)
+#pragma omp parallel num_threads(at::get_num_threads())
   {
-    std::vector<float> scratch;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < rows.tokens; ++t) write_rows(call, rows, t);
+    std::vector<float> scratch;  // the loop above ends when every row is written
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < n; ++u) attend(task_of(call, units[u]), scratch);
   }
@@ -378,11 +401,13 @@ void run_call(const Call<scalar_t>& call, int64_t num_seqs, int64_t kv_heads) {
 }  // namespace
 
 // out, query: [tokens, num_heads, head_size] (sequence i's new tokens are rows starts[i]:starts[i + 1], the last
-// of its seq_lens[i] positions); key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size]
-// (head_size contiguous), holding every position's keys and values; block_tables: [num_seqs, max_blocks] int32;
-// seq_lens: [num_seqs] int32; query_start_loc: [num_seqs + 1] int32. window > 0 attends over the last `window`
-// positions up to each query's own.
-void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_cache, torch::Tensor value_cache,
+// of its seq_lens[i] positions); key, value: [tokens, num_kv_heads, head_size], written first to the caches at
+// slot_mapping [tokens] int64 (negative: skipped); key_cache, value_cache: [num_blocks, block_size, num_kv_heads,
+// head_size] (head_size contiguous), holding every earlier position's keys and values; block_tables:
+// [num_seqs, max_blocks] int32; seq_lens: [num_seqs] int32; query_start_loc: [num_seqs + 1] int32. window > 0
+// attends over the last `window` positions up to each query's own.
+void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key, torch::Tensor value,
+                     torch::Tensor key_cache, torch::Tensor value_cache, torch::Tensor slot_mapping,
                      torch::Tensor block_tables, torch::Tensor seq_lens, torch::Tensor query_start_loc, double scale,
                      int64_t window) {
   TORCH_CHECK(query.dim() == 3 && out.sizes() == query.sizes() && out.is_contiguous(),
@@ -398,8 +423,16 @@ void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_c
   const int64_t num_seqs = seq_lens.size(0);
   TORCH_CHECK(query_start_loc.size(0) == num_seqs + 1 && block_tables.size(0) >= num_seqs,
               "query_start_loc needs num_seqs + 1 entries and block_tables a row per sequence");
-  TORCH_CHECK(query.scalar_type() == key_cache.scalar_type() && out.scalar_type() == query.scalar_type(),
-              "query, out and the cache must share one dtype");
+  TORCH_CHECK(key.dim() == 3 && key.sizes() == value.sizes() && key.size(0) == query.size(0) &&
+                  key.size(1) == key_cache.size(2) && key.size(2) == query.size(2) && key.stride(2) == 1 &&
+                  value.stride(2) == 1,
+              "key and value must be [tokens, num_kv_heads, head_size], head_size contiguous");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous() &&
+                  slot_mapping.size(0) == query.size(0),
+              "slot_mapping must be int64, contiguous, one slot a token");
+  TORCH_CHECK(query.scalar_type() == key_cache.scalar_type() && out.scalar_type() == query.scalar_type() &&
+                  key.scalar_type() == query.scalar_type(),
+              "query, key, value, out and the cache must share one dtype");
   const int64_t num_heads = query.size(1), d = query.size(2), kv_heads = key_cache.size(2);
   TORCH_CHECK(key_cache.size(3) == d && num_heads % kv_heads == 0, "head sizes differ or heads % kv_heads != 0");
   auto run = [&](auto zero) {
@@ -410,7 +443,10 @@ void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_c
                               block_tables.data_ptr<int32_t>(), seq_lens.data_ptr<int32_t>(),
                               query_start_loc.data_ptr<int32_t>(), block_tables.stride(0), key_cache.size(1), num_heads,
                               num_heads / kv_heads, d, window, static_cast<float>(scale)};
-    run_call(call, num_seqs, kv_heads);
+    const NewRows<scalar_t> rows{key.data_ptr<scalar_t>(), value.data_ptr<scalar_t>(), {key.stride(0), key.stride(1)},
+                                 {value.stride(0), value.stride(1)}, key.size(0), kv_heads,
+                                 slot_mapping.data_ptr<int64_t>()};
+    run_call(call, rows, num_seqs);
   };
   switch (query.scalar_type()) {
     case at::kFloat: return run(float{});
@@ -421,5 +457,6 @@ void paged_attention(torch::Tensor out, torch::Tensor query, torch::Tensor key_c
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_attention", &paged_attention, "Causal attention over a paged KV cache, read in place (CPU)");
+  m.def("paged_attention", &paged_attention,
+        "Write a step's keys and values into a paged KV cache, then attend over it in place (CPU)");
 }

@@ -1,12 +1,15 @@
 """The C++ attention kernel against a float64 reference: decodes (one new token), whole prompts and chunks after
-a cached prefix, mixed in one call; block tables in any order, any lengths, GQA/MQA/MHA, sliding windows,
-float32/bfloat16/float16, a strided query, head sizes on and off the vector path."""
+a cached prefix, mixed in one call, the new keys and values written to their slots first (padding slots skipped);
+block tables in any order, any lengths, GQA/MQA/MHA, sliding windows, float32/bfloat16/float16, strided
+queries, keys and values, head sizes on and off the vector path."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -34,21 +37,49 @@ def reference(q, cache, tables, lens, starts, scale, window):
 
 
 def random_case(heads, kv_heads, d, lens, new_tokens, dtype, seed=0):
-    """Sequences of lens[i] positions whose last new_tokens[i] are this call's queries."""
+    """Sequences of lens[i] positions whose last new_tokens[i] are this call's queries; the cache holds the earlier
+    positions, and the new ones' keys and values come with the call (slot_mapping: where they go)."""
     torch.manual_seed(seed)
     per_seq = -(-max(lens) // BLOCK)
     num_blocks = len(lens) * per_seq + 3
     cache = torch.randn(2, num_blocks, BLOCK, kv_heads, d).to(dtype)
     tables = torch.randperm(num_blocks)[: len(lens) * per_seq].view(len(lens), per_seq).to(torch.int32)
     starts = torch.tensor([0, *torch.tensor(new_tokens).cumsum(0).tolist()], dtype=torch.int32)
-    qkv = torch.randn(int(starts[-1]), heads + 2 * kv_heads, d).to(dtype)  # the query is a strided view, as in a model
-    return qkv[:, :heads], cache, tables, torch.tensor(lens, dtype=torch.int32), starts
+    slots = torch.cat([tables[i, torch.arange(n - k, n) // BLOCK].long() * BLOCK + torch.arange(n - k, n) % BLOCK
+                       for i, (n, k) in enumerate(zip(lens, new_tokens))])
+    qkv = torch.randn(int(starts[-1]), heads + 2 * kv_heads, d).to(dtype)  # strided views, as in a model
+    q, k, v = qkv.split([heads, kv_heads, kv_heads], dim=1)
+    if seed % 2:  # as after a k-norm (Qwen3): keys and values laid out differently
+        k = k.contiguous()
+    return Case(q, k, v, cache, slots, tables, torch.tensor(lens, dtype=torch.int32), starts)
 
 
-def attend(q, cache, tables, lens, starts, scale, window=0):
-    out = torch.empty(q.shape, dtype=q.dtype)
-    load_kernel().paged_attention(out, q, cache[0], cache[1], tables, lens, starts, scale, window)
-    return out
+@dataclass
+class Case:
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    cache: torch.Tensor
+    slots: torch.Tensor
+    tables: torch.Tensor
+    lens: torch.Tensor
+    starts: torch.Tensor
+
+    def written(self) -> torch.Tensor:
+        """The cache with the new keys and values in their slots (what the kernel should attend over)."""
+        cache = self.cache.clone()
+        for half, x in ((0, self.k), (1, self.v)):
+            cache[half].view(-1, *x.shape[1:])[self.slots[self.slots >= 0]] = x[self.slots >= 0]
+        return cache
+
+    def expected(self, scale, window=0) -> torch.Tensor:
+        return reference(self.q, self.written(), self.tables, self.lens, self.starts, scale, window)
+
+    def attend(self, scale, window=0) -> torch.Tensor:
+        out = torch.empty(self.q.shape, dtype=self.q.dtype)
+        load_kernel().paged_attention(out, self.q, self.k, self.v, self.cache[0], self.cache[1], self.slots,
+                                      self.tables, self.lens, self.starts, scale, window)
+        return out
 
 
 DECODES = ([1, 15, 16, 17, 40, 97, 3], [1] * 7)  # one token, block edges, several blocks
@@ -63,38 +94,55 @@ MIXED = ([23, 40, 1, 50, 17, 90], [23, 1, 1, 20, 17, 90])
 @pytest.mark.parametrize("window", [0, 7])
 @pytest.mark.parametrize("layout", [DECODES, MIXED], ids=["decodes", "mixed"])
 def test_float32_matches_float64_reference(heads, kv_heads, d, window, layout):
-    q, cache, tables, lens, starts = random_case(heads, kv_heads, d, *layout, torch.float32)
-    expected = reference(q, cache, tables, lens, starts, d**-0.5, window)
-    assert (attend(q, cache, tables, lens, starts, d**-0.5, window).double() - expected).abs().max() < 1e-5
+    case = random_case(heads, kv_heads, d, *layout, torch.float32, seed=int(layout is MIXED))
+    expected = case.expected(d**-0.5, window)
+    assert (case.attend(d**-0.5, window).double() - expected).abs().max() < 1e-5
+    assert case.cache.equal(case.written())  # the new keys and values in their slots, nothing else touched
+
+
+def test_padding_slots_are_not_written():
+    """A negative slot (a padded token) writes nothing; the other tokens still attend as they should."""
+    case = random_case(8, 2, 64, *MIXED, torch.float32, seed=3)
+    padded = case.starts[2].item()  # a decode's token: its slot becomes padding, its position keeps its old row
+    case.slots[padded] = -1
+    expected, written = case.expected(0.125), case.written()
+    out = case.attend(0.125)
+    assert case.cache.equal(written)
+    assert (out.double() - expected).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
 def test_half_precisions_match_float64_reference(dtype, tolerance):
-    q, cache, tables, lens, starts = random_case(8, 2, 64, [5, 33, 64, 200], [5, 1, 30, 1], dtype, seed=1)
-    expected = reference(q, cache, tables, lens, starts, 0.125, 0)
-    assert (attend(q, cache, tables, lens, starts, 0.125).double() - expected).abs().max() < tolerance
+    case = random_case(8, 2, 64, [5, 33, 64, 200], [5, 1, 30, 1], dtype, seed=1)
+    assert (case.attend(0.125).double() - case.expected(0.125)).abs().max() < tolerance
 
 
 def test_large_scores_stay_finite():
     """Scores far from zero: the softmax subtracts the maximum before its exponential."""
-    q, cache, tables, lens, starts = random_case(4, 2, 64, [50, 70], [1, 30], torch.float32, seed=2)
-    q = q * 40
-    out = attend(q, cache, tables, lens, starts, 0.125)
-    expected = reference(q, cache, tables, lens, starts, 0.125, 0)
-    assert torch.isfinite(out).all() and (out.double() - expected).abs().max() < 1e-4
+    case = random_case(4, 2, 64, [50, 70], [1, 30], torch.float32, seed=2)
+    case.q = case.q * 40
+    out = case.attend(0.125)
+    assert torch.isfinite(out).all() and (out.double() - case.expected(0.125)).abs().max() < 1e-4
 
 
 def test_bad_arguments_are_refused_with_the_reason():
-    q, cache, tables, lens, starts = random_case(4, 2, 64, [5, 9], [1, 1], torch.float32)
+    c = random_case(4, 2, 64, [5, 9], [1, 1], torch.float32)
     kernel = load_kernel().paged_attention
+
+    def call(out=None, q=c.q, slots=c.slots, tables=c.tables, starts=c.starts):
+        kernel(torch.empty(q.shape) if out is None else out, q, c.k, c.v, c.cache[0], c.cache[1], slots, tables,
+               c.lens, starts, 0.125, 0)
+
     with pytest.raises(RuntimeError, match="int32"):
-        kernel(torch.empty(q.shape), q, cache[0], cache[1], tables.long(), lens, starts, 0.125, 0)
+        call(tables=c.tables.long())
+    with pytest.raises(RuntimeError, match="slot_mapping must be int64"):
+        call(slots=c.slots.int())
     with pytest.raises(RuntimeError, match="num_seqs \\+ 1"):
-        kernel(torch.empty(q.shape), q, cache[0], cache[1], tables, lens, starts[:2], 0.125, 0)
+        call(starts=c.starts[:2])
     with pytest.raises(RuntimeError, match="one dtype"):
-        kernel(torch.empty(q.shape), q.double(), cache[0], cache[1], tables, lens, starts, 0.125, 0)
+        call(q=c.q.double())
     with pytest.raises(RuntimeError, match="heads % kv_heads"):
-        kernel(torch.empty(2, 3, 64), q[:, :3], cache[0], cache[1], tables, lens, starts, 0.125, 0)
+        call(out=torch.empty(2, 3, 64), q=c.q[:, :3])
 
 
 def test_a_machine_without_a_compiler_gets_the_reason_and_the_fix(tmp_path):
