@@ -4,8 +4,8 @@
 prevents the build raises ExtensionUnavailable with a one-line reason, which the backend's ``check`` reports
 (``auto`` then keeps the ``torch`` backend).
 
-Flags: ``-march=native`` (compiled on the machine it runs on: AVX-512 where it has it); ``-fopenmp`` (torch's
-``at::parallel_for`` is an OpenMP loop in its header, run serially without it).
+Flags: ``-march=native`` (compiled on the machine it runs on: AVX-512 where it has it); ``-fopenmp`` (the kernel's
+tasks run on OpenMP threads, torch's own pool: the process loads one OpenMP runtime; serially without it).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <omp.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -92,8 +91,8 @@ inline void axpy(float* acc, float p, const scalar_t* v, int64_t d) {
   for (int64_t i = 0; i < d; ++i) acc[i] += p * static_cast<float>(v[i]);
 }
 
-// Cache rows (one token's keys or values, every kv head: contiguous) are read in order within a block; the
-// row one block ahead is prefetched, since the next block may lie anywhere in the cache.
+// A row's first `elements` values, fetched ahead of use: the positions after a task's current ones may lie in
+// any block of the cache, where the hardware's own prefetcher does not look.
 template <typename scalar_t>
 inline void prefetch_row(const scalar_t* row, int64_t elements) {
   const char* bytes = reinterpret_cast<const char*>(row);
