@@ -19,5 +19,6 @@ FAMILIES = {
     "awq": "AWQ int4 linear kernels (tiles, GEMV, Triton, dequant) vs the bf16 matmul",
     "fp8": "FP8 linear (per-token quant + scaled matmul, fused producers) vs the bf16 matmul",
     "int8": "INT8 W8A8 linear (per-token quant + int8 GEMM, fused producers) vs the bf16 matmul",
+    "lora": "LoRA decode adds (Triton BGMV) on a Llama-3.1-8B layer, 1 and 8 adapters, vs the layer's matmuls",
     "sampler": "greedy argmax and sampled steps (temperature, top-k, top-p) over a 128k vocabulary",
 }

@@ -9,7 +9,7 @@ import torch
 
 from lora_models import hf_greedy, hf_reference, make_adapter, make_base, random_prompts
 from pagoda import LLM, LoRARequest, SamplingParams
-from pagoda.lora.plan import build_plan, graph_plan
+from pagoda.lora.plan import build_plan, graph_buffer_size, graph_plan, write_graph_plan
 
 pytestmark = pytest.mark.gpu
 QKV_8B = [4096, 1024, 1024]
@@ -45,9 +45,9 @@ def test_triton_kernels_on_the_gpu(dtype, atol, rank):
     plan = build_plan(slots, counts, torch.device("cuda"), groups=False)
     got = add_lora_triton(yd.clone(), xd, ad, bd, slices_d, 4096, plan)
     assert torch.allclose(got.double().cpu(), expected, atol=atol, rtol=0.02), (got.double().cpu() - expected).abs().max()
-    static = torch.full((64,), -1, dtype=torch.int32, device="cuda")
-    static[:4] = torch.tensor(slots[:4], dtype=torch.int32)
-    decode = add_lora_triton(yd[:8].clone(), xd[:8], ad, bd, slices_d, 4096, graph_plan(static))
+    static = torch.full((graph_buffer_size(64, 4),), -1, dtype=torch.int32)
+    write_graph_plan(static.numpy(), slots[:4], 64, 4)
+    decode = add_lora_triton(yd[:8].clone(), xd[:8], ad, bd, slices_d, 4096, graph_plan(static.cuda(), 64, 4))
     decode_expected = _reference(x[:8], a, b, y[:8], slices, [*slots[:4], -1, -1, -1, -1])
     assert torch.allclose(decode.double().cpu(), decode_expected, atol=atol, rtol=0.02)
 
@@ -63,22 +63,32 @@ def test_cuda_graph_decode_steps_with_lora_rows(tmp_path):
     for eager in (False, True):
         llm = LLM(str(base), dtype="float32", enable_lora=True, max_loras=3, max_lora_rank=32, max_num_seqs=8,
                   skip_tokenizer_init=True, enforce_eager=eager)
-        graphs = llm.engine.core.runner.graphs
-        replays[eager] = 0
-        if graphs is not None:
-            replay = graphs.replay
-
-            def counted(size, replay=replay):
-                replays[eager] += 1
-                return replay(size)
-
-            graphs.replay = counted
+        replays[eager] = _count_replays(llm.engine.core.runner.step_graphs)
         outputs[eager] = llm.generate(prompts, params, use_tqdm=False, lora_request=per_prompt)
+        if not eager:  # base requests alone: the decode graphs captured without LoRA
+            base_only = llm.generate(prompts[:2], params, use_tqdm=False)
         llm.shutdown()
-    assert replays[False] > 0 and replays[True] == 0, replays
+    assert replays[True] == {} and replays[False]["AdapterGraphs"] > 0 and replays[False]["DecodeGraphs"] > 0, replays
+    for out, prompt in zip(base_only, prompts):
+        assert out.outputs[0].token_ids == hf_greedy(hf_reference(base, None), prompt, 16)[0]
     for graphed, eager, prompt, lora in zip(outputs[False], outputs[True], prompts, per_prompt):
         assert graphed.outputs[0].token_ids == eager.outputs[0].token_ids
         tokens, logprobs = hf_greedy(hf_reference(base, None if lora is None else lora.lora_path), prompt, 16)
         assert graphed.outputs[0].token_ids == tokens
         ours = torch.tensor([graphed.outputs[0].logprobs[i][t].logprob for i, t in enumerate(tokens)], dtype=torch.float64)
         assert torch.allclose(ours, logprobs, atol=2e-3), (ours - logprobs).abs().max()
+
+
+def _count_replays(graph_sets) -> dict[str, int]:
+    """Replays per graph set (by class name), counted as they happen."""
+    counts = {}
+    for graphs in graph_sets:
+        name, replay = type(graphs).__name__, graphs.replay
+        counts[name] = 0
+
+        def counted(size, replay=replay, name=name):
+            counts[name] += 1
+            return replay(size)
+
+        graphs.replay = counted
+    return counts

@@ -4,11 +4,14 @@ adapter, fused slices of different sizes (q/k/v), and the graph plan (every row 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from pagoda.lora.ops import add_lora_torch
-from pagoda.lora.plan import build_plan, graph_plan
+from pagoda.lora.plan import (DECODE_BLOCK, build_plan, decode_blocks, graph_buffer_size, graph_plan,
+                              max_decode_blocks, write_graph_plan)
 from pagoda.testing import interpreted_kernels
 
 LAYOUTS = {  # tokens per request (decodes first), and its slot (-1: no adapter)
@@ -95,18 +98,33 @@ def test_no_adapter_in_the_step_has_no_plan():
 
 
 @pytest.mark.parametrize("kernel", ["triton", "torch"])
-def test_graph_plan_reads_every_row_as_a_decode_row(request, kernel):
-    """A captured decode step: the plan has no row count; the rows of the input are all decode rows, each
-    slot read from the static buffer (padding rows -1)."""
+@pytest.mark.parametrize("row_slots", [[3, -1, 0, 0, 2, -1, -1, -1], [1, 0] * 20 + [-1] * 8])
+def test_graph_plan_reads_every_row_as_a_decode_row(request, kernel, row_slots):
+    """A captured decode step: the plan has no row count; the rows of the input are all decode rows, the
+    slots and decode blocks read from the static buffer, written for a smaller step than its largest."""
     if kernel == "triton":
         request.getfixturevalue("triton_kernels")
-    row_slots = [3, -1, 0, 0, 2, -1, -1, -1]  # 5 requests padded to a graph of 8
     x, a, b, y, host_slices = _case(16, SLICES["qkv"], torch.float32, len(row_slots))
-    static = torch.full((32,), -1, dtype=torch.int32)
-    static[: len(row_slots)] = torch.tensor(row_slots)
-    got = _run(kernel, y.clone(), x, a, b, host_slices, graph_plan(static))
+    max_rows, num_slots = 64, a.shape[0]
+    static = torch.full((graph_buffer_size(max_rows, num_slots),), 7, dtype=torch.int32)  # stale entries
+    write_graph_plan(static.numpy(), row_slots, max_rows, num_slots)
+    got = _run(kernel, y.clone(), x, a, b, host_slices, graph_plan(static, max_rows, num_slots))
     expected = _reference(x, a, b, y, host_slices, row_slots)
     assert torch.allclose(got.double(), expected, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_decode_blocks_hold_each_adapter_row_once_within_the_bound(seed):
+    rng = random.Random(seed)
+    num_slots = rng.choice([1, 3, 8])
+    slots = [rng.randrange(-1, num_slots) for _ in range(rng.randrange(1, 80))]
+    block_slots, block_rows = decode_blocks(slots)
+    assert len(block_slots) <= max_decode_blocks(len(slots), num_slots)
+    assert len(block_rows) == DECODE_BLOCK * len(block_slots)
+    rows = [row for row in block_rows if row >= 0]
+    assert sorted(rows) == [row for row, slot in enumerate(slots) if slot >= 0]
+    for i, slot in enumerate(block_slots):
+        assert all(slots[row] == slot for row in block_rows[i * DECODE_BLOCK : (i + 1) * DECODE_BLOCK] if row >= 0)
 
 
 def test_triton_bfloat16_within_rounding(triton_kernels):

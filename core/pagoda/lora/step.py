@@ -3,15 +3,15 @@
 Built on every tensor-parallel rank (:mod:`pagoda.executor.features`): it lays out the adapter slots of the
 model's linear layers (this rank's part), attaches a LoRA delta to each layer, and before each forward pass
 (``prepare_inputs``) puts the step's adapters into device slots and sets the step's plan: which rows run
-with which slot. A decode step replayed as a device graph reads each row's slot from a static buffer,
-written here before the replay (the graphs were captured with LoRA rows, all slots -1 then).
+with which slot. Decode steps have two sets of device graphs: the runner's, captured without LoRA (no plan),
+for steps where no request has an adapter, and this feature's, captured with the graph plan, whose static
+buffer is written here before each replay.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from pagoda.interfaces.platform import Platform
@@ -20,10 +20,11 @@ from pagoda.lora.layout import slot_layout
 from pagoda.lora.ops import select_kernel
 from pagoda.lora.peft_files import read_peft_adapter
 from pagoda.lora.placement import place_adapter
-from pagoda.lora.plan import NO_SLOT, build_plan, graph_plan
+from pagoda.lora.plan import NO_SLOT, build_plan, graph_buffer_size, graph_plan, write_graph_plan
 from pagoda.lora.slots import AdapterSlots
 from pagoda.lora_request import LoRARequest
 from pagoda.runner.features import StepFeature
+from pagoda.runner.graphs import DecodeGraphs
 
 if TYPE_CHECKING:
     from pagoda.config import EngineConfig
@@ -48,9 +49,19 @@ class LoRAStep(StepFeature):
         self.step = StepLoRA()
         attach(model, self.layout, arena, self.step, kernel)
         self.slots = AdapterSlots(arena, config.max_cpu_loras or config.max_loras, self.host_copy)
-        self.graph_slots = torch.full((max(config.max_num_seqs, 1),), NO_SLOT, dtype=torch.int32, device=self.device)
-        self._dirty_rows = 0  # leading entries of graph_slots that may hold a slot
-        self.step.plan = graph_plan(self.graph_slots)  # what decode graphs are captured with
+        self.graph_rows = max(config.max_num_seqs, 1)
+        size = graph_buffer_size(self.graph_rows, self.max_loras)
+        self.graph_buffer = torch.full((size,), NO_SLOT, dtype=torch.int32, device=self.device)
+
+    def capture_graphs(self, runner: "ModelRunner", max_model_len: int, max_num_seqs: int) -> None:
+        """Decode graphs with LoRA rows (the runner's were captured without: ``step.plan`` None)."""
+        graphs = runner.decode_graphs(AdapterGraphs, max_model_len, max_num_seqs)
+        self.step.plan = graph_plan(self.graph_buffer, self.graph_rows, self.max_loras)
+        try:
+            graphs.capture()
+        finally:
+            self.step.plan = None
+        self.step_graphs = graphs
 
     def host_copy(self, lora: LoRARequest) -> torch.Tensor:
         """Read the adapter's files and lay it out as one slot ([slot numel]); LoRAAdapterError if it cannot
@@ -67,17 +78,23 @@ class LoRAStep(StepFeature):
         used = {lora for lora in loras if lora is not None}
         slot_of = self.slots.activate(used) if used else {}
         slots = [NO_SLOT if lora is None else slot_of[lora] for lora in loras]
-        if inputs.graph_size is not None:
-            self._stage_graph_slots(slots, inputs.graph_size)
-        else:
+        if inputs.graph_size is None:
             self.step.plan = build_plan(slots, out.num_tokens, self.device, self.groups)
+        elif inputs.graphs is self.step_graphs:  # (else the runner's graphs: no adapter in the step)
+            host = self.platform.host_buffer(4 * self.graph_buffer.numel()).view(torch.int32)
+            write_graph_plan(host.numpy(), slots, self.graph_rows, self.max_loras)
+            self.graph_buffer.copy_(host, non_blocking=True)
 
-    def _stage_graph_slots(self, slots: list[int], size: int) -> None:
-        """Write the rows' slots (padding rows: -1) into the buffer the decode graphs read."""
-        dirty = max((i + 1 for i, slot in enumerate(slots) if slot != NO_SLOT), default=0)
-        if dirty == 0 and self._dirty_rows == 0:
-            return  # the buffer already says "no adapter" for every row
-        host = self.platform.host_buffer(4 * size).view(torch.int32)
-        host.numpy()[:] = np.asarray(slots + [NO_SLOT] * (size - len(slots)), dtype=np.int32)
-        self.graph_slots[:size].copy_(host, non_blocking=True)
-        self._dirty_rows = max(dirty, self._dirty_rows if self._dirty_rows > size else 0)
+
+class AdapterGraphs(DecodeGraphs):
+    """Decode graphs captured with LoRA rows: they take the decode steps where some request has an adapter."""
+
+    def size_for(self, out: "SchedulerOutput") -> int | None:
+        if all(req.lora_request is None for req in out.requests):
+            return None
+        return super().size_for(out)
+
+    def stage(self, out: "SchedulerOutput", block_tables: list[list[int]], size: int) -> "StepInputs":
+        inputs = super().stage(out, block_tables, size)
+        inputs.graphs = self
+        return inputs

@@ -8,10 +8,10 @@ projection; gate, up; or the one slice of o/down), with ``A``/``B`` of the row's
 1. **shrink** ``buf[s, row, :] = x[row] @ a[slot, s]^T`` (float32 ``[S, T, R]``);
 2. **expand** ``y[row, off_s : off_s + n_s] += buf[s, row] @ b[slot, off_s : off_s + n_s]^T``.
 
-Decode rows (one per request, each its own slot) run the BGMV kernels: programs over blocks of 16 rows (and
-slices, K splits or output blocks), each a tile product per adapter slot present in its block with the other
-rows masked to zero, so that rows sharing an adapter read its matrices once per block, not once per row; rows
-of slot ``-1`` are left as they are. Prefill segments (a request's
+Decode rows (one per request, each its own slot) run the BGMV kernels: programs over the plan's decode blocks
+(up to 16 rows of one slot, gathered; :mod:`pagoda.lora.plan`) and slices, K splits or output blocks, each one
+tile product, so that rows sharing an adapter read its matrices once per block, not once per row; rows of
+slot ``-1`` are in no block and left as they are. Prefill segments (a request's
 run of rows, one slot) run the SGMV kernels: programs over row blocks of a segment, tile products
 (``tl.dot``). Ranks below the slots' ``R`` are zero-padded in the slots, so every adapter computes at
 ``R`` with exact results.
@@ -28,22 +28,23 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.lora.plan import LoRAPlan
+from pagoda.lora.plan import DECODE_BLOCK, LoRAPlan
 from pagoda.triton_support import interpreting
 
 
 class Tiles(NamedTuple):
     block_m: int  # rows per SGMV program
     block_n: int  # output features per expand program
-    block_k: int  # input features per shrink loop step
-    decode_m: int  # decode rows per BGMV program
+    block_k: int  # input features per SGMV shrink loop step
     split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them)
+    decode_k: int  # input features per BGMV shrink loop step
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32, 16, 32)  # small tiles: the interpreter runs every lane on the CPU
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 16, 256)
+        return Tiles(16, 32, 32, 32, 32)  # small tiles: the interpreter runs every lane on the CPU
+    # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100)
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128)
 
 
 @triton.jit
@@ -124,60 +125,60 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
 
 
 @triton.jit
-def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, slot_ptr, num_rows, num_slots, K, R, k_per_split, stride_xm,
+def _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M: tl.constexpr):
+    """A decode block's slot (-1: unused) and rows (-1 entries: none; they read row 0, masked)."""
+    pid_m = tl.program_id(0)
+    rows = tl.load(block_row_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = rows >= 0
+    return tl.load(block_slot_ptr + pid_m), tl.where(row_ok, rows, 0).to(tl.int64), row_ok
+
+
+@triton.jit
+def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K, R, k_per_split, stride_xm,
                         stride_al, stride_as, stride_ar, stride_bp, stride_bs, stride_bm, DOT_PREC: tl.constexpr,
                         UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """buf[split, s, rows] = x[rows, split's K] @ a[slot(row), s, :, split's K]^T for a block of decode rows: one
-    product per slot present among the rows (the others' rows masked to zero), so rows sharing an adapter read
-    its matrix once. Partial sums over K splits, added by the expand."""
-    pid_m, s, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    row_ok = rows < num_rows
-    slots = tl.load(slot_ptr + rows, mask=row_ok, other=-1)
+    """buf[split, s, rows] = x[rows, split's K] @ a[slot, s, :, split's K]^T for one decode block (rows of
+    one slot). Partial sums over K splits, added by the expand."""
+    s, split = tl.program_id(1), tl.program_id(2)
+    slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
+    if slot < 0:
+        return
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
     k_start = split * k_per_split
-    k_end = tl.minimum(K, k_start + k_per_split)
-    acc = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for slot in range(num_slots):
-        match = slots == slot
-        if tl.sum(match.to(tl.int32)) > 0:  # this slot's rows
-            acc = _shrink_tile(acc, x_ptr, a_ptr, slot, s, rows, match, offs_r, r_ok, k_start, k_end, stride_xm,
-                               stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
+    acc = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
+                       r_ok, k_start, tl.minimum(K, k_start + k_per_split), stride_xm, stride_al, stride_as,
+                       stride_ar, DOT_PREC, UPCAST, BLOCK_K)
     tl.store(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit
-def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, num_slots, R, n_blocks, num_splits,
+def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, R, n_blocks, num_splits,
                         stride_bp, stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, DOT_PREC: tl.constexpr,
-                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
-    """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot(row), slice s block]^T for a block of decode
-    rows, one product per slot present among them; rows of slot -1 are not written."""
-    pid_m, pid = tl.program_id(0), tl.program_id(1)
+                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+                        SPLITS: tl.constexpr):
+    """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
+    (the K splits' partial sums read at once, ``SPLITS`` >= their number)."""
+    pid = tl.program_id(1)
     s, pid_n = pid // n_blocks, pid % n_blocks
+    slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
-    if pid_n * BLOCK_N >= n_size:
+    if slot < 0 or pid_n * BLOCK_N >= n_size:
         return
-    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    row_ok = rows < num_rows
-    slots = tl.load(slot_ptr + rows, mask=row_ok, other=-1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < n_size
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
-    t = tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32)
-    for split in range(num_splits):  # the shrink's K splits
-        t += tl.load(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
-                     mask=row_ok[:, None] & r_ok[None, :], other=0.0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for slot in range(num_slots):
-        match = slots == slot
-        if tl.sum(match.to(tl.int32)) > 0:
-            acc += _expand_tile(tl.where(match[:, None], t, 0.0), b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok,
-                                stride_bl, stride_bn, DOT_PREC, UPCAST)
+    offs_p = tl.arange(0, SPLITS)
+    parts = tl.load(buf_ptr + offs_p[:, None, None] * stride_bp + s * stride_bs + rows[None, :, None] * stride_bm
+                    + offs_r[None, None, :],
+                    mask=(offs_p < num_splits)[:, None, None] & row_ok[None, :, None] & r_ok[None, None, :],
+                    other=0.0)  # [P, BM, BR]
+    acc = _expand_tile(tl.sum(parts, axis=0), b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn,
+                       DOT_PREC, UPCAST)
     y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
-    mask = (row_ok & (slots >= 0))[:, None] & n_ok[None, :]
+    mask = row_ok[:, None] & n_ok[None, :]
     y = tl.load(y_ptrs, mask=mask, other=0.0)
     tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -185,41 +186,42 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, slot_ptr, slice_ptr, num_rows, nu
 MAX_SPLITS = 16
 
 
-def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-          slots: torch.Tensor, decodes: int, n_blocks: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
-    """The decode rows' shrink (split over K into partial sums) and expand (summing them)."""
-    k, num_slots, num_slices, rank = x.shape[1], a.shape[0], a.shape[1], a.shape[2]
+def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor, plan: LoRAPlan,
+          decodes: int, blocks: int, n_blocks: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
+    """The decode blocks' shrink (split over K into partial sums) and expand (summing them)."""
+    k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
-    k_per_split = triton.cdiv(triton.cdiv(k, splits), t.block_k) * t.block_k
+    k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
     splits = triton.cdiv(k, k_per_split)
-    m_blocks = triton.cdiv(decodes, t.decode_m)
     buf = torch.empty(splits, num_slices, decodes, rank, dtype=torch.float32, device=x.device)  # [P, S, D, R]
-    _bgmv_shrink_kernel[(m_blocks, num_slices, splits)](
-        x, a, buf, slots, decodes, num_slots, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1),
+    _bgmv_shrink_kernel[(blocks, num_slices, splits)](
+        x, a, buf, plan.block_slots, plan.block_rows, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1),
         a.stride(2), buf.stride(0), buf.stride(1), buf.stride(2), DOT_PREC=prec, UPCAST=upcast,
-        BLOCK_M=t.decode_m, BLOCK_R=block_r, BLOCK_K=t.block_k)
-    _bgmv_expand_kernel[(m_blocks, num_slices * n_blocks)](
-        buf, b, y, slots, slices, decodes, num_slots, rank, n_blocks, splits, buf.stride(0), buf.stride(1),
-        buf.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.decode_m,
-        BLOCK_N=t.block_n, BLOCK_R=block_r)
+        BLOCK_M=DECODE_BLOCK, BLOCK_R=block_r, BLOCK_K=t.decode_k)
+    _bgmv_expand_kernel[(blocks, num_slices * n_blocks)](
+        buf, b, y, plan.block_slots, plan.block_rows, slices, rank, n_blocks, splits, buf.stride(0), buf.stride(1),
+        buf.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=DECODE_BLOCK,
+        BLOCK_N=t.block_n, BLOCK_R=block_r, SPLITS=triton.next_power_of_2(splits))
 
 
 def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-                    max_slice: int, plan: LoRAPlan) -> torch.Tensor:
+                    max_slice: int, plan: LoRAPlan, t: Tiles | None = None) -> torch.Tensor:
     """``y`` [T, N] += the LoRA products of ``x`` [T, K] for the plan's rows (in place; returns ``y``).
 
     ``a`` [slots, S, R, K], ``b`` [slots, N, R] (last dims contiguous), ``slices`` [S, 2] int32 (offset,
-    size) of each slice in ``y``'s columns, ``max_slice`` the largest size."""
+    size) of each slice in ``y``'s columns, ``max_slice`` the largest size; ``t`` the tiles (default:
+    :func:`tiles`; the kernel benchmark sweeps others)."""
     num_rows, num_slices, rank = x.shape[0], a.shape[1], a.shape[2]
-    t = tiles(plan.max_segment_len)
+    t = t or tiles(plan.max_segment_len)
     block_r = max(16, triton.next_power_of_2(rank))
     upcast = x.dtype == torch.bfloat16 and interpreting()  # Triton 3.9's interpreter: wrong bf16 dots
     prec = "ieee" if x.dtype == torch.float32 or upcast else "tf32"  # exact float32 products; else no effect
     n_blocks = triton.cdiv(max_slice, t.block_n)
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
-    if decodes:
-        _bgmv(y, x, a, b, slices, plan.decode_slots, decodes, n_blocks, t, block_r, prec, upcast)
+    blocks = plan.num_decode_blocks(decodes, a.shape[0]) if decodes else 0
+    if blocks:
+        _bgmv(y, x, a, b, slices, plan, decodes, blocks, n_blocks, t, block_r, prec, upcast)
     if plan.num_segments:
         buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)

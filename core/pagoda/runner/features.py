@@ -4,7 +4,8 @@ A step feature (guided decoding, pooling, speculative verification, LoRA adapter
 vision-language models, KV connectors) adds to what :meth:`ModelRunner.launch` does, at fixed points of a step:
 
 1. ``capture_graphs``: once, after the runner's decode graphs: device graphs of the steps the feature
-   adds (its ``step_graphs`` are then tried for each step's inputs, before the plain packing);
+   adds (its ``step_graphs`` are then tried for each step's inputs, before the runner's decode graphs and
+   the plain packing);
 2. ``begin_step``: a step arrived, before anything of it is queued on the device (KV connectors start
    their loads here); a step may hold no request at all, only ``out.kv_transfers``, and ends there;
 3. ``prepare_inputs``: the step's device inputs are packed; the feature may change them (and set

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from pagoda.interfaces.scheduler import SchedulerOutput
 if TYPE_CHECKING:
     from pagoda.runner.features import MaskJob
 
+G = TypeVar("G")  # a set of decode graphs (runner.graphs.DecodeGraphs or a subclass)
 HostCopies = Callable[[], list[torch.Tensor]]  # waits for a step's tensors on the host and returns them
 
 
@@ -83,12 +84,17 @@ class ModelRunner:
         support it: :func:`pagoda.runner.graphs.use_graphs`)."""
         from pagoda.runner.graphs import DecodeGraphs
 
-        self.graphs = DecodeGraphs(self.model, self.attention, self.platform, self.kv_caches, self.block_size,
-                                   max_model_len, max_num_seqs, self.link if not self.pp.is_first else None)
+        self.graphs = self.decode_graphs(DecodeGraphs, max_model_len, max_num_seqs)
         self.graphs.capture()
         for feature in self.features:
             feature.capture_graphs(self, max_model_len, max_num_seqs)
-        self.step_graphs = [self.graphs] + [f.step_graphs for f in self.features if f.step_graphs is not None]
+        # a feature's graphs first: they take the steps they were made for, the decode graphs the rest
+        self.step_graphs = [f.step_graphs for f in self.features if f.step_graphs is not None] + [self.graphs]
+
+    def decode_graphs(self, cls: type[G], max_model_len: int, max_num_seqs: int) -> G:
+        """An uncaptured set of decode graphs (``DecodeGraphs`` or a subclass) of this runner's model."""
+        return cls(self.model, self.attention, self.platform, self.kv_caches, self.block_size, max_model_len,
+                   max_num_seqs, self.link if not self.pp.is_first else None)
 
     def feature(self, cls: type[StepFeature]) -> StepFeature | None:
         """This runner's feature of class ``cls``, if it has one."""
