@@ -1,6 +1,11 @@
 """A bounded soak of `pagoda serve` on the CPU: 2,000 streamed requests at a steady rate, one in ten
 dropped by its client mid-stream. Every completed request returns exactly the offline greedy text,
-nothing is lost, and the server's memory stays flat (RSS growth under 5% after a warm-up)."""
+nothing is lost, and the server's memory stays flat (RSS growth under 5% after a warm-up of 200 requests at
+once and 600 at the steady rate).
+
+Without the steady warm-up the check failed at +5.5-6.4% on a loaded machine (three busy processes beside the
+test), with or without the CPU platform's allocator settings: the growth came in steps over the first 1,500
+requests and then stopped, the oneDNN primitives of step sizes the load had not yet met, not a leak."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import pytest
 from pagoda import LLM, SamplingParams
 
 pytestmark = pytest.mark.slow
-NUM_REQUESTS, RATE, WARMUP = 2000, 60.0, 200
+NUM_REQUESTS, RATE, WARMUP, STEADY_WARMUP = 2000, 60.0, 200, 600
 MAX_TOKENS = 6
 KV_BLOCKS = 128  # the warm-up's 200 requests take about 400 blocks: every block is written before the check
 
@@ -80,12 +85,14 @@ async def _one(session: aiohttp.ClientSession, url: str, prompt: str, drop: bool
     return "".join(parts)
 
 
-async def _load(url: str, prompts: list[str], drops: list[bool]) -> list[str | None]:
+async def _load(url: str, prompts: list[str], drops: list[bool], rate: float | None = RATE) -> list[str | None]:
+    """Send the requests at ``rate`` a second (None: all at once)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         tasks = []
         for prompt, drop in zip(prompts, drops):
             tasks.append(asyncio.create_task(_one(session, url, prompt, drop)))
-            await asyncio.sleep(1 / RATE)
+            if rate is not None:
+                await asyncio.sleep(1 / rate)
         return await asyncio.gather(*tasks)
 
 
@@ -100,7 +107,11 @@ def test_soak_exact_outputs_no_losses_flat_memory(tiny_chat_model):
     proc, url = _serve(tiny_chat_model)
     try:
         pids = [proc.pid, *_children(proc.pid)]
-        asyncio.run(_load(url, prompts[:WARMUP], drops[:WARMUP]))
+        # Warm-up, at once and then at the steady rate: a CPU server keeps a oneDNN primitive (and its work
+        # memory) for each bucket of step sizes it meets (platforms/cpu_ops.row_bucket, at most 65), and how a
+        # loaded machine batches the steady load decides which it meets; these meet most of them before the check
+        asyncio.run(_load(url, prompts[:WARMUP], drops[:WARMUP], rate=None))
+        asyncio.run(_load(url, prompts[-STEADY_WARMUP:], drops[-STEADY_WARMUP:]))
         before = sum(_rss_kib(p) for p in pids)
         start = time.monotonic()
         got = asyncio.run(_load(url, prompts, drops))
