@@ -84,9 +84,7 @@ def import_triton_kernels(*modules: str) -> bool:
     decorated at import, so the interpreter must be on then), restoring the variable afterwards so
     that other tests of the session (which start subprocesses) do not inherit it. Returns whether
     the interpreter is in use: the caller sets the variable again around each kernel test."""
-    import torch
-
-    interpret = not torch.cuda.is_available()
+    interpret = gpu_kind() is None
     previous = os.environ.get("TRITON_INTERPRET")
     if interpret:
         os.environ["TRITON_INTERPRET"] = "1"
@@ -124,9 +122,8 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     import pytest
-    import torch
 
-    if torch.cuda.is_available():
+    if gpu_kind() is not None:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
