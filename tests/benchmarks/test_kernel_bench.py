@@ -108,6 +108,23 @@ def test_moe_small_under_the_triton_interpreter(tmp_path) -> None:
         assert 1 <= row["experts_hit"] <= 8
 
 
+def test_lora_small_under_the_triton_interpreter(tmp_path) -> None:
+    """The LoRA family: a row per adapter count, the adds checked against the torch reference, a tile variant
+    timed beside the default."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "lora.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_bench", "lora", "--small", "--batches", "20",
+                           "--tiles", "64:32", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _result(out, "lora")["rows"]
+    assert [(r["case"]["rows"], r["case"]["adapters"]) for r in rows] == [(20, 1), (20, 8)]
+    for row in rows:
+        assert row["peer"] == "base" and set(row["us"]) == {"base", "lora", "lora_s64_k32", "base+lora"}
+        assert row["max_rel_err"] < 1e-4  # float32 on a CPU
+
+
 def test_attention_small_over_an_fp8_cache(tmp_path) -> None:
     """--kv-cache-dtype fp8: the backends time over an e4m3 cache, whose KV bytes (the decode floor) halve."""
     assert main(["attention", "--small", "--backends", "torch", "--parts", "decode", "--kv-cache-dtype", "fp8",
