@@ -156,8 +156,6 @@ class EngineConfig:
                  self.max_lora_rank, "an integer in [1, 512]")
         _require(self.max_cpu_loras is None or (isinstance(self.max_cpu_loras, int) and self.max_cpu_loras >= self.max_loras),
                  "max_cpu_loras", self.max_cpu_loras, f"None or an integer >= max_loras ({self.max_loras})")
-        if self.enable_lora and self.speculative_config is not None:
-            raise ValueError("enable_lora does not combine with speculative_config yet; drop one of them")
         if self.enable_lora and self.runner == "pooling":
             raise ValueError("enable_lora serves generative models; pooling (runner 'pooling') takes no adapters")
 

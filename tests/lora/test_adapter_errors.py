@@ -138,8 +138,7 @@ def test_bad_lora_request(args, message):
 
 @pytest.mark.parametrize("settings, message", [
     (dict(max_loras=0), "max_loras"), (dict(max_lora_rank=0), "max_lora_rank"),
-    (dict(max_loras=4, max_cpu_loras=2), "max_cpu_loras"),
-    (dict(speculative_config={"method": "ngram", "num_speculative_tokens": 2}), "speculative_config")])
+    (dict(max_loras=4, max_cpu_loras=2), "max_cpu_loras")])
 def test_bad_settings(settings, message):
     from pagoda.config import EngineConfig
 

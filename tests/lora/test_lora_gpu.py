@@ -92,3 +92,24 @@ def _count_replays(graph_sets) -> dict[str, int]:
 
         graphs.replay = counted
     return counts
+
+
+def test_speculative_decoding_with_adapters_under_cuda_graphs(tmp_path):
+    """n-gram speculation with LoRA on CUDA: verify steps of requests with adapters run eagerly, those of base
+    requests alone replay the verify graphs (captured without LoRA rows); every request's greedy tokens equal
+    HF + peft's."""
+    base = make_base(tmp_path / "base", "llama")
+    adapter = make_adapter(base, tmp_path / "a", seed=41, r=8)
+    lora = LoRARequest("a", 1, str(adapter))
+    prompts = [p * 3 for p in random_prompts(4, range(4, 9), seed=12)]  # repeated text: n-gram drafts
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "backoff": false}'
+    llm = LLM(str(base), dtype="float32", enable_lora=True, max_lora_rank=8, max_num_seqs=8, skip_tokenizer_init=True,
+              speculative_config=spec)
+    replays = _count_replays(llm.engine.core.runner.step_graphs)
+    params = SamplingParams(temperature=0, max_tokens=16)
+    mixed = llm.generate(prompts, params, use_tqdm=False, lora_request=[lora, None, lora, None])
+    base_only = llm.generate(prompts, params, use_tqdm=False)
+    llm.shutdown()
+    assert replays["VerifyGraphs"] > 0, replays
+    for out, prompt, which in zip(mixed + base_only, prompts * 2, [adapter, None, adapter, None] + [None] * 4):
+        assert out.outputs[0].token_ids == hf_greedy(hf_reference(base, which), prompt, 16)[0]

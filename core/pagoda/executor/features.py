@@ -56,7 +56,7 @@ def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dty
         features.append(MultimodalStep(model, encoder_cache_rows(config)))
     speculative = parse_speculative_config(config.speculative_config)
     if speculative is not None:
-        features.append(SpecDecodeStep(speculative))
+        features.append(SpecDecodeStep(speculative, lora=config.enable_lora))
     if config.calculate_kv_scales:  # an FP8 KV cache's scales from the first real step
         features.append(KVScaleCalibration(model))
     kv_transfers = kv_transfer_step(config, model, platform)  # None without a KV connector

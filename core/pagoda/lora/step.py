@@ -80,7 +80,7 @@ class LoRAStep(StepFeature):
         slots = [NO_SLOT if lora is None else slot_of[lora] for lora in loras]
         if inputs.graph_size is None:
             self.step.plan = build_plan(slots, out.num_tokens, self.device, self.groups)
-        elif inputs.graphs is self.step_graphs:  # (else the runner's graphs: no adapter in the step)
+        elif inputs.graphs is self.step_graphs:  # (else graphs without LoRA rows: no adapter in the step)
             host = self.platform.host_buffer(4 * self.graph_buffer.numel()).view(torch.int32)
             write_graph_plan(host.numpy(), slots, self.graph_rows, self.max_loras)
             self.graph_buffer.copy_(host, non_blocking=True)

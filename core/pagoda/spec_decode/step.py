@@ -27,8 +27,9 @@ HiddenReader = Callable[["SchedulerOutput", torch.Tensor, list[int]], None]
 class SpecDecodeStep(StepFeature):
     """Every rank's runner has one when ``--speculative-config`` is set."""
 
-    def __init__(self, config: SpeculativeConfig) -> None:
+    def __init__(self, config: SpeculativeConfig, lora: bool = False) -> None:
         self.config = config
+        self.lora = lora  # LoRA adapters enabled: verify graphs only for steps without them (VerifyGraphs)
         self.hidden_reader: HiddenReader | None = None  # set by a proposer that reads the target's hidden states
 
     def capture_graphs(self, runner: "ModelRunner", max_model_len: int, max_num_seqs: int) -> None:
@@ -37,7 +38,7 @@ class SpecDecodeStep(StepFeature):
         step to the same captured size)."""
         self.step_graphs = VerifyGraphs(runner.model, runner.attention, runner.platform, runner.kv_caches,
                                         runner.block_size, self.config.num_speculative_tokens + 1, max_model_len,
-                                        max_num_seqs)
+                                        max_num_seqs, base_model_only=self.lora)
         self.step_graphs.capture()
 
     def prepare_inputs(self, runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs") -> None:

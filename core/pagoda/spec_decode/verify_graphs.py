@@ -43,8 +43,11 @@ def verify_shapes(size: int, q: int, width: int) -> Shapes:
 
 class VerifyGraphs:
     def __init__(self, model: CausalLM, attention: AttentionBackend, platform: Platform, kv_caches: list[torch.Tensor],
-                 block_size: int, query_len: int, max_model_len: int, max_num_seqs: int) -> None:
+                 block_size: int, query_len: int, max_model_len: int, max_num_seqs: int,
+                 base_model_only: bool = False) -> None:
         self.model, self.attention, self.platform, self.kv_caches = model, attention, platform, kv_caches
+        # LoRA enabled: the graphs hold no LoRA rows, so steps where a request has an adapter verify eagerly
+        self.base_model_only = base_model_only
         self.block_size, self.q, self.max_model_len = block_size, query_len, max_model_len
         self.sizes = [s for s in CAPTURE_SIZES if s <= min(max_num_seqs, MAX_VERIFY_BATCH)] or [1]
         self.width = -(-max_model_len // block_size)
@@ -80,6 +83,8 @@ class VerifyGraphs:
         (at most ``q`` tokens, within the context) and some request has drafts; else None."""
         b = len(out.requests)
         if b > self.sizes[-1] or not any(req.num_draft_tokens for req in out.requests):
+            return None
+        if self.base_model_only and any(req.lora_request is not None for req in out.requests):
             return None
         for req, n in zip(out.requests, out.num_tokens):
             if n != 1 + req.num_draft_tokens or req.num_computed_tokens + n != req.num_tokens:
