@@ -69,6 +69,21 @@ def test_completions_select_the_adapter_by_model(client, folders, model):
     assert streamed.split() == expected
 
 
+def test_beam_search_with_an_adapter(client, folders):
+    """``use_beam_search`` with an adapter's name: the best beam is the peft model's (HF's beam search)."""
+    import torch
+
+    prompt = random_prompts(1, range(6, 7), seed=23)[0]
+    base, adapters = folders
+    reference = hf_reference(base, adapters["sql"])
+    with torch.no_grad():
+        best = reference.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)), num_beams=3,
+                                  do_sample=False, max_new_tokens=MAX_TOKENS, pad_token_id=0)[0, len(prompt):]
+    whole = client.completions.create(model="sql", prompt=prompt, max_tokens=MAX_TOKENS, n=3,
+                                      extra_body={"use_beam_search": True, "ignore_eos": True})
+    assert whole.choices[0].text.split() == _words(best.tolist())
+
+
 def test_chat_streams_with_an_adapter(client, folders):
     messages = [{"role": "user", "content": "t5 t6 t7 t8"}]
     whole = client.chat.completions.create(model="chat", messages=messages, max_tokens=MAX_TOKENS, temperature=0)

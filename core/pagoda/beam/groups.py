@@ -90,7 +90,8 @@ class BeamGroups:
         params = SamplingParams(temperature=0.0, max_tokens=None, ignore_eos=True)
         params.logprobs = max(search.num_candidates, top)  # past SamplingParams' bound of 20: set after validation
         root = Request(self._beam_id(add.request_id), list(add.prompt_token_ids), params,
-                       arrival_time=add.arrival_time, priority=add.priority, eos_token_id=eos_token_id)
+                       arrival_time=add.arrival_time, priority=add.priority, eos_token_id=eos_token_id,
+                       lora_request=add.lora_request)
         group = BeamGroup(add.request_id, sequence_ids(add.request_id, beam.beam_width), search, [root])
         self.groups[add.request_id] = group
         for name in (root.request_id, *group.output_ids):
@@ -129,7 +130,8 @@ class BeamGroups:
                     self.scheduler.finish(req.request_id, RequestStatus.FINISHED_ABORTED)
                     group.beams[i] = Request(req.request_id, req.prompt_token_ids, req.sampling_params,
                                              arrival_time=req.arrival_time, priority=req.priority,
-                                             eos_token_id=req.eos_token_id, token_ids=list(req.token_ids))
+                                             eos_token_id=req.eos_token_id, token_ids=list(req.token_ids),
+                                             lora_request=req.lora_request)
                     self.scheduler.add_request(group.beams[i])
                     moved = True
         return moved
@@ -162,7 +164,7 @@ class BeamGroups:
     def _fork(self, group: BeamGroup, parent: Request, token: int) -> Request:
         child = Request(self._beam_id(group.request_id), parent.prompt_token_ids, parent.sampling_params,
                         arrival_time=parent.arrival_time, priority=parent.priority, eos_token_id=parent.eos_token_id,
-                        token_ids=[*parent.token_ids, token])
+                        token_ids=[*parent.token_ids, token], lora_request=parent.lora_request)
         self._group_of[child.request_id] = group
         if parent.status is RequestStatus.RUNNING:
             self.scheduler.fork(parent, child)

@@ -134,8 +134,6 @@ class EngineCore:
             return
         if self.adapters is None:
             refuse_without_lora(add.lora_request)
-        if add.beam is not None:
-            raise RequestError("beam search does not run with a LoRA adapter yet; drop the adapter or the beam search")
         self.adapters.check(add.lora_request)
 
     def abort(self, request_ids: list[str]) -> None:

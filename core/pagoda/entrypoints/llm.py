@@ -85,21 +85,23 @@ class LLM(PoolingAPI):
                 for (ids, text, images), p, prio, lora in zip(encoded, params, priorities, loras)]
         return self._run(adds, use_tqdm)
 
-    def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams,
-                    use_tqdm: bool = False) -> list[RequestOutput]:
+    def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams, use_tqdm: bool = False,
+                    lora_request: LoRARequest | Sequence[LoRARequest | None] | None = None) -> list[RequestOutput]:
         """Beam search for each prompt (HF transformers' rules; docs/beam_search.md).
 
         Returns one RequestOutput per prompt whose ``outputs`` are its ``beam_width`` best sequences,
         best first by the length-penalised score; each has ``cumulative_logprob`` and per-token
-        ``logprobs``. Beams share their prompt's and each other's KV blocks.
+        ``logprobs``. Beams share their prompt's and each other's KV blocks. ``lora_request`` as in
+        :meth:`generate`: every beam of a prompt runs with its adapter.
         """
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"beam_search takes BeamSearchParams, got {type(params).__name__}")
         encoded = [self._encode(p) for p in _as_list(prompts)]
         for ids, _ in encoded:
             self.engine.validate_prompt(ids)
+        loras = _per_prompt(lora_request, len(encoded), "lora_request")
         adds = [partial(self.engine.add_request, prompt_token_ids=ids, params=params.output_params(logprobs=0),
-                        prompt=text, beam=params) for ids, text in encoded]
+                        prompt=text, beam=params, lora_request=lora) for (ids, text), lora in zip(encoded, loras)]
         return self._run(adds, use_tqdm)
 
     def chat(
