@@ -105,6 +105,17 @@ class VisionLanguageModel(CausalLM, MultimodalModel):
                 vision.load_named(name, tensor)
         return {DECODER + n for n in decoder.filled()} | vision.filled()
 
+    def lora_targets(self) -> dict[str, tuple[str, str | None]]:
+        """The decoder's LoRA targets (adapters attach to the language model, not the vision tower or the
+        projector), under Pagoda's module names and under each checkpoint layout's (``prefixes`` inverted), as
+        PEFT saves them from either transformers layout."""
+        targets = {}
+        for name, (path, shard) in self.language_model.lora_targets().items():
+            ours = DECODER + name
+            for saved in (ours, *(old + ours[len(new):] for old, new in self.prefixes if ours.startswith(new))):
+                targets[saved] = (DECODER + path, shard)
+        return targets
+
     def checkpoint_names(self, param_name: str) -> list[str]:
         """Checkpoint tensor names (Pagoda's layout) that fill ``param_name`` (for error messages)."""
         if param_name.startswith(DECODER):
