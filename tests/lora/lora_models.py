@@ -61,14 +61,19 @@ def make_adapter(base: Path, path: Path, seed: int, r: int = 8, alpha: float = 1
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     lora = LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets), use_rslora=use_rslora,
                       init_lora_weights=False, **config)
-    peft_model = get_peft_model(model, lora)
+    peft_model = randomise_lora(get_peft_model(model, lora), seed)
+    peft_model.save_pretrained(path)
+    return path
+
+
+def randomise_lora(peft_model, seed: int):
+    """Fill a peft model's LoRA A and B with seeded random values (peft's own init makes B zero); returns it."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * (0.3 if "lora_A" in name else 0.2))
-    peft_model.save_pretrained(path)
-    return path
+    return peft_model
 
 
 def hf_reference(base: Path, adapter: Path | None):

@@ -4,12 +4,17 @@ same batch, for every VLM family; an adapter on the vision tower is refused, nam
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from pagoda import LLM, LoRARequest, SamplingParams
-from pagoda.errors import RequestError
-from tiny_vlm import PLACEHOLDERS, hf_greedy, random_images, save_tiny_vlm
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lora"))
+from lora_models import randomise_lora  # noqa: E402
+from pagoda import LLM, LoRARequest, SamplingParams  # noqa: E402
+from pagoda.errors import RequestError  # noqa: E402
+from tiny_vlm import PLACEHOLDERS, hf_greedy, random_images, save_tiny_vlm  # noqa: E402
 
 MAX_TOKENS = 8
 DECODER_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -19,12 +24,8 @@ def _adapter(hf, folder, targets, seed: int = 3):
     """A peft adapter of ``hf`` (random A and B) saved to ``folder``; returns the peft model."""
     from peft import LoraConfig, get_peft_model
 
-    peft_model = get_peft_model(hf, LoraConfig(r=8, lora_alpha=16, target_modules=targets, init_lora_weights=False))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if "lora_A" in name else 0.2))
+    peft_model = randomise_lora(
+        get_peft_model(hf, LoraConfig(r=8, lora_alpha=16, target_modules=targets, init_lora_weights=False)), seed)
     peft_model.save_pretrained(folder)
     return peft_model.eval()
 
