@@ -62,8 +62,19 @@ def _expected(sent: list[Sent]) -> dict[str, float]:
 
 
 def _counted(url: str) -> dict[str, float]:
+    """One scrape's totals of the ``_expected`` series, and its e2e counts by engine core ("engine 0", "engine 1")."""
     samples = scrape(url)
-    return {name: total(samples, name) for name in _expected([])}
+    counted = {name: total(samples, name) for name in _expected([])}
+    for d in (0, 1):
+        counted[f"engine {d}"] = total(samples, "pagoda:e2e_request_latency_seconds_count", engine=str(d))
+    return counted
+
+
+def _complete(counted: dict[str, float], expected: dict[str, float]) -> bool:
+    """Every request counted once, and both engine cores ran some."""
+    by_engine = [counted.pop(f"engine {d}") for d in (0, 1)]
+    return counted == expected and sum(by_engine) == expected["pagoda:e2e_request_latency_seconds_count"] \
+        and min(by_engine) > 0
 
 
 def test_two_api_servers_and_two_cores_count_trace_and_log_each_request_once(tiny_chat_model, tmp_path):
@@ -77,11 +88,10 @@ def test_two_api_servers_and_two_cores_count_trace_and_log_each_request_once(tin
             assert _served_by(log, len(sent)) == {"api0", "api1"}
             expected = _expected(sent)
             # each process reports its counts every second: within a few, every process's scrape shows all (eight
-            # scrapes on new connections in a row agree, so both processes answered some of them)
-            wait_until(lambda: all(_counted(url) == expected for _ in range(8)), timeout=20,
+            # scrapes on new connections in a row agree, so both processes answered some of them); every check is
+            # of one scrape, as one process answering before it has the other's latest report may show fewer
+            wait_until(lambda: all(_complete(_counted(url), expected) for _ in range(8)), timeout=20,
                        message=f"{_counted(url)} != {expected}")
-            by_engine = [total(scrape(url), "pagoda:e2e_request_latency_seconds_count", engine=str(d)) for d in (0, 1)]
-            assert sum(by_engine) == len(sent) and min(by_engine) > 0, by_engine
             spans = receiver.wait_for(len(sent))
         finally:
             stop(proc, log)
