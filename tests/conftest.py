@@ -8,19 +8,23 @@ import torch
 # (with 2 threads on a busy 2-core machine a 8x64x128 matmul took 20 ms instead of 10 us).
 torch.set_num_threads(1)
 
-# The cpu attention plugin compiles its kernel on first use (about 20 s, then cached): build it here, once, so
+# The CPU plugins compile their kernels on first use (about 20 s each, then cached): build them here, once, so
 # that no engine a test starts (some in a subprocess, against a deadline) pays for it.
-try:
-    from pagoda_attention_cpu.build import load_kernel
-except ImportError:  # the plugin is not installed: nothing to build
-    pass
-else:
+def _build_cpu_kernels() -> None:
+    import importlib
+
     from pagoda.platforms.csrc import ExtensionUnavailable
 
-    try:
-        load_kernel()
-    except ExtensionUnavailable:  # `auto` keeps the torch backend; the plugin's own tests fail with the reason
-        pass
+    for module, loader in (("pagoda_attention_cpu.build", "load_kernel"), ("pagoda_platform_cpu.build", "load_kernels")):
+        try:
+            getattr(importlib.import_module(module), loader)()
+        except ImportError:  # the plugin is not installed: nothing to build
+            pass
+        except ExtensionUnavailable:  # `auto` passes it over; the plugin's own tests fail with the reason
+            pass
+
+
+_build_cpu_kernels()
 
 # Triton binds its standard library (tl.zeros, tl.max, ...) to the interpreter only when triton is
 # first imported under TRITON_INTERPRET=1. Without a GPU, import it that way before any test

@@ -181,7 +181,7 @@ def test_first_party_plugins_install_and_are_discovered(first_party: Env) -> Non
         assert info["module"] == f"pagoda_{folder}.plugin"
         registers = {"attention_triton": {"attention": ["triton"]}, "attention_flash": {"attention": ["flash"]},
                      "attention_cpu": {"attention": ["cpu"]},
-                     "platform_cuda": {"platform": ["cuda"]},
+                     "platform_cpu": {"platform": ["cpu-native"]}, "platform_cuda": {"platform": ["cuda"]},
                      "platform_rocm": {"platform": ["rocm"]},
                      "quant_awq": {"quantization": ["awq"]}, "quant_fp8": {"quantization": ["fp8", "int8"]},
                      "quant_gptq": {"quantization": ["gptq", "wna16"]}}.get(folder, {})

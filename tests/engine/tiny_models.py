@@ -121,3 +121,17 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int],
         return_dict_in_generate=True, pad_token_id=0,
     )
     return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits, dim=0)
+
+
+def assert_greedy_matches_hf(llm, hf_model, prompts: list[list[int]], max_tokens: list[int], atol: float = 1e-4) -> None:
+    """``llm``'s greedy tokens equal HF's for each prompt, and the logprob of each within ``atol`` of HF's."""
+    from pagoda import SamplingParams
+
+    params = [SamplingParams(temperature=0, max_tokens=m, logprobs=0) for m in max_tokens]
+    for prompt, m, out in zip(prompts, max_tokens, llm.generate(prompts, params, use_tqdm=False)):
+        completion = out.outputs[0]
+        hf_tokens, hf_logits = hf_greedy(hf_model, prompt, m)
+        assert completion.token_ids == hf_tokens
+        expected = torch.log_softmax(hf_logits.double(), dim=-1)[torch.arange(m), torch.tensor(hf_tokens)]
+        ours = torch.tensor([completion.logprobs[i][t].logprob for i, t in enumerate(hf_tokens)], dtype=torch.float64)
+        assert torch.allclose(ours, expected, atol=atol), (ours - expected).abs().max()

@@ -49,6 +49,7 @@ KINDS: dict[str, Kind] = {
 
 # (kind, name) -> folder under plugins/ of the first-party distribution that provides it.
 FIRST_PARTY: dict[tuple[str, str], str] = {
+    ("platform", "cpu-native"): "platform_cpu",
     ("platform", "cuda"): "platform_cuda",
     ("platform", "rocm"): "platform_rocm",
     ("attention", "triton"): "attention_triton",

@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "engine"))
-from tiny_models import hf_greedy, make_tiny_model, random_prompts  # noqa: E402
+from tiny_models import assert_greedy_matches_hf, make_tiny_model, random_prompts  # noqa: E402
 
 from pagoda import LLM, SamplingParams  # noqa: E402
 from pagoda.interfaces.platform import Platform  # noqa: E402
@@ -26,14 +25,7 @@ def test_greedy_tokens_and_logprobs_match_hf(tmp_path: Path, family: str) -> Non
     max_tokens = [24 + 3 * i for i in range(len(prompts))]
     llm = LLM(model=str(tmp_path), dtype="float32", attention_backend="cpu", block_size=8, max_num_batched_tokens=40)
     assert isinstance(llm.engine.core.runner.attention, CpuAttentionBackend)
-    params = [SamplingParams(temperature=0, max_tokens=m, logprobs=0) for m in max_tokens]
-    for prompt, m, out in zip(prompts, max_tokens, llm.generate(prompts, params, use_tqdm=False)):
-        completion = out.outputs[0]
-        hf_tokens, hf_logits = hf_greedy(hf_model, prompt, m)
-        assert completion.token_ids == hf_tokens
-        expected = torch.log_softmax(hf_logits.double(), dim=-1)[torch.arange(m), torch.tensor(hf_tokens)]
-        ours = torch.tensor([completion.logprobs[i][t].logprob for i, t in enumerate(hf_tokens)], dtype=torch.float64)
-        assert torch.allclose(ours, expected, atol=1e-4), (ours - expected).abs().max()
+    assert_greedy_matches_hf(llm, hf_model, prompts, max_tokens)
 
 
 def test_auto_chooses_cpu_on_the_cpu_platform() -> None:
