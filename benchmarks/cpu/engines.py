@@ -41,7 +41,8 @@ def engines(vllm_python: str | None, kv_gib: int, with_hf: bool) -> list[Engine]
     """Pagoda; vLLM as installed (its default: the OpenMP threads on all cores but one, kept for its engine
     process) and with its threads on every core; HF transformers."""
     rows = [Engine("pagoda", "pagoda", sys.executable,
-                   note="defaults: torch threads = cores; attention auto (cpu where pagoda-attention-cpu is installed)")]
+                   note="defaults: torch threads = cores; platform auto (cpu-native where pagoda-platform-cpu is "
+                        "installed); attention auto (cpu where pagoda-attention-cpu is installed)")]
     if vllm_python:
         base = {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}
         cores = os.cpu_count() or 1
