@@ -28,6 +28,16 @@ def rows_of(x: torch.Tensor) -> torch.Tensor | None:
     return rows if rows.stride(-1) == 1 else None
 
 
+def new_rows(rows: torch.Tensor) -> torch.Tensor:
+    """An empty contiguous tensor of ``rows``'s shape and dtype (``empty_like`` takes a third of ``empty``'s time)."""
+    return torch.empty_like(rows, memory_format=torch.contiguous_format)
+
+
+def shaped(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The kernel's rows ``out`` in ``x``'s leading dimensions (a view costs microseconds: none for 2-D ``x``)."""
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], out.shape[-1])
+
+
 class NativeCpuOps(CpuOps):
     name = "cpu-native"
 
@@ -38,9 +48,9 @@ class NativeCpuOps(CpuOps):
         rows = rows_of(x)
         if rows is None or weight.dtype != x.dtype or not weight.is_contiguous():
             return super().rms_norm(x, weight, eps)
-        out = torch.empty(rows.shape, dtype=x.dtype)
+        out = new_rows(rows)
         self.kernels.rms_norm(out, rows, None, None, weight, eps)
-        return out.view(x.shape)
+        return shaped(out, x)
 
     def fused_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                            eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,17 +58,17 @@ class NativeCpuOps(CpuOps):
         if (rows is None or residual_rows is None or residual.shape != x.shape or residual.dtype != x.dtype
                 or weight.dtype != x.dtype or not weight.is_contiguous()):
             return super().fused_add_rms_norm(x, residual, weight, eps)
-        out, total = torch.empty(rows.shape, dtype=x.dtype), torch.empty(rows.shape, dtype=x.dtype)
+        out, total = new_rows(rows), new_rows(rows)
         self.kernels.rms_norm(out, rows, residual_rows, total, weight, eps)
-        return out.view(x.shape), total.view(x.shape)
+        return shaped(out, x), shaped(total, x)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         rows = rows_of(x)
         if rows is None or x.shape[-1] % 2:
             return super().silu_and_mul(x)
-        out = torch.empty(rows.shape[0], rows.shape[1] // 2, dtype=x.dtype)
+        out = rows.new_empty(rows.shape[0], rows.shape[1] // 2)
         self.kernels.silu_and_mul(out, rows)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return shaped(out, x)
 
     def rotary_embedding(self, positions, query, key, head_size, cos_sin_cache, is_neox) -> None:
         if not (is_neox and positions.dim() == 1 and query.dim() == 2 and key.dim() == 2 and query.dtype == key.dtype
