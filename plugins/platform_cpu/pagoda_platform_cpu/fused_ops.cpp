@@ -206,6 +206,10 @@ void rotary_embedding(torch::Tensor positions, torch::Tensor query, torch::Tenso
                   cos_sin_cache.size(1) <= head_size &&
                   (cos_sin_cache.scalar_type() == at::kFloat || cos_sin_cache.scalar_type() == query.scalar_type()),
               "cos_sin_cache must be [max_position, rotary_dim <= head_size], float32 or the query's dtype");
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  for (int64_t t = 0; t < positions.numel(); ++t)
+    TORCH_CHECK(pos[t] >= 0 && pos[t] < cos_sin_cache.size(0), "position ", pos[t], " is outside cos_sin_cache's ",
+                cos_sin_cache.size(0), " rows");
   const int64_t half = cos_sin_cache.size(1) / 2;
   dispatch(query, [&](auto zero) {
     using scalar_t = decltype(zero);

@@ -119,3 +119,5 @@ def test_bad_calls_are_refused_naming_the_rule() -> None:
         kernels.silu_and_mul(torch.empty(4, 64), x)
     with pytest.raises(RuntimeError, match="whole heads"):
         kernels.rotary_embedding(torch.arange(4), x, x, 48, torch.randn(8, 32))
+    with pytest.raises(RuntimeError, match="position 8 is outside cos_sin_cache's 8 rows"):
+        kernels.rotary_embedding(torch.arange(5, 9), x, x.clone(), 64, torch.randn(8, 32))
