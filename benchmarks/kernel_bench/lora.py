@@ -6,8 +6,9 @@ Each case times, as CUDA-graph replays over enough layer copies that the weights
 the layer's four base matmuls (``base``, cuBLAS), the LoRA adds alone (``lora``) and both
 (``base+lora``); ``vs_peer`` of ``base+lora`` is the layer's speed with adapters relative to without.
 The floor: the adapters' matrices and the activations at the copy rate. ``max_rel_err``: the LoRA add
-against the torch reference. ``--tiles SPLIT_K:DECODE_K,...`` also times the LoRA adds with other
-decode tiles (a sweep). ``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
+against the torch reference. ``--tiles fuse_k=0,split_k=256+decode_k=64,...`` also times the LoRA adds with
+other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields, ``+``-joined;
+``fuse_k=0`` the decode shrink and expand as two launches at every K). ``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ SMALL = {"qkv": (64, [64, 32, 32]), "down": (96, [64])}
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", help="comma-separated decode rows (default 1,16,64,256; --small: 1,20)")
-    p.add_argument("--tiles", help="decode tile variants to time too, SPLIT_K:DECODE_K,... (e.g. 256:64)")
+    p.add_argument("--tiles", help="tile variants to time too, comma-separated, each FIELD=N[+FIELD=N...] of "
+                   "pagoda.lora.triton_kernels.Tiles (e.g. fuse_k=0,split_k=256+decode_k=64)")
 
 
 def unavailable(args: argparse.Namespace) -> str | None:
@@ -90,8 +92,8 @@ def _variants(spec: str | None):
     out = {"lora": None}
     for item in (spec or "").split(","):
         if item:
-            split_k, decode_k = (int(v) for v in item.split(":"))
-            out[f"lora_s{split_k}_k{decode_k}"] = default._replace(split_k=split_k, decode_k=decode_k)
+            fields = dict(field.split("=") for field in item.split("+"))
+            out[f"lora_{item}"] = default._replace(**{name: int(value) for name, value in fields.items()})
     return out
 
 

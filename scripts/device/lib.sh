@@ -152,7 +152,7 @@ write_env() {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: ${COMMIT:-$(git describe --always --dirty 2> /dev/null || echo "unknown (set COMMIT in the run's command)")}"
     echo "quick: $QUICK"
-    echo "settings: $(for v in MODEL TOKENIZER ATTENTION DRAFT TESTS PEERS_FLAGS; do [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)"
+    echo "settings: $(for v in MODEL TOKENIZER ATTENTION DRAFT TESTS PEERS_FLAGS KERNEL_FLAGS; do [ -n "${!v:-}" ] && printf '%s=%q ' "$v" "${!v}"; done)"
     if command -v nvidia-smi > /dev/null; then
       nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | sed 's/^/gpu: /'
     else

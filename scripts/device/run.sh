@@ -17,7 +17,7 @@
 #   --budget S      seconds for the whole run, suites included (BUDGET_S, default 570: a 10-minute call)
 #   --no-install    run in the current environment, as on a CPU machine (INSTALL=0)
 # Suites read MODEL (a config folder, dummy weights), TOKENIZER, ATTENTION (an --attention-backend), DRAFT,
-# COMMIT (recorded in env.txt where there is no .git), TESTS (gpu-tests' paths), PEERS_FLAGS.
+# COMMIT (recorded in env.txt where there is no .git), TESTS (gpu-tests' paths), PEERS_FLAGS, KERNEL_FLAGS.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 source scripts/device/lib.sh

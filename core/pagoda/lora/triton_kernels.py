@@ -38,13 +38,15 @@ class Tiles(NamedTuple):
     block_k: int  # input features per SGMV shrink loop step
     split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them)
     decode_k: int  # input features per BGMV shrink loop step
+    fuse_k: int  # decode calls over at most this many input features run shrink and expand as one launch
+    fused_n: int  # output features per fused decode program
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32, 32, 32)  # small tiles: the interpreter runs every lane on the CPU
+        return Tiles(16, 32, 32, 32, 32, 64, 32)  # small tiles: the interpreter runs every lane on the CPU
     # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100)
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128)
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128, 0, 512)
 
 
 @triton.jit
@@ -75,6 +77,15 @@ def _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, s
     if UPCAST:
         return tl.dot(t, w.to(tl.float32), input_precision=DOT_PREC)
     return tl.dot(t.to(w.dtype), w, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _add_to_y(y_ptr, acc, rows, row_ok, cols, col_ok, stride_ym):
+    """y[rows, cols] += acc (float32), in y's dtype."""
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    mask = row_ok[:, None] & col_ok[None, :]
+    y = tl.load(y_ptrs, mask=mask, other=0.0)
+    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -118,10 +129,7 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
     t = tl.load(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
                 mask=row_ok[:, None] & r_ok[None, :], other=0.0)  # [BM, BR] float32
     acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
-    mask = row_ok[:, None] & n_ok[None, :]
-    y = tl.load(y_ptrs, mask=mask, other=0.0)
-    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
+    _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
 @triton.jit
@@ -131,6 +139,19 @@ def _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M: tl.constexpr):
     rows = tl.load(block_row_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     row_ok = rows >= 0
     return tl.load(block_slot_ptr + pid_m), tl.where(row_ok, rows, 0).to(tl.int64), row_ok
+
+
+@triton.jit
+def _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    """An output program's decode block (slot, rows), slice ``s`` (column offset) and columns of it, and
+    whether it has no work (an unused block, or columns past the slice)."""
+    pid = tl.program_id(1)
+    s, pid_n = pid // n_blocks, pid % n_blocks
+    slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
+    n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return s, slot, rows, row_ok, n_off, offs_n, offs_n < n_size, (slot < 0) | (pid_n * BLOCK_N >= n_size)
 
 
 @triton.jit
@@ -160,14 +181,10 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
                         SPLITS: tl.constexpr):
     """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
     (the K splits' partial sums read at once, ``SPLITS`` >= their number)."""
-    pid = tl.program_id(1)
-    s, pid_n = pid // n_blocks, pid % n_blocks
-    slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
-    n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
-    if slot < 0 or pid_n * BLOCK_N >= n_size:
+    s, slot, rows, row_ok, n_off, offs_n, n_ok, idle = _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr,
+                                                                         n_blocks, BLOCK_M, BLOCK_N)
+    if idle:
         return
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < n_size
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
     offs_p = tl.arange(0, SPLITS)
@@ -177,19 +194,44 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
                     other=0.0)  # [P, BM, BR]
     acc = _expand_tile(tl.sum(parts, axis=0), b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn,
                        DOT_PREC, UPCAST)
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + (n_off + offs_n)[None, :]
-    mask = row_ok[:, None] & n_ok[None, :]
-    y = tl.load(y_ptrs, mask=mask, other=0.0)
-    tl.store(y_ptrs, (y.to(tl.float32) + acc).to(y_ptr.dtype.element_ty), mask=mask)
+    _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
+
+
+@triton.jit
+def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, K, R, n_blocks,
+                       stride_xm, stride_al, stride_as, stride_ar, stride_bl, stride_bn, stride_ym,
+                       DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
+    launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
+    block, from L2 after the first), which for a short K costs less than a second dependent launch."""
+    s, slot, rows, row_ok, n_off, offs_n, n_ok, idle = _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr,
+                                                                         n_blocks, BLOCK_M, BLOCK_N)
+    if idle:
+        return
+    offs_r = tl.arange(0, BLOCK_R)
+    r_ok = offs_r < R
+    t = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
+                     r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
+    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
+    _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
 MAX_SPLITS = 16
 
 
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor, plan: LoRAPlan,
-          decodes: int, blocks: int, n_blocks: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
-    """The decode blocks' shrink (split over K into partial sums) and expand (summing them)."""
+          decodes: int, blocks: int, max_slice: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
+    """The decode blocks' shrink (split over K into partial sums) and expand (summing them); for K up to
+    ``t.fuse_k`` both in one launch."""
     k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
+    if k <= t.fuse_k:
+        n_blocks = triton.cdiv(max_slice, t.fused_n)
+        _bgmv_fused_kernel[(blocks, num_slices * n_blocks)](
+            x, a, b, y, plan.block_slots, plan.block_rows, slices, k, rank, n_blocks, x.stride(0), a.stride(0),
+            a.stride(1), a.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast,
+            BLOCK_M=DECODE_BLOCK, BLOCK_N=t.fused_n, BLOCK_R=block_r, BLOCK_K=t.decode_k)
+        return
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
     splits = triton.cdiv(k, k_per_split)
@@ -198,6 +240,7 @@ def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sl
         x, a, buf, plan.block_slots, plan.block_rows, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1),
         a.stride(2), buf.stride(0), buf.stride(1), buf.stride(2), DOT_PREC=prec, UPCAST=upcast,
         BLOCK_M=DECODE_BLOCK, BLOCK_R=block_r, BLOCK_K=t.decode_k)
+    n_blocks = triton.cdiv(max_slice, t.block_n)
     _bgmv_expand_kernel[(blocks, num_slices * n_blocks)](
         buf, b, y, plan.block_slots, plan.block_rows, slices, rank, n_blocks, splits, buf.stride(0), buf.stride(1),
         buf.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=DECODE_BLOCK,
@@ -216,13 +259,13 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     block_r = max(16, triton.next_power_of_2(rank))
     upcast = x.dtype == torch.bfloat16 and interpreting()  # Triton 3.9's interpreter: wrong bf16 dots
     prec = "ieee" if x.dtype == torch.float32 or upcast else "tf32"  # exact float32 products; else no effect
-    n_blocks = triton.cdiv(max_slice, t.block_n)
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     blocks = plan.num_decode_blocks(decodes, a.shape[0]) if decodes else 0
     if blocks:
-        _bgmv(y, x, a, b, slices, plan, decodes, blocks, n_blocks, t, block_r, prec, upcast)
+        _bgmv(y, x, a, b, slices, plan, decodes, blocks, max_slice, t, block_r, prec, upcast)
     if plan.num_segments:
+        n_blocks = triton.cdiv(max_slice, t.block_n)
         buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
         _sgmv_shrink_kernel[(plan.num_segments, m_blocks, num_slices)](
