@@ -1,6 +1,7 @@
 """Beam search: token-for-token parity with HF transformers' ``generate(num_beams=4, do_sample=False)``
 on a tiny random Llama (its scores too), beams forking by sharing KV blocks, and the same beams
-under preemption, without prefix caching and with chunked prefills."""
+under preemption, without prefix caching, with chunked prefills, and over two tensor-parallel ranks or two
+pipeline stages (gloo)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,18 @@ def test_the_same_beams_under_preemption_and_chunked_prefill(tiny, llm, settings
     assert got == expected
     if "enable_prefix_caching" in settings:
         assert other.engine.core.stats.num_preemptions > 0
+
+
+@pytest.mark.parametrize("parallel", [dict(tensor_parallel_size=2), dict(pipeline_parallel_size=2)])
+def test_the_same_beams_over_two_ranks(tiny, llm, parallel) -> None:
+    """Forked beams join their parent's micro-batch under pipeline parallelism; every rank mirrors the forks."""
+    expected = [[o.token_ids for o in r.outputs] for r in llm.beam_search(PROMPTS, BeamSearchParams(4, MAX_TOKENS))]
+    other = LLM(model=tiny[0], block_size=4, kv_cache_memory=8 << 20, dtype="float32", **parallel)
+    try:
+        got = [[o.token_ids for o in r.outputs] for r in other.beam_search(PROMPTS, BeamSearchParams(4, MAX_TOKENS))]
+    finally:
+        other.shutdown()
+    assert got == expected
 
 
 def test_beam_search_mixes_with_sampled_requests_and_ignore_eos(tiny, llm) -> None:

@@ -49,9 +49,8 @@ class BeamGroups:
     """Every beam search of an engine core."""
 
     def __init__(self, scheduler: Scheduler, release: Callable[[str], None], max_model_len: int,
-                 vocab_size: int, refuse: str | None = None) -> None:
+                 vocab_size: int) -> None:
         self.scheduler = scheduler
-        self.refuse = refuse  # why this engine cannot run beam search (None: it can)
         self.release = release  # forget a finished beam's per-request state in the model runner
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
@@ -74,11 +73,9 @@ class BeamGroups:
     def add(self, add: AddRequest, eos_token_id: int | None) -> None:
         """Start a beam search for ``add`` (``add.beam`` set); RequestError if it cannot run."""
         beam: BeamSearchParams = add.beam
-        if self.refuse is not None:
-            raise RequestError(self.refuse)
-        if type(self.scheduler).fork is Scheduler.fork:
-            raise RequestError(f"beam search forks sequences, which the {type(self.scheduler).__name__} scheduler "
-                               "cannot do; use the fcfs or priority scheduler")
+        refusal = self.scheduler.fork_refusal()
+        if refusal is not None:
+            raise RequestError(f"beam search forks sequences: {refusal}")
         stops = set() if beam.ignore_eos or eos_token_id is None else {eos_token_id}
         room = self.max_model_len - len(add.prompt_token_ids)
         max_new = room if beam.max_tokens is None else min(beam.max_tokens, room)

@@ -86,8 +86,7 @@ class EngineCore:
         self.overlap = parts.platform.overlaps_steps() if overlap is None else overlap  # drafts: read at once (step())
         self.eos_token_id = _eos_token_id(parts)
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
-        self.beams = BeamGroups(self.scheduler, self._release, self.max_model_len, parts.hf_config.vocab_size,
-                                refuse=_beam_search_refusal(self.config))
+        self.beams = BeamGroups(self.scheduler, self._release, self.max_model_len, parts.hf_config.vocab_size)
         self.stats = StepStats()
         self._inflight: InflightStep | None = None
         self.pipeline = PipelineLoop(self, parts.pp.size) if parts.pp.size > 1 else None  # P steps in flight
@@ -112,9 +111,6 @@ class EngineCore:
         check_runner(self.config.runner, add.pooling_params)
         if add.request_id in self.requests or self.beams.owns(add.request_id):
             raise RequestError(f"request id {add.request_id!r} is already in use")
-        if self.pipeline is not None and add.params.guided_decoding is not None:
-            raise RequestError("guided decoding does not run under pipeline parallelism yet; drop guided_decoding "
-                               "(response_format, tools), or serve with pipeline_parallel_size 1")
         add.params.check_vocab(self.vocab_size)
         self._check_adapter(add)
         whole_image_runs = check_images(add, self.parts.model) if add.mm_items else False
@@ -412,15 +408,6 @@ def _num_prompt_tokens(scheduled: SchedulerOutput) -> int:
         max(0, min(req.num_prompt_tokens, req.num_computed_tokens + n) - req.num_computed_tokens)
         for req, n in zip(scheduled.requests, scheduled.num_tokens)
     )
-
-
-def _beam_search_refusal(config: EngineConfig) -> str | None:
-    """Why this engine cannot run beam search, or None."""
-    if config.tensor_parallel_size > 1:
-        return "beam search does not run under tensor parallelism yet; use tensor_parallel_size 1"
-    if config.pipeline_parallel_size > 1:
-        return "beam search does not run under pipeline parallelism yet; use pipeline_parallel_size 1"
-    return None
 
 
 def _eos_token_id(parts: EngineParts) -> int | None:

@@ -1,7 +1,8 @@
 """Which step features each rank's model runner runs with (:mod:`pagoda.runner.features`).
 
-The driver's runner (rank 0, the one that samples) gets guided decoding when the engine has a
-tokenizer and the pooling step under ``runner="pooling"``; every rank's runner gets LoRA adapters
+The runner that samples (the driver's, rank 0; under pipeline parallelism the last stage's tensor-parallel
+rank 0) gets guided decoding when the engine has a tokenizer; the driver's the pooling step under
+``runner="pooling"``; every rank's runner gets LoRA adapters
 under ``--enable-lora`` (each rank adds its part of every adapted layer's product), speculative
 verification when ``--speculative-config`` is set (each rank runs the verify steps' forward pass),
 the FP8 KV cache's calibration under ``--calculate-kv-scales``, and a KV connector's block transfers under
@@ -17,11 +18,12 @@ import torch
 from pagoda.config import EngineConfig, encoder_cache_rows
 from pagoda.errors import ConfigError
 from pagoda.executor.kv_scales import KVScaleCalibration
-from pagoda.guided.runtime import guided_sampling_for
+from pagoda.guided.runtime import guided_sampling, guided_sampling_for
 from pagoda.interfaces.model import CausalLM
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.multimodal import MultimodalModel
 from pagoda.kv_connectors.build import kv_transfer_step
+from pagoda.loader import ModelSource, load_tokenizer
 from pagoda.lora.step import LoRAStep
 from pagoda.multimodal.step import MultimodalStep
 from pagoda.pooling.runner import PoolingStep
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 def driver_features(parts: "EngineParts") -> list[StepFeature]:
     """The features of the driver's runner."""
     features: list[StepFeature] = []
-    guided = guided_sampling_for(parts) if parts.pp.size == 1 else None  # rank 0 samples: its runner applies grammars
+    guided = guided_sampling_for(parts) if parts.pp.size == 1 else None  # the last stage samples: its runner does
     if guided is not None:
         features.append(guided)
     if parts.pooler_config is not None:  # runner "pooling" (single rank: tensor parallelism is refused)
@@ -45,6 +47,14 @@ def driver_features(parts: "EngineParts") -> list[StepFeature]:
                               "drop enable_lora")
         features.append(PoolingStep(parts.pooler_config, parts.model))
     return features + rank_features(parts.config, parts.model, parts.platform, parts.dtype)
+
+
+def last_stage_features(config: EngineConfig, source: ModelSource, hf_config, platform: Platform) -> list[StepFeature]:
+    """What the sampling rank of a pipeline's last stage adds to :func:`rank_features`: guided decoding (the
+    engine's tokenizer loaded again here, unless the engine runs without one)."""
+    tokenizer = None if config.skip_tokenizer_init else load_tokenizer(source, config.tokenizer)
+    guided = guided_sampling(tokenizer, hf_config, config.guided_decoding_backend, platform.host_buffer)
+    return [] if guided is None else [guided]
 
 
 def rank_features(config: EngineConfig, model: CausalLM, platform: Platform, dtype: torch.dtype) -> list[StepFeature]:

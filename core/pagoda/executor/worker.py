@@ -146,14 +146,17 @@ def serve_steps(config: EngineConfig, platform, tp: TensorParallel, pp: Pipeline
     """Build this rank's shard and runner like the driver, then run steps until told to stop."""
     from pagoda.runner.shard import build_model_shard
     from pagoda.executor.base import make_runner
-    from pagoda.executor.features import rank_features
+    from pagoda.executor.features import last_stage_features, rank_features
     from pagoda.loader import load_hf_config, resolve_model
 
     source = resolve_model(config.model)
-    shard = build_model_shard(config, platform, source, load_hf_config(source), tp, pp)
+    hf_config = load_hf_config(source)
+    shard = build_model_shard(config, platform, source, hf_config, tp, pp)
+    samples = shard.pp.size > 1 and shard.pp.is_last and tp.rank == 0  # its tokens are the step's
+    features = last_stage_features(config, source, hf_config, platform) if samples else []
     runner = make_runner(config, platform, shard.attention, shard.model, shard.kv_caches, shard.max_model_len, tp,
-                         rank_features(config, shard.model, platform, shard.dtype), shard.pp)
-    results = channels.open_results() if shard.pp.size > 1 and shard.pp.is_last and tp.rank == 0 else None
+                         features + rank_features(config, shard.model, platform, shard.dtype), shard.pp)
+    results = channels.open_results() if samples else None
     mirror, pending, profiler, step = messages.StepMirror(), None, RankProfiler(rank), 0
     while True:
         if results is not None and results.launched and not channels.steps.poll(0):

@@ -310,14 +310,21 @@ def validate_guided(params: "GuidedDecodingParams", default_backend: str = "auto
 
 def guided_sampling_for(parts: Any) -> GuidedSampling | None:
     """The engine's GuidedSampling (``parts``: EngineParts); None without a tokenizer (no grammar can apply)."""
-    if parts.tokenizer is None:
+    return guided_sampling(parts.tokenizer, parts.hf_config, parts.config.guided_decoding_backend,
+                           parts.platform.host_buffer)
+
+
+def guided_sampling(tokenizer: Any, hf_config: Any, default_backend: str,
+                    host_buffer: Callable[[int], torch.Tensor]) -> GuidedSampling | None:
+    """GuidedSampling over ``tokenizer``, stopping at the tokenizer's (else the model's) EOS ids; None without
+    a tokenizer."""
+    if tokenizer is None:
         return None
-    eos = getattr(parts.tokenizer, "eos_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
     if eos is None:
-        eos = getattr(parts.hf_config, "eos_token_id", None)
+        eos = getattr(hf_config, "eos_token_id", None)
     stops = [t for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
-    return GuidedSampling(parts.tokenizer, parts.hf_config.vocab_size, stops, parts.config.guided_decoding_backend,
-                          host_buffer=parts.platform.host_buffer)
+    return GuidedSampling(tokenizer, hf_config.vocab_size, stops, default_backend, host_buffer=host_buffer)
 
 
 def _pageable_buffer(nbytes: int) -> torch.Tensor:

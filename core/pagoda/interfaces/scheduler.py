@@ -95,6 +95,12 @@ class Scheduler(Capability, ABC):
         schedulers that do not override it cannot run beam search."""
         raise NotImplementedError(f"the {type(self).__name__} scheduler cannot fork sequences (beam search)")
 
+    def fork_refusal(self) -> str | None:
+        """Why :meth:`fork` cannot run here (None: it can)."""
+        if type(self).fork is Scheduler.fork:
+            return f"the {type(self).__name__} scheduler cannot fork them; use the fcfs or priority scheduler"
+        return None
+
     def attach_kv_connector(self, connector: "KVConnector") -> None:
         """Admit prompts with blocks ``connector`` supplies beyond the prefix cache (they wait, holding their
         blocks, until every rank loaded them) and put the blocks to load and save in each

@@ -47,6 +47,15 @@ class VirtualEngines(Scheduler):
         self.engines[group].add_request(request)
         self.group_of[request.request_id] = group
 
+    def fork(self, parent: Request, child: Request) -> None:
+        """The child joins its parent's group (a beam's step then holds its siblings)."""
+        group = self.group_of[parent.request_id]
+        self.engines[group].fork(parent, child)
+        self.group_of[child.request_id] = group
+
+    def fork_refusal(self) -> str | None:
+        return self.engines[0].fork_refusal()
+
     def schedule(self) -> SchedulerOutput:
         """The step of the first group, from the round robin's turn on, that is not in flight and has work; it is
         in flight from now until :meth:`step_done`. Empty when none has."""
