@@ -144,3 +144,23 @@ def test_bad_settings(settings, message):
 
     with pytest.raises(ValueError, match=message):
         EngineConfig(enable_lora=True, **settings)
+
+
+def test_two_stages_refuse_an_adapter_that_misfits_the_other_stage(setup):
+    """Under pipeline parallelism the driver holds layer 0 only; an adapter wrong in layer 1 (the other stage's)
+    is still refused by the driver before it runs: a module the model does not have, or a shape of another model."""
+    _, root, base, good = setup
+    renamed = _bad_adapter(root, good, "fc1-layer1", edit_tensors=lambda t: {
+        k.replace("layers.1.mlp.down_proj", "layers.1.mlp.fc1"): v for k, v in t.items()})
+    narrowed = _bad_adapter(root, good, "q-layer1", edit_tensors=lambda t: {
+        k: v[:-8] if "layers.1.self_attn.q_proj.lora_B" in k else v for k, v in t.items()})
+    llm = LLM(str(base), dtype="float32", skip_tokenizer_init=True, enable_lora=True, max_loras=2, max_lora_rank=16,
+              pipeline_parallel_size=2)
+    try:
+        _refused(llm, LoRARequest("fc1", 92, str(renamed)), "model.layers.1.mlp.fc1", "LlamaForCausalLM")
+        _refused(llm, LoRARequest("q1", 93, str(narrowed)), "model.layers.1.self_attn.q_proj",
+                 "trained for another base model")
+        out = llm.generate([[1, 2, 3]], PARAMS, use_tqdm=False, lora_request=LoRARequest("good", 1, str(good)))
+        assert len(out[0].outputs[0].token_ids) == 4
+    finally:
+        llm.shutdown()

@@ -1,7 +1,8 @@
 """Greedy tokens and logprobs with LoRA adapters equal HF transformers + peft (the adapter applied in HF):
 three adapters and the base model mixed in one batch on tiny Llama and Qwen3 (chunked prefills mixed with
 decodes, so steps run decode rows and prefill segments together); the same when two slots and a host cache
-of two make adapters swap out and be read again; tensor parallelism (TP=2 over gloo) equal to TP=1; an
+of two make adapters swap out and be read again; tensor and pipeline parallelism (two ranks over gloo) equal to
+one rank; an
 adapter trained on Phi-3's fused qkv/gate_up projections."""
 
 from __future__ import annotations
@@ -75,12 +76,16 @@ def test_evicted_adapters_are_read_again_and_match(lora_models):
     _assert_hf_parity(base, prompts, loras, outputs)
 
 
-def test_tensor_parallel_equals_one_rank(lora_models):
-    base, adapters = lora_models["qwen3"]
+@pytest.mark.parametrize("family, parallel", [("qwen3", dict(tensor_parallel_size=2)),
+                                              ("llama", dict(pipeline_parallel_size=2))])
+def test_two_ranks_equal_one_rank(lora_models, family, parallel):
+    """Tensor parallelism slices every adapter as its layer; pipeline parallelism gives each stage its layers'
+    part, and each micro-batch of requests in flight its own two adapters at most."""
+    base, adapters = lora_models[family]
     prompts = random_prompts(8, range(6, 30), seed=7)
     loras = _requests(adapters)
     one, _ = _generate(base, loras, prompts, max_loras=2)
-    two, _ = _generate(base, loras, prompts, max_loras=2, tensor_parallel_size=2)
+    two, _ = _generate(base, loras, prompts, max_loras=2, **parallel)
     for a, b in zip(one, two):
         assert b.outputs[0].token_ids == a.outputs[0].token_ids
         assert torch.allclose(_logprobs(b.outputs[0]), _logprobs(a.outputs[0]), atol=1e-4)

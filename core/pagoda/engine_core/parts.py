@@ -116,11 +116,9 @@ def check_pipeline_parallel(config: EngineConfig, hf_config, model_cls: type) ->
                           f"{pp}); the families built on the Llama decoder do (Llama, Mistral, Mixtral, Qwen2, Qwen3, "
                           "Qwen3-MoE, Phi-3); use tensor_parallel_size to split this one")
     pipeline_stages(hf_config, pp, config.pp_layer_partition)  # names the sizes that do not fit
-    for what, used in (("speculative decoding (speculative_config)", config.speculative_config is not None),
-                       ("LoRA adapters (enable_lora)", config.enable_lora)):
-        if used:
-            raise ConfigError(f"{what} does not run under pipeline parallelism yet; drop it, or use "
-                              "pipeline_parallel_size 1")
+    if config.speculative_config is not None:
+        raise ConfigError("speculative decoding (speculative_config) does not run under pipeline parallelism yet; "
+                          "drop it, or use pipeline_parallel_size 1")
 
 
 def startup_line(config: EngineConfig, platform: Platform, shard, scheduler: str, num_blocks: int,

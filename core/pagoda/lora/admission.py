@@ -21,6 +21,7 @@ from pagoda.interfaces.scheduler import Scheduler, WaitingQueue
 from pagoda.lora_request import LoRARequest
 from pagoda.request import Request
 from pagoda.scheduler import PolicyScheduler
+from pagoda.scheduler.virtual_engines import VirtualEngines
 
 class AdapterFitQueue(WaitingQueue):
     """A waiting queue whose head is the first request (in ``inner``'s order) whose adapter fits.
@@ -91,7 +92,12 @@ class AdapterFitQueue(WaitingQueue):
 
 
 def limit_adapters(scheduler: Scheduler, max_loras: int) -> None:
-    """Make ``scheduler`` (a new, empty PolicyScheduler) keep at most ``max_loras`` adapters running."""
+    """Make ``scheduler`` (a new, empty PolicyScheduler, or pipeline parallelism's groups of them) keep at most
+    ``max_loras`` adapters running (in each group: a step holds one group's requests)."""
+    if isinstance(scheduler, VirtualEngines):
+        for engine in scheduler.engines:
+            limit_adapters(engine, max_loras)
+        return
     if not isinstance(scheduler, PolicyScheduler):
         raise ConfigError(f"LoRA adapters need a scheduler built on pagoda.scheduler.PolicyScheduler (it keeps at "
                           f"most max_loras adapters per step); {type(scheduler).__name__} is not one")

@@ -4,12 +4,19 @@ Each module lands in the layer and shard the model maps it to (``CausalLM.lora_t
 module (``q_proj``) fills its slice of the fused layer; a module trained on a fused projection
 (``qkv_proj``) fills every slice, its B split by the checkpoint's shard sizes. The scale is folded into B,
 the rank's part of each matrix is kept, and shapes must match the base model's.
+
+On a pipeline stage a module of a layer another stage holds is not written here; its shapes are checked
+against this stage's layer of the same name and kind (decoder layers are alike), so the driver's stage
+refuses an adapter that does not fit any stage before its requests run.
 """
 
 from __future__ import annotations
 
+import re
+
 import torch
 
+from pagoda.layers.pipeline import is_missing
 from pagoda.lora.layout import LayerSlot, SlotLayout
 from pagoda.lora.peft_files import LoRAAdapterError, LoRAModule
 from pagoda.lora_request import LoRARequest
@@ -18,14 +25,18 @@ Targets = dict[str, tuple[str, str | None]]
 
 
 def place_adapter(lora: LoRARequest, modules: dict[str, LoRAModule], layout: SlotLayout, targets: Targets,
-                  model_name: str, out: torch.Tensor) -> None:
-    """Write ``modules`` into ``out`` ([layout.numel], zeros where the adapter has nothing)."""
+                  model_name: str, out: torch.Tensor, missing: frozenset[str] = frozenset()) -> None:
+    """Write ``modules`` into ``out`` ([layout.numel], zeros where the adapter has nothing); ``missing``: the
+    module paths other pipeline stages hold (checked, not written)."""
     filled: set[tuple[str, int]] = set()
     for name, module in modules.items():
-        path, shard = _target(lora, name, targets, model_name)
+        elsewhere = name not in targets and is_missing(name, missing)
+        path, shard = _target(lora, _same_kind_here(name, targets) if elsewhere else name, targets, model_name)
         layer = layout.layers[path]
         slices = list(range(layer.num_slices)) if shard is None else [layer.shard_names.index(shard)]
         _check_shapes(lora, name, module, layer, slices)
+        if elsewhere:
+            continue
         for s in slices:
             if (path, s) in filled:
                 raise LoRAAdapterError(f"LoRA adapter {lora.lora_name!r}: two of its modules adapt the same "
@@ -42,6 +53,12 @@ def _target(lora: LoRARequest, name: str, targets: Targets, model_name: str) -> 
                                f"have as a linear layer Pagoda can adapt (adapters may target: {', '.join(names)}); "
                                "is it an adapter for another model?")
     return target
+
+
+def _same_kind_here(name: str, targets: Targets) -> str:
+    """The target of this stage's layers named as ``name`` but for its layer number (``name`` unchanged if none)."""
+    pattern = re.compile(re.sub(r"\\.\d+\\.", r"\\.\\d+\\.", re.escape(name), count=1) + "$")
+    return next((key for key in targets if pattern.match(key)), name)
 
 
 def _check_shapes(lora: LoRARequest, name: str, module: LoRAModule, layer: LayerSlot, slices: list[int]) -> None:

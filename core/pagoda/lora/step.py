@@ -1,7 +1,7 @@
 """LoRA adapters as a step feature: each step's requests run with their own adapters, in one batch.
 
-Built on every tensor-parallel rank (:mod:`pagoda.executor.features`): it lays out the adapter slots of the
-model's linear layers (this rank's part), attaches a LoRA delta to each layer, and before each forward pass
+Built on every rank (:mod:`pagoda.executor.features`): it lays out the adapter slots of the model's linear
+layers (this rank's part: its tensor-parallel slice of its pipeline stage's layers), attaches a LoRA delta to each layer, and before each forward pass
 (``prepare_inputs``) puts the step's adapters into device slots and sets the step's plan: which rows run
 with which slot. Decode steps have two sets of device graphs: the runner's, captured without LoRA (no plan),
 for steps where no request has an adapter, and this feature's, captured with the graph plan, whose static
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pagoda.interfaces.platform import Platform
+from pagoda.layers.pipeline import missing_paths
 from pagoda.lora.layer import StepLoRA, attach
 from pagoda.lora.layout import slot_layout
 from pagoda.lora.ops import select_kernel
@@ -43,6 +44,7 @@ class LoRAStep(StepFeature):
         self.model_name = type(model).__name__
         self.targets = model.lora_targets()
         self.layout = slot_layout(model, self.max_rank, self.targets)
+        self.missing = missing_paths(model)  # the layers other pipeline stages hold
         self.platform, self.device, self.dtype = platform, platform.device(), dtype
         arena = torch.zeros(config.max_loras, self.layout.numel, dtype=dtype, device=self.device)  # the device slots
         kernel, self.groups = select_kernel(self.device)
@@ -70,7 +72,7 @@ class LoRAStep(StepFeature):
         itemsize = torch.tensor([], dtype=self.dtype).element_size()
         out = self.platform.host_buffer(self.layout.numel * itemsize).view(self.dtype)
         out.zero_()
-        place_adapter(lora, modules, self.layout, self.targets, self.model_name, out)
+        place_adapter(lora, modules, self.layout, self.targets, self.model_name, out, self.missing)
         return out
 
     def prepare_inputs(self, runner: "ModelRunner", out: "SchedulerOutput", inputs: "StepInputs") -> None:
