@@ -220,6 +220,12 @@ def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr
 MAX_SPLITS = 16
 
 
+def fused_warps(t: Tiles) -> int:
+    """Warps of a fused decode program: one per 64 output features (at 512 features, 4 warps would spill the
+    [16, 512] float32 product out of registers on sm_90)."""
+    return max(4, t.fused_n // 64)
+
+
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor, plan: LoRAPlan,
           decodes: int, blocks: int, max_slice: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
     """The decode blocks' shrink (split over K into partial sums) and expand (summing them); for K up to
@@ -230,7 +236,7 @@ def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sl
         _bgmv_fused_kernel[(blocks, num_slices * n_blocks)](
             x, a, b, y, plan.block_slots, plan.block_rows, slices, k, rank, n_blocks, x.stride(0), a.stride(0),
             a.stride(1), a.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast,
-            BLOCK_M=DECODE_BLOCK, BLOCK_N=t.fused_n, BLOCK_R=block_r, BLOCK_K=t.decode_k)
+            BLOCK_M=DECODE_BLOCK, BLOCK_N=t.fused_n, BLOCK_R=block_r, BLOCK_K=t.decode_k, num_warps=fused_warps(t))
         return
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
