@@ -116,6 +116,19 @@ def interpreted_kernels(module: str):
         del os.environ["TRITON_INTERPRET"]
 
 
+def compiled_in_subprocess(script: str, *args: str, timeout: float = 900):
+    """Run ``script`` (a compile test's own file) in a fresh interpreter without ``TRITON_INTERPRET`` (the tests'
+    interpreter mode cannot compile), and return the JSON its last line of output printed."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import pytest
+
+from pagoda.testing import compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -68,10 +69,7 @@ def ptxas_report(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return compiled_in_subprocess(__file__)
 
 
 @pytest.mark.parametrize("name", ["bgmv_fused", "bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])

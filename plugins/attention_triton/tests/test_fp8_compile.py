@@ -6,11 +6,10 @@ is why ``check()`` names the GPU and the way out (``fp8_e5m2`` or ``flash``)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from pagoda.testing import compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -63,10 +62,7 @@ def ptx_or_error(name: str, fmt: str, arch: int) -> str:
 @pytest.fixture(scope="module")
 def compiled() -> dict:
     """"name fmt arch" -> PTX (or "error: ..."), compiled in one fresh interpreter without TRITON_INTERPRET."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return compiled_in_subprocess(__file__)
 
 
 CASES = [("e4m3", 90), ("e4m3", 89), ("e5m2", 80), ("e5m2", 90)]

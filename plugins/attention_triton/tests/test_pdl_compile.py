@@ -7,11 +7,11 @@ subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot comp
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
+
+from pagoda.testing import compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -62,10 +62,7 @@ def sm90_ptx(name: str, pdl: bool) -> str:
 
 def compiled_facts(name: str) -> dict[str, bool]:
     """Compiles ``name`` with and without PDL in a fresh interpreter that compiles (no TRITON_INTERPRET)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, __file__, name], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return compiled_in_subprocess(__file__, name, timeout=600)
 
 
 @pytest.mark.parametrize("name", ["kv_write", "decode", "reduce"])

@@ -5,11 +5,10 @@ tiles), and the RMSNorm / SiLU-and-mul / per-token quantizers writing int8 rows.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from pagoda.testing import compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -51,10 +50,7 @@ def compile_all() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return compiled_in_subprocess(__file__)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
