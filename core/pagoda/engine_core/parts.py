@@ -114,7 +114,7 @@ def check_pipeline_parallel(config: EngineConfig, hf_config, model_cls: type) ->
     if not getattr(model_cls, "supports_pipeline_parallel", False):
         raise ConfigError(f"{model_cls.__name__} does not run under pipeline parallelism (pipeline_parallel_size "
                           f"{pp}); the families built on the Llama decoder do (Llama, Mistral, Mixtral, Qwen2, Qwen3, "
-                          "Qwen3-MoE, Phi-3); use tensor_parallel_size to split this one")
+                          "Qwen3-MoE, Phi-3, DeepSeek-V2/V3); use tensor_parallel_size to split this one")
     pipeline_stages(hf_config, pp, config.pp_layer_partition)  # names the sizes that do not fit
     if config.speculative_config is not None:
         raise ConfigError("speculative decoding (speculative_config) does not run under pipeline parallelism yet; "
