@@ -145,21 +145,9 @@ def test_pp2_with_replayed_decode_graphs_equals_eager(tiny_models, tmp_path, mon
     """Every stage replays its decode steps from static buffers (the stage after the first receives into the
     graph's static inputs; the one before the last sends the graph's static outputs), through a plugin platform
     installed for this test (tests/engine/graph_replay.py, an entry point every rank's process finds on PYTHONPATH)."""
-    import importlib
-
-    from pagoda.plugins import manager as plugin_manager
-
     import graph_replay
 
-    info = tmp_path / "pp_graph_plugin-0.1.dist-info"  # an installed distribution whose plugin is graph_replay
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pp-graph-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pagoda.plugins]\npp_graph = graph_replay\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    here = os.path.dirname(graph_replay.__file__)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), here, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    monkeypatch.setattr(plugin_manager, "_MANAGER", None)  # found again, with the test's plugin
-    importlib.invalidate_caches()
+    graph_replay.install_for_every_rank(tmp_path, monkeypatch)
     path, _ = tiny_models["llama"]
     prompts = random_prompts(6, range(4, 20), seed=9)
     args = dict(platform="replay-pp", attention_backend="torch-graphs-pp", max_tokens=10)

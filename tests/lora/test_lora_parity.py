@@ -7,6 +7,9 @@ adapter trained on Phi-3's fused qkv/gate_up projections."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -87,6 +90,27 @@ def test_two_ranks_equal_one_rank(lora_models, family, parallel):
     one, _ = _generate(base, loras, prompts, max_loras=2)
     two, _ = _generate(base, loras, prompts, max_loras=2, **parallel)
     for a, b in zip(one, two):
+        assert b.outputs[0].token_ids == a.outputs[0].token_ids
+        assert torch.allclose(_logprobs(b.outputs[0]), _logprobs(a.outputs[0]), atol=1e-4)
+
+
+def test_two_stages_replaying_decode_graphs_with_lora_rows_equal_eager(lora_models, tmp_path, monkeypatch):
+    """Each stage replays decode steps with adapters from graphs captured with LoRA rows, their plan written into
+    a static buffer before each replay (a CPU platform whose "graphs" rerun the step on static buffers,
+    installed for every rank's process)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+    import graph_replay
+
+    graph_replay.install_for_every_rank(tmp_path, monkeypatch)
+    base, adapters = lora_models["llama"]
+    prompts = random_prompts(8, range(6, 30), seed=8)
+    loras = _requests(adapters)
+    args = dict(max_loras=2, platform="replay-pp", attention_backend="torch-graphs-pp")
+    eager, _ = _generate(base, loras, prompts, enforce_eager=True, **args)
+    graph_replay.REPLAYS[0] = 0
+    replayed, _ = _generate(base, loras, prompts, pipeline_parallel_size=2, **args)
+    assert graph_replay.REPLAYS[0] > 5, "the first stage's decode steps should replay graphs"
+    for a, b in zip(eager, replayed):
         assert b.outputs[0].token_ids == a.outputs[0].token_ids
         assert torch.allclose(_logprobs(b.outputs[0]), _logprobs(a.outputs[0]), atol=1e-4)
 

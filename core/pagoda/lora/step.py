@@ -58,7 +58,7 @@ class LoRAStep(StepFeature):
     def capture_graphs(self, runner: "ModelRunner", max_model_len: int, max_num_seqs: int) -> None:
         """Decode graphs with LoRA rows (the runner's were captured without: ``step.plan`` None)."""
         graphs = runner.decode_graphs(AdapterGraphs, max_model_len, max_num_seqs)
-        self.step.plan = graph_plan(self.graph_buffer, self.graph_rows, self.max_loras)
+        self.step.plan = self.graph_plan = graph_plan(self.graph_buffer, self.graph_rows, self.max_loras)
         try:
             graphs.capture()
         finally:
@@ -80,12 +80,18 @@ class LoRAStep(StepFeature):
         used = {lora for lora in loras if lora is not None}
         slot_of = self.slots.activate(used) if used else {}
         slots = [NO_SLOT if lora is None else slot_of[lora] for lora in loras]
+        # A replayed step gets the plan its graphs were captured with (the graph plan, or None for the runner's
+        # graphs without LoRA rows): a CUDA graph never reads it again, but a platform whose replay reruns the
+        # step does.
         if inputs.graph_size is None:
             self.step.plan = build_plan(slots, out.num_tokens, self.device, self.groups)
-        elif inputs.graphs is self.step_graphs:  # (else graphs without LoRA rows: no adapter in the step)
+        elif inputs.graphs is self.step_graphs:
             host = self.platform.host_buffer(4 * self.graph_buffer.numel()).view(torch.int32)
             write_graph_plan(host.numpy(), slots, self.graph_rows, self.max_loras)
             self.graph_buffer.copy_(host, non_blocking=True)
+            self.step.plan = self.graph_plan
+        else:
+            self.step.plan = None
 
 
 class AdapterGraphs(DecodeGraphs):
