@@ -1,16 +1,21 @@
 """PAGODA_TRACE_DIR: the core writes one line per step and one per first token, in order, and its
-garbage-collection pauses."""
+garbage-collection pauses; benchmarks/trace_report.py reads them."""
 
 from __future__ import annotations
 
 import gc
 import itertools
 import json
+import sys
+from pathlib import Path
 
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
 from pagoda.engine_core.trace import CountDeltas
 from pagoda.platforms.cpu import CpuPlatform
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.trace_report import report  # noqa: E402
 
 
 def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkeypatch):
@@ -31,6 +36,11 @@ def test_core_trace_records_steps_and_first_tokens(tiny_models, tmp_path, monkey
         assert r["arrival"] <= r["received"] <= r["launched"] <= r["first_token"]
     pauses = [r for r in lines if "gc" in r]
     assert any(r["gc"] == 2 for r in pauses) and all(r["seconds"] >= 0 and r["start"] > 0 for r in pauses)
+    read = report(tmp_path)
+    assert read["steps"]["all"]["count"] == sum(1 for r in steps if r["seqs"])
+    assert read["steps"]["mixed"]["count"] >= 1 and read["steps"]["decode"]["count"] >= 3  # 5 prompts, 4 tokens each
+    assert read["first_tokens"]["prefill"]["count"] == 5 and read["first_tokens"]["ttft"]["count"] == 0  # no server
+    assert read["gc"]["core"]["full"] >= 1
     gc.collect()  # after close: nothing is written to the closed file
 
 

@@ -1,6 +1,8 @@
 # Offline throughput, decode-step latency, served load, guided decoding and LoRA adapters of the main config
 # (dummy weights). MODEL: the config folder (default Llama-3.1-8B); ATTENTION: the attention backend (default auto).
-ALL_PARTS="throughput latency serve guided lora"
+# Part trace: a server with PAGODA_TRACE_DIR at 16 requests/s after a warm-up, and where its latency went
+# (benchmarks/trace_report.py: step times by kind, the slowest steps, each first token's parts).
+ALL_PARTS="throughput latency serve guided lora trace"
 DEFAULT_PARTS="throughput latency serve"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 
@@ -18,7 +20,7 @@ suite_run() {
   has_part latency && bench latency 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 1,8,64 1,2)" \
     --input-len "$(quick 128 16)" --output-len "$(quick 128 8)" --repeats 2
   tok=$(llama3_tokenizer)
-  if has_part serve || has_part guided; then
+  if has_part serve || has_part guided || has_part trace; then
     [ -n "$tok" ] || { fail_step tokenizer "$TOKENIZER_MISSING"; return 1; }
   fi
   if has_part serve && serve_start server "$model" "${flags[@]}" --tokenizer "$tok"; then
@@ -28,10 +30,27 @@ suite_run() {
       --output-len "$(quick 256 16)"
     serve_stop
   fi
+  has_part trace && traced_load "$model" "${flags[@]}" --tokenizer "$tok"
   has_part lora && step lora 420 "$PYTHON" benchmarks/lora_throughput.py "$model" "${engine[@]}" \
     --num-prompts "$n" --input-len "$(quick 256 32)" --output-len "$(quick 256 16)" \
     --adapter-counts "$(quick 1,8,32 1,2)" --batch-sizes "$(quick 1,64 1,2)" --profile-kernels --result-file "$WORK/lora.json"
   has_part guided && step guided 300 "$PYTHON" benchmarks/guided_decoding.py "$model" "${engine[@]}" --tokenizer "$tok" \
     --batch-size "$(quick 64 2)" --output-len "$(quick 256 8)" --repeats "$(quick 3 1)" --result-file "$WORK/guided.json"
   return 0
+}
+
+# traced_load SERVER_ARGS...: warm a traced server up, then serve 256/256 at 16 requests/s and report the trace of
+# that run alone (--since: the time the warm-up ended).
+traced_load() {
+  local since
+  export PAGODA_TRACE_DIR="$WORK/trace"
+  serve_start trace_server "$@" || { unset PAGODA_TRACE_DIR; return 1; }
+  unset PAGODA_TRACE_DIR
+  serve_load trace_warmup 60 --num-prompts "$(quick 256 4)" --input-len "$(quick 256 16)" --output-len 32 --seed 11
+  since=$("$PYTHON" -c "import time; print(time.monotonic())")
+  serve_load trace_rate_16 120 --num-prompts "$(quick 480 8)" --request-rate 16 --input-len "$(quick 256 32)" \
+    --output-len "$(quick 256 16)" --seed 12
+  serve_stop
+  step trace_report 60 "$PYTHON" benchmarks/trace_report.py "$WORK/trace" --since "$since" --top 20 \
+    --out "$WORK/trace_report.json"
 }

@@ -1,0 +1,80 @@
+"""benchmarks/trace_report.py on a hand-written trace folder: step times by kind, the slowest steps with the
+garbage-collection pauses inside them, each first token's parts joined across the core's and an API server's
+files, and the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.trace_report import main, percentiles, report  # noqa: E402
+
+T0 = 1000.0
+
+
+def _write(path: Path, lines: list[dict]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    steps = [{"step": T0 + i * 0.01, "seconds": 0.005, "tokens": 8, "seqs": 8, "outputs": 8} for i in range(9)]
+    steps.append({"step": T0 + 0.1, "seconds": 0.030, "tokens": 264, "seqs": 9, "outputs": 8, "device_allocs": 2})
+    steps.append({"step": T0 + 0.2, "seconds": 0.001, "tokens": 0, "seqs": 0, "outputs": 0})  # idle: not counted
+    firsts = [{"request": "a", "arrival": T0, "received": T0 + 0.001, "launched": T0 + 0.004, "first_token": T0 + 0.014},
+              {"request": "b", "arrival": T0, "received": T0 + 0.002, "launched": T0 + 0.050, "first_token": T0 + 0.090}]
+    pause = {"gc": 2, "start": T0 + 0.12, "seconds": 0.004, "collected": 10}  # inside the mixed step
+    _write(tmp_path / "core.jsonl", steps + firsts + [pause])
+    _write(tmp_path / "api_7.jsonl", [{"request": "a", "arrival": T0 - 0.001, "first_output": T0 + 0.016},
+                                      {"gc": 0, "start": T0, "seconds": 0.001, "collected": 3}])
+    return tmp_path
+
+
+def test_steps_by_kind_and_the_slowest_with_its_pauses(trace: Path) -> None:
+    got = report(trace, top=2)
+    assert got["steps"]["decode"] == {"count": 9, "p50_ms": 5.0, "p90_ms": 5.0, "p99_ms": 5.0, "max_ms": 5.0}
+    assert got["steps"]["mixed"]["count"] == 1 and got["steps"]["mixed"]["max_ms"] == 30.0
+    assert got["steps"]["all"]["count"] == 10 and got["steps"]["all"]["p99_ms"] == 30.0
+    slowest = got["slowest_steps"][0]
+    assert slowest == {"at_s": 0.1, "ms": 30.0, "kind": "mixed", "tokens": 264, "seqs": 9, "gc_ms": 4.0,
+                       "device_allocs": 2}
+    assert got["slowest_steps"][1]["gc_ms"] == 0.0 and len(got["slowest_steps"]) == 2
+
+
+def test_first_tokens_split_into_their_parts(trace: Path) -> None:
+    got = report(trace, top=5)
+    a, b = sorted(got["slowest_first_tokens"], key=lambda r: r["request"])
+    assert a == {"request": "a", "to_core_ms": 1.0, "queued_ms": 3.0, "prefill_ms": 10.0, "to_handler_ms": 2.0,
+                 "ttft_ms": 17.0}
+    assert b == {"request": "b", "to_core_ms": 2.0, "queued_ms": 48.0, "prefill_ms": 40.0}  # no API line: core parts
+    assert got["slowest_first_tokens"][0]["request"] == "b"  # 90 ms from arrival against a's 17
+    assert got["first_tokens"]["queued"]["max_ms"] == 48.0 and got["first_tokens"]["ttft"]["count"] == 1
+    assert got["gc"] == {"core": {"count": 1, "total_ms": 4.0, "max_ms": 4.0, "full": 1},
+                         "api_7": {"count": 1, "total_ms": 1.0, "max_ms": 1.0, "full": 0}}
+
+
+def test_since_keeps_what_began_after_it(trace: Path) -> None:
+    got = report(trace, since=T0 + 0.095)  # after the decode steps and both arrivals
+    assert got["steps"]["all"]["count"] == 1 and got["steps"]["mixed"]["count"] == 1
+    assert got["slowest_first_tokens"] == [] and got["gc"]["core"]["count"] == 1 and got["gc"]["api_7"]["count"] == 0
+
+
+def test_nearest_rank_percentiles() -> None:
+    assert percentiles([]) == {"count": 0}
+    values = [i / 1000 for i in range(1, 101)]  # 1..100 ms
+    assert percentiles(values) == {"count": 100, "p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0, "max_ms": 100.0}
+
+
+def test_command_line(trace: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "report.json"
+    main([str(trace), "--top", "1", "--since", str(T0), "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "nowhere")])
+    assert "has no core.jsonl: run the server with PAGODA_TRACE_DIR" in capsys.readouterr().err
