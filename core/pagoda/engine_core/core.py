@@ -44,6 +44,7 @@ from pagoda.executor import make_executor
 from pagoda.kv_connectors.engine import attach_kv_transfers
 from pagoda.interfaces.scheduler import SchedulerOutput
 from pagoda.lora.engine import engine_adapters, refuse_without_lora
+from pagoda.loader import eos_token_ids
 from pagoda.lora_request import LoRARequest
 from pagoda.multimodal.checks import check_images
 from pagoda.spec_decode.engine import build_speculator
@@ -84,7 +85,7 @@ class EngineCore:
         self.speculator = build_speculator(self.config.speculative_config, parts, self.runner)
         overlap = self.config.overlap_steps
         self.overlap = parts.platform.overlaps_steps() if overlap is None else overlap  # drafts: read at once (step())
-        self.eos_token_id = _eos_token_id(parts)
+        self.eos_token_id = next(iter(eos_token_ids(parts.tokenizer, parts.hf_config)), None)  # the first
         self.requests: dict[str, Request] = {}  # added and not yet reported finished
         self.beams = BeamGroups(self.scheduler, self._release, self.max_model_len, parts.hf_config.vocab_size)
         self.stats = StepStats()
@@ -408,15 +409,6 @@ def _num_prompt_tokens(scheduled: SchedulerOutput) -> int:
         max(0, min(req.num_prompt_tokens, req.num_computed_tokens + n) - req.num_computed_tokens)
         for req, n in zip(scheduled.requests, scheduled.num_tokens)
     )
-
-
-def _eos_token_id(parts: EngineParts) -> int | None:
-    eos = getattr(parts.tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(parts.hf_config, "eos_token_id", None)
-    if isinstance(eos, (list, tuple)):
-        eos = eos[0] if eos else None
-    return eos
 
 
 def pooling_info(config) -> PoolingInfo | None:

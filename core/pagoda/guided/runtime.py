@@ -37,6 +37,7 @@ import torch
 from pagoda.errors import RequestError
 from pagoda.guided.bitmask import apply_bitmask, bitmask_words
 from pagoda.interfaces.guided import GrammarMatcher, GuidedDecodingBackend
+from pagoda.loader import eos_token_ids
 from pagoda.plugins.manager import get_plugin_manager
 from pagoda.runner.features import StepFeature
 
@@ -320,11 +321,8 @@ def guided_sampling(tokenizer: Any, hf_config: Any, default_backend: str,
     a tokenizer."""
     if tokenizer is None:
         return None
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        eos = getattr(hf_config, "eos_token_id", None)
-    stops = [t for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
-    return GuidedSampling(tokenizer, hf_config.vocab_size, stops, default_backend, host_buffer=host_buffer)
+    return GuidedSampling(tokenizer, hf_config.vocab_size, eos_token_ids(tokenizer, hf_config), default_backend,
+                          host_buffer=host_buffer)
 
 
 def _pageable_buffer(nbytes: int) -> torch.Tensor:

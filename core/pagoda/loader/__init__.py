@@ -4,7 +4,7 @@ The engine calls, in order: :func:`resolve_model`, :func:`load_hf_config`, :func
 and :func:`load_model`. Nothing here downloads: sources are local paths or the embedded default.
 """
 
-from pagoda.loader.hf_files import load_hf_config, load_tokenizer
+from pagoda.loader.hf_files import eos_token_ids, load_hf_config, load_tokenizer
 from pagoda.loader.model_loader import LOAD_FORMATS, load_checkpoint, load_model, resolve_load_format
 from pagoda.loader.source import DEFAULT_MODEL_NAME, ModelSource, default_model_source, resolve_model
 

@@ -72,6 +72,14 @@ def _fast_gguf_config(source: ModelSource) -> Any:
     return None if params is None else AutoConfig.for_model(**params)
 
 
+def eos_token_ids(tokenizer: Any, hf_config: Any) -> list[int]:
+    """The end-of-sequence ids: the tokenizer's, else the model config's (one id or a list; none: empty)."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(hf_config, "eos_token_id", None)
+    return [t for t in (eos if isinstance(eos, (list, tuple)) else [eos]) if t is not None]
+
+
 def load_tokenizer(source: ModelSource, tokenizer: str | None = None) -> Any:
     """The tokenizer (with its chat template): from ``tokenizer`` if given, else next to the model."""
     from transformers import AutoTokenizer

@@ -142,16 +142,18 @@ def _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
-    """An output program's decode block (slot, rows), slice ``s`` (column offset) and columns of it, and
-    whether it has no work (an unused block, or columns past the slice)."""
+def _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+    """An output program's decode block (slot, rows), slice ``s`` (column offset) and columns of it, the rank
+    lanes, and whether it has no work (an unused block, or columns past the slice)."""
     pid = tl.program_id(1)
     s, pid_n = pid // n_blocks, pid % n_blocks
     slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    return s, slot, rows, row_ok, n_off, offs_n, offs_n < n_size, (slot < 0) | (pid_n * BLOCK_N >= n_size)
+    offs_r = tl.arange(0, BLOCK_R)
+    return (s, slot, rows, row_ok, n_off, offs_n, offs_n < n_size, offs_r, offs_r < R,
+            (slot < 0) | (pid_n * BLOCK_N >= n_size))
 
 
 @triton.jit
@@ -181,12 +183,10 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
                         SPLITS: tl.constexpr):
     """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
     (the K splits' partial sums read at once, ``SPLITS`` >= their number)."""
-    s, slot, rows, row_ok, n_off, offs_n, n_ok, idle = _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr,
-                                                                         n_blocks, BLOCK_M, BLOCK_N)
+    s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
+        block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
         return
-    offs_r = tl.arange(0, BLOCK_R)
-    r_ok = offs_r < R
     offs_p = tl.arange(0, SPLITS)
     parts = tl.load(buf_ptr + offs_p[:, None, None] * stride_bp + s * stride_bs + rows[None, :, None] * stride_bm
                     + offs_r[None, None, :],
@@ -205,12 +205,10 @@ def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr
     """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
     launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
     block, from L2 after the first), which for a short K costs less than a second dependent launch."""
-    s, slot, rows, row_ok, n_off, offs_n, n_ok, idle = _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr,
-                                                                         n_blocks, BLOCK_M, BLOCK_N)
+    s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
+        block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
         return
-    offs_r = tl.arange(0, BLOCK_R)
-    r_ok = offs_r < R
     t = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
                      r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
     acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
