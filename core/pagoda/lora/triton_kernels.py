@@ -45,8 +45,9 @@ class Tiles(NamedTuple):
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
         return Tiles(16, 32, 32, 32, 32, 64, 32)  # small tiles: the interpreter runs every lane on the CPU
-    # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100)
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128, 0, 512)
+    # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100);
+    # K up to 4096 (Llama-8B's q/k/v, o, gate/up) fused into one launch, the long-K down split
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128, 4096, 512)
 
 
 @triton.jit
