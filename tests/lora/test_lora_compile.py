@@ -79,5 +79,14 @@ def test_compiles_for_sm90_without_spills(reports, name: str) -> None:
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
+def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None:
+    """On a GPU, Llama-8B's q/k/v, o and gate/up adds (K 4096) run the fused decode kernel, down (K 14336) the split
+    pair."""
+    from pagoda.lora import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "interpreting", lambda: False)
+    assert 4096 <= triton_kernels.tiles(1).fuse_k < 14336
+
+
 if __name__ == "__main__":
     print(json.dumps({name: ptxas_report(name) for name in kernels()}))
