@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.kernel_bench.report import Report, make_row
-from benchmarks.kernel_bench.timing import device, on_gpu, time_us
+from benchmarks.kernel_bench.timing import device, on_gpu, platform, time_us
 
 TIMING = "prefill: launches; decode and verify: CUDA-graph replays where the backend supports them; median"
 PARTS = ("prefill", "decode", "verify")
@@ -53,12 +53,6 @@ def spec(small: bool, kv_cache_dtype: str = "auto"):
         return AttentionSpec(4, 2, 64, 64**-0.5, 16, torch.bfloat16 if on_gpu() else torch.float32,
                              kv_cache_dtype=kv_cache_dtype)
     return AttentionSpec(32, 8, 128, 128**-0.5, 16, torch.bfloat16, kv_cache_dtype=kv_cache_dtype)
-
-
-def platform():
-    from pagoda.plugins import get_plugin_manager
-
-    return get_plugin_manager().registry("platform").select("cuda" if on_gpu() else "cpu")[1]()
 
 
 def backends(args: argparse.Namespace) -> dict[str, type]:

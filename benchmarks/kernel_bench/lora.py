@@ -6,9 +6,11 @@ Each case times, as CUDA-graph replays over enough layer copies that the weights
 the layer's four base matmuls (``base``, cuBLAS), the LoRA adds alone (``lora``) and both
 (``base+lora``); ``vs_peer`` of ``base+lora`` is the layer's speed with adapters relative to without.
 The floor: the adapters' matrices and the activations at the copy rate. ``max_rel_err``: the LoRA add
-against the torch reference. ``--tiles fuse_k=0,split_k=256+decode_k=64,...`` also times the LoRA adds with
-other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields, ``+``-joined;
-``fuse_k=0`` the decode shrink and expand as two launches at every K). ``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
+against the torch reference. The LoRA kernels launch as the engine launches them: as programmatic dependents
+where the platform allows it (sm_90+). ``--tiles fuse_k=0,split_k=256+decode_k=64,pdl=0,...`` also times the LoRA
+adds with other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields,
+``+``-joined; ``fuse_k=0`` the decode shrink and expand as two launches at every K; ``pdl=0`` plain launches).
+``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import torch
 
 from benchmarks.kernel_bench.report import Report, make_row
-from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, time_each_us
+from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, platform, time_each_us
 
 TIMING = "CUDA-graph replays over layer copies, median"
 RANK, SLOTS = 16, 8
@@ -56,10 +58,11 @@ class Projection:
     def base(self) -> None:
         torch.mm(self.x, self.w.t(), out=self.y)
 
-    def lora(self, plan, t) -> None:
+    def lora(self, plan, variant: tuple) -> None:
         from pagoda.lora.triton_kernels import add_lora_triton
 
-        add_lora_triton(self.y, self.x, self.a, self.b, self.slices, max(s for _, s in self.host_slices), plan, t)
+        t, pdl = variant
+        add_lora_triton(self.y, self.x, self.a, self.b, self.slices, max(s for _, s in self.host_slices), plan, t, pdl)
 
     def lora_bytes(self, adapters: int) -> int:
         return adapters * (self.a[0].numel() + self.b[0].numel()) * self.a.element_size() + 2 * self.y.numel() * 2
@@ -78,22 +81,25 @@ def _max_rel_err(p: Projection, slots: list[int], plan) -> float:
     from pagoda.lora.plan import build_plan
 
     p.y.zero_()
-    p.lora(plan, None)
+    p.lora(plan, (None, False))
     got = p.y.float().clone()
     want = add_lora_torch(torch.zeros_like(p.y, dtype=torch.float32), p.x.float(), p.a.float(), p.b.float(), p.slices,
                           p.host_slices, build_plan(slots, [1] * len(slots), device(), groups=True))
     return float((got - want).abs().max() / want.abs().max())
 
 
-def _variants(spec: str | None):
+def _variants(spec: str | None) -> dict[str, tuple]:
+    """name -> (tiles, pdl): the engine's ("lora"), then each of ``spec``'s."""
     from pagoda.lora.triton_kernels import tiles
 
     default = tiles(1)
-    out = {"lora": None}
+    pdl = platform().dependent_launch() and on_gpu()
+    out = {"lora": (default, pdl)}
     for item in (spec or "").split(","):
         if item:
-            fields = dict(field.split("=") for field in item.split("+"))
-            out[f"lora_{item}"] = default._replace(**{name: int(value) for name, value in fields.items()})
+            fields = {name: int(value) for name, value in (field.split("=") for field in item.split("+"))}
+            out[f"lora_{item}"] = (default._replace(**{k: v for k, v in fields.items() if k != "pdl"}),
+                                   bool(fields.get("pdl", pdl)))
     return out
 
 
@@ -105,10 +111,10 @@ def case_row(report: Report, shapes: dict, rows: int, adapters: int, dtype: torc
     slots = [i % adapters for i in range(rows)]
     plan = _plan(slots)
     us = {"base": time_each_us([lambda ps=ps: [p.base() for p in ps] for ps in copies], graphed=on_gpu())}
-    for name, t in variants.items():
-        us[name] = time_each_us([lambda ps=ps, t=t: [p.lora(plan, t) for p in ps] for ps in copies], graphed=on_gpu())
-    us["base+lora"] = time_each_us([lambda ps=ps: [(p.base(), p.lora(plan, None)) for p in ps] for ps in copies],
-                                   graphed=on_gpu())
+    for name, v in variants.items():
+        us[name] = time_each_us([lambda ps=ps, v=v: [p.lora(plan, v) for p in ps] for ps in copies], graphed=on_gpu())
+    us["base+lora"] = time_each_us([lambda ps=ps: [(p.base(), p.lora(plan, variants["lora"])) for p in ps]
+                                    for ps in copies], graphed=on_gpu())
     floor = report.rates.floor_us(nbytes=sum(p.lora_bytes(adapters) for p in layer))
     report.add(make_row({"rows": rows, "adapters": adapters, "rank": RANK}, us, peer="base", floor_us=floor,
                         max_rel_err=_max_rel_err(layer[0], slots, plan)))

@@ -25,6 +25,13 @@ def device() -> torch.device:
     return torch.device("cuda" if on_gpu() else "cpu")
 
 
+def platform():
+    """The platform the engine would run these kernels on (CUDA's or the CPU's)."""
+    from pagoda.plugins import get_plugin_manager
+
+    return get_plugin_manager().registry("platform").select("cuda" if on_gpu() else "cpu")[1]()
+
+
 def time_us(fn: Callable[[], object], graphed: bool = False, cpu_calls: int = 5) -> float:
     """Median microseconds of one call of ``fn``: CUDA-graph replays if ``graphed``, else launches."""
     if not on_gpu():

@@ -116,6 +116,14 @@ def interpreted_kernels(module: str):
         del os.environ["TRITON_INTERPRET"]
 
 
+def dependent_launch_facts(ptx: str) -> dict[str, bool]:
+    """What a kernel's PTX does as a programmatic dependent: whether it waits for the kernel before it
+    (``griddepcontrol.wait``), lets the next one start (``launch_dependents``), and in which order."""
+    wait, trigger = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
+    return {"wait": wait >= 0, "launch_dependents": trigger >= 0, "trigger_before_wait": 0 <= trigger < wait,
+            "wait_before_first_load": wait < ptx.find("ld.global")}
+
+
 def compiled_in_subprocess(script: str, *args: str, timeout: float = 900):
     """Run ``script`` (a compile test's own file) in a fresh interpreter without ``TRITON_INTERPRET`` (the tests'
     interpreter mode cannot compile), and return the JSON its last line of output printed."""

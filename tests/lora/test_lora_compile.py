@@ -1,5 +1,6 @@
-"""The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16), and keep their
-values in registers: ptxas reports no spills. Compiled here, no GPU needed, in a subprocess without
+"""The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16, launched as
+programmatic dependents), keep their values in registers (ptxas reports no spills), and start as dependents:
+they let the next kernel start, then wait for the one before, before any global load. Compiled here, no GPU needed, in a subprocess without
 ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import tempfile
 
 import pytest
 
-from pagoda.testing import compiled_in_subprocess
+from pagoda.testing import compiled_in_subprocess, dependent_launch_facts, import_triton_kernels
 
 pytest.importorskip("triton")
 
@@ -23,7 +24,7 @@ def kernels() -> dict:
     from pagoda.lora import triton_kernels as k
 
     t = k.tiles(1)
-    prec = dict(DOT_PREC="tf32", UPCAST=False)
+    prec = dict(DOT_PREC="tf32", UPCAST=False, PDL=True)
     plan = dict(block_slot_ptr=P32, block_row_ptr=P32)
     strides_a = dict(stride_al=I32, stride_as=I32, stride_ar=I32)
     return {
@@ -49,8 +50,8 @@ def kernels() -> dict:
     }
 
 
-def ptxas_report(name: str) -> str:
-    """ptxas -v's lines on the kernel's registers and spills (sm_90a)."""
+def compiled_facts(name: str) -> dict:
+    """ptxas -v's lines on the kernel's registers and spills (sm_90a), and its PTX's dependent-launch facts."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
@@ -64,7 +65,8 @@ def ptxas_report(name: str) -> str:
     done = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
                           text=True)
     os.unlink(f.name)
-    return "\n".join(line for line in done.stderr.splitlines() if "spill" in line or "registers" in line)
+    report = "\n".join(line for line in done.stderr.splitlines() if "spill" in line or "registers" in line)
+    return {"ptxas": report, "pdl": dependent_launch_facts(ptx)}
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +76,22 @@ def reports() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", ["bgmv_fused", "bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
 def test_compiles_for_sm90_without_spills(reports, name: str) -> None:
-    report = reports[name]
+    report = reports[name]["ptxas"]
     assert "Used" in report and "registers" in report, report
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+@pytest.mark.parametrize("name", ["bgmv_fused", "bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
+def test_starts_as_a_dependent(reports, name: str) -> None:
+    facts = reports[name]["pdl"]
+    assert facts["wait"] and facts["launch_dependents"], facts
+    assert facts["trigger_before_wait"] and facts["wait_before_first_load"], facts
 
 
 def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None:
     """On a GPU, Llama-8B's q/k/v, o and gate/up adds (K 4096) run the fused decode kernel, down (K 14336) the split
     pair."""
+    import_triton_kernels("pagoda.lora.triton_kernels")  # as the kernel tests import it (the interpreter without CUDA)
     from pagoda.lora import triton_kernels
 
     monkeypatch.setattr(triton_kernels, "interpreting", lambda: False)
@@ -89,4 +99,4 @@ def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None
 
 
 if __name__ == "__main__":
-    print(json.dumps({name: ptxas_report(name) for name in kernels()}))
+    print(json.dumps({name: compiled_facts(name) for name in kernels()}))

@@ -28,7 +28,8 @@ def _reference(x, a, b, y, slices, row_slots):
 @pytest.mark.parametrize("dtype, atol", [(torch.bfloat16, 0.06), (torch.float32, 1e-3)])
 @pytest.mark.parametrize("rank", [8, 16, 64])
 @pytest.mark.parametrize("fuse_k", [4096, 0])  # decode shrink and expand as one launch, or split over K and two
-def test_triton_kernels_on_the_gpu(dtype, atol, rank, fuse_k):
+@pytest.mark.parametrize("pdl", [False, True])  # launched as programmatic dependents (sm_90+)
+def test_triton_kernels_on_the_gpu(dtype, atol, rank, fuse_k, pdl):
     from pagoda.lora.triton_kernels import add_lora_triton, tiles
 
     g = torch.Generator().manual_seed(rank)
@@ -45,11 +46,14 @@ def test_triton_kernels_on_the_gpu(dtype, atol, rank, fuse_k):
     slices_d = torch.tensor(slices, dtype=torch.int32).cuda()
     plan = build_plan(slots, counts, torch.device("cuda"), groups=False)
     t = tiles(plan.max_segment_len)._replace(fuse_k=fuse_k)
-    got = add_lora_triton(yd.clone(), xd, ad, bd, slices_d, 4096, plan, t)
+    if pdl and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90+")
+    got = add_lora_triton(yd.clone(), xd, ad, bd, slices_d, 4096, plan, t, pdl)
     assert torch.allclose(got.double().cpu(), expected, atol=atol, rtol=0.02), (got.double().cpu() - expected).abs().max()
     static = torch.full((graph_buffer_size(64, 4),), -1, dtype=torch.int32)
     write_graph_plan(static.numpy(), slots[:4], 64, 4)
-    decode = add_lora_triton(yd[:8].clone(), xd[:8], ad, bd, slices_d, 4096, graph_plan(static.cuda(), 64, 4), t)
+    decode_plan = graph_plan(static.cuda(), 64, 4)
+    decode = add_lora_triton(yd[:8].clone(), xd[:8], ad, bd, slices_d, 4096, decode_plan, t, pdl)
     decode_expected = _reference(x[:8], a, b, y[:8], slices, [*slots[:4], -1, -1, -1, -1])
     assert torch.allclose(decode.double().cpu(), decode_expected, atol=atol, rtol=0.02)
 

@@ -17,12 +17,14 @@ Steps for ``T`` tokens routed to ``top_k`` experts each (``R = T * top_k`` rows,
 
 from __future__ import annotations
 
-import os
 from typing import Callable, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+
+from pagoda.triton_jit import dot_precision
+from pagoda.triton_support import interpreting
 
 
 class TileConfig(NamedTuple):
@@ -38,7 +40,7 @@ INTERPRETER_TILES = TileConfig(16, 64, 32, 4, 1)  # small tiles: the CPU interpr
 
 def tile_config(rows_per_expert: float) -> TileConfig:
     """Tiles for the mean number of rows an expert gets: few rows stream weights (wide K steps), many are GEMMs."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreting():
         return INTERPRETER_TILES
     if rows_per_expert <= 16:
         return TileConfig(16, 64, 128, 4, 4)
@@ -119,8 +121,7 @@ def _grouped_gemm(
     """``[num_rows, w.shape[1]]``: each row times its expert's ``w`` ([E, N, K]), one launch."""
     n, k = w.shape[1], w.shape[2]
     out = torch.empty(num_rows, n, dtype=a.dtype, device=a.device)
-    upcast = a.dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"  # 3.9's interpreter: bad bf16 dots
-    dot_prec = "ieee" if a.dtype == torch.float32 or upcast else "tf32"  # exact fp32 products; else no effect
+    dot_prec, upcast = dot_precision(a.dtype)
     grid = (block_expert.numel(), triton.cdiv(n, tiles.block_n))
     _grouped_gemm_kernel[grid](
         a, w, out, row_weight if row_weight is not None else out, sorted_rows, block_expert,

@@ -8,10 +8,12 @@ decode row's matrices instead.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
 
+from pagoda.interfaces.platform import Platform
 from pagoda.lora.plan import LoRAPlan
 from pagoda.triton_support import interpreting, triton_installed
 
@@ -26,18 +28,19 @@ def triton_usable(device: torch.device) -> bool:
     return triton_installed() and (device.type == "cuda" or interpreting())
 
 
-def select_kernel(device: torch.device) -> tuple[LoRAKernel, bool]:
-    """The kernel for ``device`` and whether it needs the plan's row groups (the torch reference does)."""
-    if triton_usable(device):
-        return add_lora_triton_kernels, False
+def select_kernel(platform: Platform) -> tuple[LoRAKernel, bool]:
+    """The kernel for the platform's device and whether it needs the plan's row groups (the torch reference
+    does). The Triton kernels launch as programmatic dependents where the platform allows it."""
+    if triton_usable(platform.device()):
+        return partial(add_lora_triton_kernels, pdl=platform.dependent_launch() and not interpreting()), False
     return add_lora_torch, True
 
 
 def add_lora_triton_kernels(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-                            host_slices: list[tuple[int, int]], plan: LoRAPlan) -> torch.Tensor:
+                            host_slices: list[tuple[int, int]], plan: LoRAPlan, pdl: bool = False) -> torch.Tensor:
     from pagoda.lora.triton_kernels import add_lora_triton
 
-    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan)
+    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan, pdl=pdl)
 
 
 def add_lora_torch(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,

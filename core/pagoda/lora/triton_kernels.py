@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from pagoda.lora.plan import DECODE_BLOCK, LoRAPlan
+from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
 from pagoda.triton_support import interpreting
 
 
@@ -91,9 +92,10 @@ def _add_to_y(y_ptr, acc, rows, row_ok, cols, col_ok, stride_ym):
 
 @triton.jit
 def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
-                        stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                        stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """buf[s, rows] = x[rows] @ a[slot, s]^T for one row block of one segment."""
+    dependent_start(PDL)
     seg, pid_m, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start, end, slot = tl.load(seg_ptr + seg * 3), tl.load(seg_ptr + seg * 3 + 1), tl.load(seg_ptr + seg * 3 + 2)
     first = start + pid_m * BLOCK_M
@@ -111,9 +113,10 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
 
 @triton.jit
 def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, stride_bs, stride_bm, stride_bl,
-                        stride_bn, stride_ym, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
+                        stride_bn, stride_ym, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
     """y[rows, slice s block] += buf[s, rows] @ b[slot, slice s block]^T for one row block of one segment."""
+    dependent_start(PDL)
     seg, pid_m, pid = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     s, pid_n = pid // n_blocks, pid % n_blocks
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
@@ -160,9 +163,11 @@ def _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLO
 @triton.jit
 def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K, R, k_per_split, stride_xm,
                         stride_al, stride_as, stride_ar, stride_bp, stride_bs, stride_bm, DOT_PREC: tl.constexpr,
-                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                        UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
     """buf[split, s, rows] = x[rows, split's K] @ a[slot, s, :, split's K]^T for one decode block (rows of
     one slot). Partial sums over K splits, added by the expand."""
+    dependent_start(PDL)
     s, split = tl.program_id(1), tl.program_id(2)
     slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
     if slot < 0:
@@ -180,10 +185,11 @@ def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K,
 @triton.jit
 def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, R, n_blocks, num_splits,
                         stride_bp, stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, DOT_PREC: tl.constexpr,
-                        UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
-                        SPLITS: tl.constexpr):
+                        UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_R: tl.constexpr, SPLITS: tl.constexpr):
     """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
     (the K splits' partial sums read at once, ``SPLITS`` >= their number)."""
+    dependent_start(PDL)
     s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
         block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
@@ -201,11 +207,12 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
 @triton.jit
 def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, K, R, n_blocks,
                        stride_xm, stride_al, stride_as, stride_ar, stride_bl, stride_bn, stride_ym,
-                       DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                       DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
     launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
     block, from L2 after the first), which for a short K costs less than a second dependent launch."""
+    dependent_start(PDL)
     s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
         block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
@@ -226,7 +233,7 @@ def fused_warps(t: Tiles) -> int:
 
 
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor, plan: LoRAPlan,
-          decodes: int, blocks: int, max_slice: int, t: Tiles, block_r: int, prec: str, upcast: bool) -> None:
+          decodes: int, blocks: int, max_slice: int, t: Tiles, block_r: int, opts: dict) -> None:
     """The decode blocks' shrink (split over K into partial sums) and expand (summing them); for K up to
     ``t.fuse_k`` both in one launch."""
     k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
@@ -234,7 +241,7 @@ def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sl
         n_blocks = triton.cdiv(max_slice, t.fused_n)
         _bgmv_fused_kernel[(blocks, num_slices * n_blocks)](
             x, a, b, y, plan.block_slots, plan.block_rows, slices, k, rank, n_blocks, x.stride(0), a.stride(0),
-            a.stride(1), a.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast,
+            a.stride(1), a.stride(2), b.stride(0), b.stride(1), y.stride(0), **opts,
             BLOCK_M=DECODE_BLOCK, BLOCK_N=t.fused_n, BLOCK_R=block_r, BLOCK_K=t.decode_k, num_warps=fused_warps(t))
         return
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
@@ -243,41 +250,43 @@ def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sl
     buf = torch.empty(splits, num_slices, decodes, rank, dtype=torch.float32, device=x.device)  # [P, S, D, R]
     _bgmv_shrink_kernel[(blocks, num_slices, splits)](
         x, a, buf, plan.block_slots, plan.block_rows, k, rank, k_per_split, x.stride(0), a.stride(0), a.stride(1),
-        a.stride(2), buf.stride(0), buf.stride(1), buf.stride(2), DOT_PREC=prec, UPCAST=upcast,
+        a.stride(2), buf.stride(0), buf.stride(1), buf.stride(2), **opts,
         BLOCK_M=DECODE_BLOCK, BLOCK_R=block_r, BLOCK_K=t.decode_k)
     n_blocks = triton.cdiv(max_slice, t.block_n)
     _bgmv_expand_kernel[(blocks, num_slices * n_blocks)](
         buf, b, y, plan.block_slots, plan.block_rows, slices, rank, n_blocks, splits, buf.stride(0), buf.stride(1),
-        buf.stride(2), b.stride(0), b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=DECODE_BLOCK,
+        buf.stride(2), b.stride(0), b.stride(1), y.stride(0), **opts, BLOCK_M=DECODE_BLOCK,
         BLOCK_N=t.block_n, BLOCK_R=block_r, SPLITS=triton.next_power_of_2(splits))
 
 
 def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-                    max_slice: int, plan: LoRAPlan, t: Tiles | None = None) -> torch.Tensor:
+                    max_slice: int, plan: LoRAPlan, t: Tiles | None = None, pdl: bool = False) -> torch.Tensor:
     """``y`` [T, N] += the LoRA products of ``x`` [T, K] for the plan's rows (in place; returns ``y``).
 
     ``a`` [slots, S, R, K], ``b`` [slots, N, R] (last dims contiguous), ``slices`` [S, 2] int32 (offset,
     size) of each slice in ``y``'s columns, ``max_slice`` the largest size; ``t`` the tiles (default:
-    :func:`tiles`; the kernel benchmark sweeps others)."""
+    :func:`tiles`; the kernel benchmark sweeps others); ``pdl``: every kernel launched as a programmatic
+    dependent of the one before (``Platform.dependent_launch``), so its programs are resident while the base
+    layer's kernel ends."""
     num_rows, num_slices, rank = x.shape[0], a.shape[1], a.shape[2]
     t = t or tiles(plan.max_segment_len)
     block_r = max(16, triton.next_power_of_2(rank))
-    upcast = x.dtype == torch.bfloat16 and interpreting()  # Triton 3.9's interpreter: wrong bf16 dots
-    prec = "ieee" if x.dtype == torch.float32 or upcast else "tf32"  # exact float32 products; else no effect
+    prec, upcast = dot_precision(x.dtype)
+    opts = dict(DOT_PREC=prec, UPCAST=upcast, PDL=pdl, **pdl_launch(pdl))
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     blocks = plan.num_decode_blocks(decodes, a.shape[0]) if decodes else 0
     if blocks:
-        _bgmv(y, x, a, b, slices, plan, decodes, blocks, max_slice, t, block_r, prec, upcast)
+        _bgmv(y, x, a, b, slices, plan, decodes, blocks, max_slice, t, block_r, opts)
     if plan.num_segments:
         n_blocks = triton.cdiv(max_slice, t.block_n)
         buf = torch.empty(num_slices, num_rows, rank, dtype=torch.float32, device=x.device)  # [S, T, R]
         m_blocks = triton.cdiv(plan.max_segment_len, t.block_m)
         _sgmv_shrink_kernel[(plan.num_segments, m_blocks, num_slices)](
             x, a, buf, plan.segments, x.shape[1], rank, x.stride(0), *strides_a, buf.stride(0), buf.stride(1),
-            DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.block_m, BLOCK_R=block_r, BLOCK_K=t.block_k)
+            **opts, BLOCK_M=t.block_m, BLOCK_R=block_r, BLOCK_K=t.block_k)
         _sgmv_expand_kernel[(plan.num_segments, m_blocks, num_slices * n_blocks)](
             buf, b, y, plan.segments, slices, rank, n_blocks, buf.stride(0), buf.stride(1), b.stride(0),
-            b.stride(1), y.stride(0), DOT_PREC=prec, UPCAST=upcast, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
+            b.stride(1), y.stride(0), **opts, BLOCK_M=t.block_m, BLOCK_N=t.block_n,
             BLOCK_R=block_r)
     return y

@@ -18,8 +18,8 @@ import triton
 import triton.language as tl
 
 from pagoda.attention.split_kv import decode_scratch
-from pagoda_attention_triton.tile import (attend_tile, dependent_start, dot_precision, kv_scale_args, load_kv_scales,
-                                         pdl_launch, window_start)
+from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
+from pagoda_attention_triton.tile import attend_tile, kv_scale_args, load_kv_scales, window_start
 
 def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
     """Keys per step and pipeline depth: 128 keys x 4 stages for rows of up to 256 bytes (head 128
@@ -131,7 +131,7 @@ def decode_attention(
     """Attention for the first ``num_decodes`` sequences (one query token each).
 
     ``config`` overrides ``decode_config`` (BLOCK_N, num_warps, num_stages; benchmarks); ``pdl``
-    launches the kernels as programmatic dependents (``tile.dependent_start``; the backend asks the
+    launches the kernels as programmatic dependents (``pagoda.triton_jit.dependent_start``; the backend asks the
     platform).
     """
     if num_decodes == 0:

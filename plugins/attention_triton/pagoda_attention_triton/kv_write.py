@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 from pagoda.interfaces.attention import KVScales
-from pagoda_attention_triton.tile import dependent_start, load_kv_scales, pdl_launch
+from pagoda.triton_jit import dependent_start, pdl_launch
+from pagoda_attention_triton.tile import load_kv_scales
 
 # FP8 formats: (largest finite value, mantissa bits, exponent of the smallest normal)
 FP8_FORMATS = {torch.float8_e4m3fn: (448.0, 3, -6), torch.float8_e5m2: (57344.0, 2, -14)}
@@ -81,7 +82,7 @@ def write_kv(
     kv_scales: KVScales | None = None,  # an FP8 cache's scales (required for one)
 ) -> None:
     """Write ``key``/``value`` into ``kv_cache`` at ``slot_mapping`` (in place, no host sync); ``pdl``:
-    launched as a programmatic dependent (``tile.dependent_start``)."""
+    launched as a programmatic dependent (``pagoda.triton_jit.dependent_start``)."""
     num_tokens, num_heads, head = key.shape
     if num_tokens == 0:
         return

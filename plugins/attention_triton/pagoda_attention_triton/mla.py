@@ -23,7 +23,8 @@ import triton.language as tl
 from pagoda.attention.split_kv import decode_scratch
 from pagoda_attention_triton.decode import _reduce_kernel
 from pagoda_attention_triton.prefill import _find_query_block
-from pagoda_attention_triton.tile import dependent_start, dot_precision, online_softmax_step, pdl_launch
+from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
+from pagoda_attention_triton.tile import online_softmax_step
 
 MAX_BLOCK_H = 16  # heads per program: a [ROWS, RANK] fp32 accumulator (RANK 512) must fit in registers
 

@@ -12,7 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda_attention_triton.tile import attend_tile, dot_precision, kv_scale_args, load_kv_scales, window_start
+from pagoda.triton_jit import dot_precision
+from pagoda_attention_triton.tile import attend_tile, kv_scale_args, load_kv_scales, window_start
 
 
 @triton.jit

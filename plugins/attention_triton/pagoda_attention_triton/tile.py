@@ -8,33 +8,10 @@ and accumulator ``acc`` (all in log2 space: scores are pre-multiplied by ``log2(
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
-
-
-def dot_precision(dtype: torch.dtype) -> tuple[str, bool]:
-    """(``input_precision`` for ``tl.dot``, whether to upcast dot operands to fp32).
-
-    fp32 caches use exact ("ieee") dots, not tf32. The CPU interpreter of Triton 3.9 computes
-    bf16 dots wrongly, so under ``TRITON_INTERPRET=1`` bf16 operands are upcast (loads, stores
-    and the cache stay bf16); compiled kernels always use the native half-precision dots.
-    """
-    upcast = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "") == "1"
-    return ("ieee" if dtype == torch.float32 or upcast else "tf32"), upcast
-
-
-@triton.jit
-def dependent_start(PDL: tl.constexpr):
-    """A kernel launched as a programmatic dependent (``launch_pdl``, sm_90+; ``PDL`` true) starts here: it
-    lets the next kernel be scheduled first, so that kernel's programs become resident and read what no
-    kernel writes (a GEMV's weights) while this one runs, then waits for the kernel before it (finished,
-    its writes visible). Every dependent still waits before it reads this kernel's output."""
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
 
 
 def kv_scale_args(kv_cache: torch.Tensor, query: torch.Tensor, kv_scales) -> tuple[torch.Tensor, torch.Tensor, bool,
@@ -55,11 +32,6 @@ def load_kv_scales(k_scale_ptr, v_scale_ptr, KV_FP8: tl.constexpr):
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
     return k_scale, v_scale
-
-
-def pdl_launch(pdl: bool) -> dict[str, bool]:
-    """Launch options of a kernel that calls ``dependent_start(PDL=pdl)``."""
-    return {"launch_pdl": True} if pdl else {}
 
 
 @triton.jit

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pagoda.testing import compiled_in_subprocess
+from pagoda.testing import compiled_in_subprocess, dependent_launch_facts
 
 pytest.importorskip("triton")
 
@@ -76,10 +76,5 @@ def test_dependent_launch_instructions(name: str) -> None:
 
 
 if __name__ == "__main__":
-    def facts_of(ptx: str) -> dict[str, bool]:
-        wait, trigger = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
-        return {"wait": wait >= 0, "launch_dependents": trigger >= 0, "trigger_before_wait": 0 <= trigger < wait,
-                "wait_before_first_load": wait < ptx.find("ld.global")}
-
-    print(json.dumps({"pdl": facts_of(sm90_ptx(sys.argv[1], True)),
+    print(json.dumps({"pdl": dependent_launch_facts(sm90_ptx(sys.argv[1], True)),
                       "any_without_pdl": "griddepcontrol" in sm90_ptx(sys.argv[1], False)}))

@@ -13,11 +13,12 @@ Nibble order: column ``j`` of each group of eight sits at bit ``4 * ((j >> 1) + 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from pagoda.triton_jit import dot_precision
 
 
 @triton.jit
@@ -82,10 +83,6 @@ def _awq_dequant_kernel(
              mask=k_ok[:, None] & n_ok[None, :])
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
-
-
 @functools.cache
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -111,8 +108,7 @@ def awq_gemm_triton(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor
     n = scales.shape[1]
     x = x if x.stride(-1) == 1 else x.contiguous()
     block_m, block_n, block_k, split = gemm_config(m, n, k, group_size, x.device)
-    upcast = x.dtype == torch.bfloat16 and _interpreting()  # the 3.9 interpreter computes bf16 dots wrongly
-    prec = "ieee" if x.dtype == torch.float32 or upcast else "tf32"
+    prec, upcast = dot_precision(x.dtype)
     out = torch.zeros(m, n, dtype=torch.float32, device=x.device) if split > 1 else x.new_empty(m, n)
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split)
     _awq_gemm_kernel[grid](x, qweight, qzeros, scales, out, m, n, k, x.stride(0), out.stride(0),
