@@ -1,6 +1,6 @@
 """The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16, launched as
 programmatic dependents), keep their values in registers (ptxas reports no spills), and start as dependents:
-they let the next kernel start, then wait for the one before, before any global load. Compiled here, no GPU needed, in a subprocess without
+they wait for the kernel before them before any global load, then let the next one start. Compiled here, no GPU needed, in a subprocess without
 ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_compiles_for_sm90_without_spills(reports, name: str) -> None:
 def test_starts_as_a_dependent(reports, name: str) -> None:
     facts = reports[name]["pdl"]
     assert facts["wait"] and facts["launch_dependents"], facts
-    assert facts["trigger_before_wait"] and facts["wait_before_first_load"], facts
+    assert facts["wait_before_first_load"] and not facts["trigger_before_wait"], facts
 
 
 def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None:

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from pagoda.lora.plan import DECODE_BLOCK, LoRAPlan
-from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
+from pagoda.triton_jit import dependent_wait_start, dot_precision, pdl_launch
 from pagoda.triton_support import interpreting
 
 
@@ -95,7 +95,7 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
                         stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """buf[s, rows] = x[rows] @ a[slot, s]^T for one row block of one segment."""
-    dependent_start(PDL)
+    dependent_wait_start(PDL)
     seg, pid_m, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     start, end, slot = tl.load(seg_ptr + seg * 3), tl.load(seg_ptr + seg * 3 + 1), tl.load(seg_ptr + seg * 3 + 2)
     first = start + pid_m * BLOCK_M
@@ -116,7 +116,7 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
                         stride_bn, stride_ym, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
     """y[rows, slice s block] += buf[s, rows] @ b[slot, slice s block]^T for one row block of one segment."""
-    dependent_start(PDL)
+    dependent_wait_start(PDL)
     seg, pid_m, pid = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     s, pid_n = pid // n_blocks, pid % n_blocks
     n_off, n_size = tl.load(slice_ptr + s * 2), tl.load(slice_ptr + s * 2 + 1)
@@ -167,7 +167,7 @@ def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K,
                         BLOCK_K: tl.constexpr):
     """buf[split, s, rows] = x[rows, split's K] @ a[slot, s, :, split's K]^T for one decode block (rows of
     one slot). Partial sums over K splits, added by the expand."""
-    dependent_start(PDL)
+    dependent_wait_start(PDL)
     s, split = tl.program_id(1), tl.program_id(2)
     slot, rows, row_ok = _decode_block(block_slot_ptr, block_row_ptr, BLOCK_M)
     if slot < 0:
@@ -189,7 +189,7 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
                         BLOCK_R: tl.constexpr, SPLITS: tl.constexpr):
     """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
     (the K splits' partial sums read at once, ``SPLITS`` >= their number)."""
-    dependent_start(PDL)
+    dependent_wait_start(PDL)
     s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
         block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
@@ -212,7 +212,7 @@ def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr
     """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
     launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
     block, from L2 after the first), which for a short K costs less than a second dependent launch."""
-    dependent_start(PDL)
+    dependent_wait_start(PDL)
     s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
         block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
     if idle:
