@@ -91,9 +91,10 @@ def _max_rel_err(p: Projection, slots: list[int], plan) -> float:
 def _variants(spec: str | None) -> dict[str, tuple]:
     """name -> (tiles, pdl): the engine's ("lora"), then each of ``spec``'s."""
     from pagoda.lora.triton_kernels import tiles
+    from pagoda.triton_support import dependent_launch
 
     default = tiles(1)
-    pdl = platform().dependent_launch() and on_gpu()
+    pdl = dependent_launch(platform())
     out = {"lora": (default, pdl)}
     for item in (spec or "").split(","):
         if item:

@@ -6,6 +6,10 @@ from __future__ import annotations
 import importlib.util
 import os
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pagoda.interfaces.platform import Platform
 
 
 @lru_cache(maxsize=1)
@@ -16,3 +20,9 @@ def triton_installed() -> bool:
 def interpreting() -> bool:
     """``TRITON_INTERPRET=1``: Triton kernels run on CPU tensors (tests)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def dependent_launch(platform: "Platform") -> bool:
+    """Whether Triton kernels on ``platform`` launch as programmatic dependents (``launch_pdl``): the platform
+    allows it and the kernels are compiled, not interpreted."""
+    return platform.dependent_launch() and not interpreting()

@@ -1,7 +1,7 @@
 """The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16, launched as
 programmatic dependents), keep their values in registers (ptxas reports no spills), and start as dependents:
-they wait for the kernel before them before any global load, then let the next one start. Compiled here, no GPU needed, in a subprocess without
-``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
+they wait for the kernel before them before any global load, then let the next one start. Compiled here, no GPU
+needed, in a subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
 
 from __future__ import annotations
 

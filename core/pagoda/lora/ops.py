@@ -15,7 +15,7 @@ import torch
 
 from pagoda.interfaces.platform import Platform
 from pagoda.lora.plan import LoRAPlan
-from pagoda.triton_support import interpreting, triton_installed
+from pagoda.triton_support import dependent_launch, interpreting, triton_installed
 
 # (y, x, a, b, slices [S, 2] on the device, their host copy, plan) -> y
 LoRAKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
@@ -32,7 +32,7 @@ def select_kernel(platform: Platform) -> tuple[LoRAKernel, bool]:
     """The kernel for the platform's device and whether it needs the plan's row groups (the torch reference
     does). The Triton kernels launch as programmatic dependents where the platform allows it."""
     if triton_usable(platform.device()):
-        return partial(add_lora_triton_kernels, pdl=platform.dependent_launch() and not interpreting()), False
+        return partial(add_lora_triton_kernels, pdl=dependent_launch(platform)), False
     return add_lora_torch, True
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 import torch
@@ -10,14 +9,11 @@ import torch
 from pagoda.attention.split_kv import decode_scratch
 from pagoda.interfaces.attention import KV_CACHE_FORMATS, AttentionBackend, AttentionMetadata, AttentionSpec
 from pagoda.interfaces.platform import Platform
+from pagoda.triton_support import dependent_launch, interpreting
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MIN_HEAD, MAX_HEAD = 16, 256
 MAX_MLA_RANK = 1024  # the latent attention's fp32 accumulator holds a tile's rows x kv_lora_rank
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -42,11 +38,11 @@ class TritonAttentionBackend(AttentionBackend):
         super().__init__(spec, platform)
         self.force_num_splits: int | None = None  # tests and benchmarks pin the split-KV choice
         self.num_sms = platform.compute_units()
-        self.pdl = platform.dependent_launch() and not _interpreting()  # kv write and decode kernels
+        self.pdl = dependent_launch(platform)  # kv write and decode kernels
 
     @classmethod
     def check(cls, platform: Platform, spec: AttentionSpec | None = None) -> str | None:
-        if platform is None or (platform.device_type not in ("cuda", "hip") and not _interpreting()):
+        if platform is None or (platform.device_type not in ("cuda", "hip") and not interpreting()):
             return "triton needs a GPU or TRITON_INTERPRET=1"
         try:
             import triton  # noqa: F401
@@ -139,7 +135,7 @@ def _spec_reason(spec: AttentionSpec) -> str | None:
 
 def _kv_cache_reason(platform: Platform, spec: AttentionSpec) -> str | None:
     """Why this platform cannot convert the FP8 format of ``spec``'s cache in Triton (None: it can)."""
-    if not spec.kv_quantized or _interpreting():
+    if not spec.kv_quantized or interpreting():
         return None
     if spec.cache_dtype == torch.float8_e4m3fn and platform.fp8_dtype() != torch.float8_e4m3fn:
         return (f"triton converts an FP8 e4m3 KV cache with the FP8 instructions of compute capability >= 8.9, which "
