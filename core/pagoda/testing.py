@@ -51,13 +51,10 @@ GPU_NEEDED = {"cuda": "needs an NVIDIA GPU (CUDA)", "rocm": "needs an AMD GPU (R
 
 
 def gpu_kind() -> str | None:
-    """``"cuda"`` or ``"rocm"``: the kind of GPU this torch sees (ROCm builds report theirs through
-    ``torch.cuda``), or ``None`` without one."""
-    import torch
+    """``"cuda"`` or ``"rocm"``: the kind of GPU this torch sees, or ``None`` without one."""
+    from pagoda.platforms.cuda_api import CudaApiPlatform
 
-    if not torch.cuda.is_available():
-        return None
-    return "rocm" if torch.version.hip else "cuda"
+    return CudaApiPlatform.visible_gpu()
 
 
 def built_kernels(what: str, load: Callable[[], T], gpu: str = "cuda") -> T:

@@ -25,6 +25,14 @@ T = TypeVar("T")
 class CudaApiPlatform(Platform, ABC):
     device_type = "cuda"  # torch's device type on both CUDA and ROCm builds
 
+    @staticmethod
+    def visible_gpu() -> str | None:
+        """``"cuda"`` or ``"rocm"``: the kind of GPU this torch sees (ROCm builds report theirs through
+        ``torch.cuda``), or ``None`` without one."""
+        if not torch.cuda.is_available():
+            return None
+        return "rocm" if torch.version.hip else "cuda"
+
     def device(self) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device())
 
