@@ -113,6 +113,40 @@ def interpreted_kernels(module: str):
         del os.environ["TRITON_INTERPRET"]
 
 
+SM90 = ("cuda", 90, 32)  # a Triton target: backend, architecture, warp size
+ROCM_TARGETS = tuple(("hip", arch, 64) for arch in ("gfx908", "gfx90a", "gfx942", "gfx950"))  # docs/rocm.md's GPUs
+
+
+def compile_triton(fn, signature: dict, constants: dict, target: tuple = SM90, num_warps: int = 4) -> str:
+    """The Triton kernel ``fn`` compiled for ``target`` (backend, architecture, warp size), no GPU needed: its PTX
+    (``"cuda"``) or AMDGCN (``"hip"``), or ``"error: "`` and the reason where Triton refuses the kernel. Call it in
+    a process without ``TRITON_INTERPRET`` (:func:`compiled_in_subprocess`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=fn, signature={**signature, **{c: "constexpr" for c in constants}}, constexprs=constants)
+    try:
+        compiled = triton.compile(source, target=GPUTarget(*target), options={"num_warps": num_warps})
+    except Exception as exc:  # noqa: BLE001 - Triton's refusal is what the test reports
+        while exc.__cause__ is not None:  # a CompilationError's message ends at the source line; its cause says why
+            exc = exc.__cause__
+        return f"error: {type(exc).__name__}: " + "".join(str(exc).strip().splitlines()[-1:])
+    return compiled.asm["ptx" if target[0] == "cuda" else "amdgcn"]
+
+
+def compile_errors(kernels: dict[str, tuple], targets: tuple = ROCM_TARGETS) -> dict[str, str]:
+    """``"name architecture"`` -> Triton's error for each kernel (name -> (fn, signature, constants[, warps])) that
+    does not compile for one of ``targets`` (:func:`compile_triton`); empty when all do."""
+    errors = {}
+    for name, (fn, signature, constants, *warps) in kernels.items():
+        for target in targets:
+            code = compile_triton(fn, signature, constants, target, *warps)
+            if code.startswith("error: "):
+                errors[f"{name} {target[1]}"] = code
+    return errors
+
+
 def dependent_launch_facts(ptx: str) -> dict[str, bool]:
     """What a kernel's PTX does as a programmatic dependent: whether it waits for the kernel before it
     (``griddepcontrol.wait``), lets the next one start (``launch_dependents``), and in which order."""

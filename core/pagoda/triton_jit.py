@@ -1,4 +1,4 @@
-"""What core's and the plugins' Triton kernels share: the dot precision of a dtype, and the start of a kernel
+"""What core's and the plugins' Triton kernels share: whether dots upcast a dtype, and the start of a kernel
 launched as a programmatic dependent. Imports triton: import it only where a Triton kernel runs
 (:mod:`pagoda.triton_support` says whether one can)."""
 
@@ -11,14 +11,15 @@ import triton.language as tl
 from pagoda.triton_support import interpreting
 
 
-def dot_precision(dtype: torch.dtype) -> tuple[str, bool]:
-    """(``input_precision`` for ``tl.dot``, whether to upcast dot operands to float32).
+def dot_upcast(dtype: torch.dtype) -> bool:
+    """Whether a kernel upcasts its ``tl.dot`` operands to float32: bfloat16 under ``TRITON_INTERPRET=1``, whose
+    CPU interpreter (Triton 3.9) computes bfloat16 dots wrongly (loads and stores stay bfloat16). Compiled
+    kernels use the native half-precision dots.
 
-    float32 operands use exact ("ieee") dots, not tf32. The CPU interpreter of Triton 3.9 computes bfloat16
-    dots wrongly, so under ``TRITON_INTERPRET=1`` bfloat16 operands are upcast (loads and stores stay
-    bfloat16); compiled kernels always use the native half-precision dots."""
-    upcast = dtype == torch.bfloat16 and interpreting()
-    return ("ieee" if dtype == torch.float32 or upcast else "tf32"), upcast
+    Every dot takes ``input_precision="ieee"``: exact float32 dots (not tf32), and the only value every GPU
+    accepts (ROCm's Triton refuses "tf32" but on gfx942); for half-precision operands the choice changes no
+    instruction."""
+    return dtype == torch.bfloat16 and interpreting()
 
 
 @triton.jit

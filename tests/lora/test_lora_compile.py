@@ -1,7 +1,8 @@
 """The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16, launched as
 programmatic dependents), keep their values in registers (ptxas reports no spills), and start as dependents:
-they wait for the kernel before them before any global load, then let the next one start. Compiled here, no GPU
-needed, in a subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
+they wait for the kernel before them before any global load, then let the next one start. They compile for the
+ROCm GPUs too (no dependent launches there). Compiled here, no GPU needed, in a subprocess without
+``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import tempfile
 
 import pytest
 
-from pagoda.testing import compiled_in_subprocess, dependent_launch_facts, import_triton_kernels
+from pagoda.testing import (compile_errors, compile_triton, compiled_in_subprocess, dependent_launch_facts,
+                            import_triton_kernels)
 
 pytest.importorskip("triton")
 
@@ -24,42 +26,39 @@ def kernels() -> dict:
     from pagoda.lora import triton_kernels as k
 
     t = k.tiles(1)
-    prec = dict(DOT_PREC="tf32", UPCAST=False, PDL=True)
+    flags = dict(UPCAST=False, PDL=True)
     plan = dict(block_slot_ptr=P32, block_row_ptr=P32)
     strides_a = dict(stride_al=I32, stride_as=I32, stride_ar=I32)
     return {
         "bgmv_fused": (k._bgmv_fused_kernel, dict(x_ptr=P16, a_ptr=P16, b_ptr=P16, y_ptr=P16, **plan, slice_ptr=P32,
                                                   K=I32, R=I32, n_blocks=I32, stride_xm=I32, **strides_a,
                                                   stride_bl=I32, stride_bn=I32, stride_ym=I32),
-                       dict(**prec, BLOCK_M=16, BLOCK_N=t.fused_n, BLOCK_R=16, BLOCK_K=t.decode_k), k.fused_warps(t)),
+                       dict(**flags, BLOCK_M=16, BLOCK_N=t.fused_n, BLOCK_R=16, BLOCK_K=t.decode_k), k.fused_warps(t)),
         "bgmv_shrink": (k._bgmv_shrink_kernel, dict(x_ptr=P16, a_ptr=P16, buf_ptr="*fp32", **plan, K=I32, R=I32,
                                                     k_per_split=I32, stride_xm=I32, **strides_a, stride_bp=I32,
                                                     stride_bs=I32, stride_bm=I32),
-                        dict(**prec, BLOCK_M=16, BLOCK_R=16, BLOCK_K=t.decode_k), 4),
+                        dict(**flags, BLOCK_M=16, BLOCK_R=16, BLOCK_K=t.decode_k), 4),
         "bgmv_expand": (k._bgmv_expand_kernel, dict(buf_ptr="*fp32", b_ptr=P16, y_ptr=P16, **plan, slice_ptr=P32,
                                                     R=I32, n_blocks=I32, num_splits=I32, stride_bp=I32, stride_bs=I32,
                                                     stride_bm=I32, stride_bl=I32, stride_bn=I32, stride_ym=I32),
-                        dict(**prec, BLOCK_M=16, BLOCK_N=t.block_n, BLOCK_R=16, SPLITS=k.MAX_SPLITS), 4),
+                        dict(**flags, BLOCK_M=16, BLOCK_N=t.block_n, BLOCK_R=16, SPLITS=k.MAX_SPLITS), 4),
         "sgmv_shrink": (k._sgmv_shrink_kernel, dict(x_ptr=P16, a_ptr=P16, buf_ptr="*fp32", seg_ptr=P32, K=I32, R=I32,
                                                     stride_xm=I32, **strides_a, stride_bs=I32, stride_bm=I32),
-                        dict(**prec, BLOCK_M=64, BLOCK_R=16, BLOCK_K=t.block_k), 4),
+                        dict(**flags, BLOCK_M=64, BLOCK_R=16, BLOCK_K=t.block_k), 4),
         "sgmv_expand": (k._sgmv_expand_kernel, dict(buf_ptr="*fp32", b_ptr=P16, y_ptr=P16, seg_ptr=P32,
                                                     slice_ptr=P32, R=I32, n_blocks=I32, stride_bs=I32, stride_bm=I32,
                                                     stride_bl=I32, stride_bn=I32, stride_ym=I32),
-                        dict(**prec, BLOCK_M=64, BLOCK_N=t.block_n, BLOCK_R=16), 4),
+                        dict(**flags, BLOCK_M=64, BLOCK_N=t.block_n, BLOCK_R=16), 4),
     }
 
 
 def compiled_facts(name: str) -> dict:
     """ptxas -v's lines on the kernel's registers and spills (sm_90a), and its PTX's dependent-launch facts."""
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
-    from triton.compiler import ASTSource
 
     fn, signature, constants, warps = kernels()[name]
-    source = ASTSource(fn=fn, signature={**signature, **{c: "constexpr" for c in constants}}, constexprs=constants)
-    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
+    ptx = compile_triton(fn, signature, constants, num_warps=warps)
+    assert not ptx.startswith("error: "), ptx
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     done = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
@@ -88,6 +87,10 @@ def test_starts_as_a_dependent(reports, name: str) -> None:
     assert facts["wait_before_first_load"] and not facts["trigger_before_wait"], facts
 
 
+def test_compiles_for_rocm(reports) -> None:
+    assert reports["rocm"] == {}
+
+
 def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None:
     """On a GPU, Llama-8B's q/k/v, o and gate/up adds (K 4096) run the fused decode kernel, down (K 14336) the split
     pair."""
@@ -99,4 +102,6 @@ def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None
 
 
 if __name__ == "__main__":
-    print(json.dumps({name: compiled_facts(name) for name in kernels()}))
+    rocm = {name: (fn, signature, {**constants, "PDL": False}, warps)
+            for name, (fn, signature, constants, warps) in kernels().items()}
+    print(json.dumps({**{name: compiled_facts(name) for name in kernels()}, "rocm": compile_errors(rocm)}))

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.triton_jit import dot_precision
+from pagoda.triton_jit import dot_upcast
 from pagoda.triton_support import interpreting
 
 
@@ -55,7 +55,7 @@ def tile_config(rows_per_expert: float) -> TileConfig:
 def _grouped_gemm_kernel(
     a_ptr, w_ptr, out_ptr, row_weight_ptr, sorted_rows_ptr, block_expert_ptr,
     N, K, num_rows, stride_am, stride_we, stride_wn, stride_om,
-    A_ROW_DIV: tl.constexpr, MUL_ROW_WEIGHT: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    A_ROW_DIV: tl.constexpr, MUL_ROW_WEIGHT: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     """out[row, n] = sum_k a[row // A_ROW_DIV, k] * w[expert, n, k] (* row_weight[row]) for one row block."""
@@ -78,9 +78,9 @@ def _grouped_gemm_kernel(
         w = tl.load(w_base + offs_n[None, :] * stride_wn + offs_k[:, None], mask=k_ok[:, None] & n_ok[None, :],
                     other=0.0)  # [BK, BN]
         if UPCAST:
-            acc += tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision=DOT_PREC)
+            acc += tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision="ieee")
         else:
-            acc += tl.dot(a, w, input_precision=DOT_PREC)
+            acc += tl.dot(a, w, input_precision="ieee")
     if MUL_ROW_WEIGHT:
         acc *= tl.load(row_weight_ptr + rows, mask=row_ok, other=0.0)[:, None]
     out = out_ptr + rows[:, None] * stride_om + offs_n[None, :]
@@ -121,12 +121,12 @@ def _grouped_gemm(
     """``[num_rows, w.shape[1]]``: each row times its expert's ``w`` ([E, N, K]), one launch."""
     n, k = w.shape[1], w.shape[2]
     out = torch.empty(num_rows, n, dtype=a.dtype, device=a.device)
-    dot_prec, upcast = dot_precision(a.dtype)
+    upcast = dot_upcast(a.dtype)
     grid = (block_expert.numel(), triton.cdiv(n, tiles.block_n))
     _grouped_gemm_kernel[grid](
         a, w, out, row_weight if row_weight is not None else out, sorted_rows, block_expert,
         n, k, num_rows, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
-        A_ROW_DIV=a_row_div, MUL_ROW_WEIGHT=row_weight is not None, DOT_PREC=dot_prec, UPCAST=upcast,
+        A_ROW_DIV=a_row_div, MUL_ROW_WEIGHT=row_weight is not None, UPCAST=upcast,
         BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from pagoda.lora.plan import DECODE_BLOCK, LoRAPlan
-from pagoda.triton_jit import dependent_wait_start, dot_precision, pdl_launch
+from pagoda.triton_jit import dependent_wait_start, dot_upcast, pdl_launch
 from pagoda.triton_support import interpreting
 
 
@@ -53,7 +53,7 @@ def tiles(max_segment_len: int) -> Tiles:
 
 @triton.jit
 def _shrink_tile(acc, x_ptr, a_ptr, slot, s, rows, row_mask, offs_r, r_ok, k_start, k_end, stride_xm, stride_al,
-                 stride_as, stride_ar, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
+                 stride_as, stride_ar, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
     """``acc`` [BM, BR] + x[rows, k_start:k_end] @ a[slot, s, :, k_start:k_end]^T, rows outside ``row_mask``
     read as zero."""
     a_base = a_ptr + tl.cast(slot, tl.int64) * stride_al + s * stride_as
@@ -66,19 +66,18 @@ def _shrink_tile(acc, x_ptr, a_ptr, slot, s, rows, row_mask, offs_r, r_ok, k_sta
                      other=0.0)  # [BK, BR]
         if UPCAST:
             xt, at = xt.to(tl.float32), at.to(tl.float32)
-        acc += tl.dot(xt, at, input_precision=DOT_PREC)
+        acc += tl.dot(xt, at, input_precision="ieee")
     return acc
 
 
 @triton.jit
-def _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC: tl.constexpr,
-                 UPCAST: tl.constexpr):
+def _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, UPCAST: tl.constexpr):
     """``t`` [BM, BR] (float32) @ b[slot, n_off + offs_n]^T: [BM, BN] float32."""
     w = tl.load(b_ptr + tl.cast(slot, tl.int64) * stride_bl + (n_off + offs_n)[None, :] * stride_bn + offs_r[:, None],
                 mask=r_ok[:, None] & n_ok[None, :], other=0.0)  # [BR, BN]
     if UPCAST:
-        return tl.dot(t, w.to(tl.float32), input_precision=DOT_PREC)
-    return tl.dot(t.to(w.dtype), w, input_precision=DOT_PREC)
+        return tl.dot(t, w.to(tl.float32), input_precision="ieee")
+    return tl.dot(t.to(w.dtype), w, input_precision="ieee")
 
 
 @triton.jit
@@ -92,7 +91,7 @@ def _add_to_y(y_ptr, acc, rows, row_ok, cols, col_ok, stride_ym):
 
 @triton.jit
 def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_al, stride_as, stride_ar,
-                        stride_bs, stride_bm, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+                        stride_bs, stride_bm, UPCAST: tl.constexpr, PDL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """buf[s, rows] = x[rows] @ a[slot, s]^T for one row block of one segment."""
     dependent_wait_start(PDL)
@@ -106,14 +105,14 @@ def _sgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, seg_ptr, K, R, stride_xm, stride_
     offs_r = tl.arange(0, BLOCK_R)
     r_ok = offs_r < R
     acc = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
-                       r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
+                       r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, UPCAST, BLOCK_K)
     tl.store(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit
 def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, stride_bs, stride_bm, stride_bl,
-                        stride_bn, stride_ym, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+                        stride_bn, stride_ym, UPCAST: tl.constexpr, PDL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr):
     """y[rows, slice s block] += buf[s, rows] @ b[slot, slice s block]^T for one row block of one segment."""
     dependent_wait_start(PDL)
@@ -132,7 +131,7 @@ def _sgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, seg_ptr, slice_ptr, R, n_blocks, 
     r_ok = offs_r < R
     t = tl.load(buf_ptr + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :],
                 mask=row_ok[:, None] & r_ok[None, :], other=0.0)  # [BM, BR] float32
-    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
+    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, UPCAST)
     _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
@@ -162,7 +161,7 @@ def _decode_out_block(block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLO
 
 @triton.jit
 def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K, R, k_per_split, stride_xm,
-                        stride_al, stride_as, stride_ar, stride_bp, stride_bs, stride_bm, DOT_PREC: tl.constexpr,
+                        stride_al, stride_as, stride_ar, stride_bp, stride_bs, stride_bm,
                         UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr,
                         BLOCK_K: tl.constexpr):
     """buf[split, s, rows] = x[rows, split's K] @ a[slot, s, :, split's K]^T for one decode block (rows of
@@ -177,14 +176,14 @@ def _bgmv_shrink_kernel(x_ptr, a_ptr, buf_ptr, block_slot_ptr, block_row_ptr, K,
     k_start = split * k_per_split
     acc = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
                        r_ok, k_start, tl.minimum(K, k_start + k_per_split), stride_xm, stride_al, stride_as,
-                       stride_ar, DOT_PREC, UPCAST, BLOCK_K)
+                       stride_ar, UPCAST, BLOCK_K)
     tl.store(buf_ptr + split * stride_bp + s * stride_bs + rows[:, None] * stride_bm + offs_r[None, :], acc,
              mask=row_ok[:, None] & r_ok[None, :])
 
 
 @triton.jit
 def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, R, n_blocks, num_splits,
-                        stride_bp, stride_bs, stride_bm, stride_bl, stride_bn, stride_ym, DOT_PREC: tl.constexpr,
+                        stride_bp, stride_bs, stride_bm, stride_bl, stride_bn, stride_ym,
                         UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_R: tl.constexpr, SPLITS: tl.constexpr):
     """y[rows, slice s block] += (sum of buf[:, s, rows]) @ b[slot, slice s block]^T for one decode block
@@ -200,14 +199,14 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
                     mask=(offs_p < num_splits)[:, None, None] & row_ok[None, :, None] & r_ok[None, None, :],
                     other=0.0)  # [P, BM, BR]
     acc = _expand_tile(tl.sum(parts, axis=0), b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn,
-                       DOT_PREC, UPCAST)
+                       UPCAST)
     _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
 @triton.jit
 def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, K, R, n_blocks,
                        stride_xm, stride_al, stride_as, stride_ar, stride_bl, stride_bn, stride_ym,
-                       DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr,
+                       UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
     launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
@@ -218,8 +217,8 @@ def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr
     if idle:
         return
     t = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
-                     r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, DOT_PREC, UPCAST, BLOCK_K)
-    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, DOT_PREC, UPCAST)
+                     r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, UPCAST, BLOCK_K)
+    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, UPCAST)
     _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
@@ -271,8 +270,8 @@ def add_lora_triton(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.
     num_rows, num_slices, rank = x.shape[0], a.shape[1], a.shape[2]
     t = t or tiles(plan.max_segment_len)
     block_r = max(16, triton.next_power_of_2(rank))
-    prec, upcast = dot_precision(x.dtype)
-    opts = dict(DOT_PREC=prec, UPCAST=upcast, PDL=pdl, **pdl_launch(pdl))
+    upcast = dot_upcast(x.dtype)
+    opts = dict(UPCAST=upcast, PDL=pdl, **pdl_launch(pdl))
     strides_a = (a.stride(0), a.stride(1), a.stride(2))
     decodes = plan.num_decode_rows(num_rows)
     blocks = plan.num_decode_blocks(decodes, a.shape[0]) if decodes else 0

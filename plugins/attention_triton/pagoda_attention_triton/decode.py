@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from pagoda.attention.split_kv import decode_scratch
-from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
+from pagoda.triton_jit import dependent_start, dot_upcast, pdl_launch
 from pagoda_attention_triton.tile import attend_tile, kv_scale_args, load_kv_scales, window_start
 
 def decode_config(head_p: int, itemsize: int) -> dict[str, int]:
@@ -40,7 +40,7 @@ def _decode_kernel(
     scale_log2e, window, num_heads,
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, ROWS: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    USE_WINDOW: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
     KV_FP8: tl.constexpr,
 ):
     dependent_start(PDL)
@@ -75,7 +75,7 @@ def _decode_kernel(
     acc, m_i, l_i = attend_tile(
         acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_ptr + seq * stride_bt,
         key_lo, key_hi, stride_blk, stride_tok, scale_log2e * k_scale, window,
-        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True, KV_FP8,
+        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, UPCAST, True, KV_FP8,
     )
     out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     if NUM_SPLITS == 1:
@@ -181,7 +181,7 @@ def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs:
         scratch = decode_scratch(tokens[1], num_heads, head, num_splits, query.device)
     part_o, part_lse = scratch if num_splits > 1 else (out, out)
     k_scale, v_scale, fp8, compute_dtype = kv_scale_args(kv_cache, query, kv_scales)
-    dot_prec, upcast = dot_precision(compute_dtype)
+    upcast = dot_upcast(compute_dtype)
     _decode_kernel[(seqs[1] - seqs[0], num_kv_heads, num_splits)](
         query, out, part_o, part_lse, kv_cache, block_tables, seq_lens, query_start_loc, k_scale, v_scale,
         seqs[0], tokens[0],
@@ -190,7 +190,7 @@ def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, seqs:
         scale * 1.4426950408889634, window or 0, num_heads,
         GROUP=group, GROUP_P=group_p, ROWS=max(16, query_p * group_p), NUM_SPLITS=num_splits,
         PAGE=kv_cache.shape[2], HEAD=head, HEAD_P=head_p, USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, PDL=pdl, KV_FP8=fp8,
+        UPCAST=upcast, PDL=pdl, KV_FP8=fp8,
         **(config or decode_config(head_p, kv_cache.element_size())),
         **pdl_launch(pdl),
     )

@@ -23,7 +23,7 @@ import triton.language as tl
 from pagoda.attention.split_kv import decode_scratch
 from pagoda_attention_triton.decode import _reduce_kernel
 from pagoda_attention_triton.prefill import _find_query_block
-from pagoda.triton_jit import dependent_start, dot_precision, pdl_launch
+from pagoda.triton_jit import dependent_start, dot_upcast, pdl_launch
 from pagoda_attention_triton.tile import online_softmax_step
 
 MAX_BLOCK_H = 16  # heads per program: a [ROWS, RANK] fp32 accumulator (RANK 512) must fit in registers
@@ -71,7 +71,7 @@ def _mla_kernel(
     DECODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr,
     NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
     RANK: tl.constexpr, RANK_P: tl.constexpr, ROPE: tl.constexpr, ROPE_P: tl.constexpr,
-    DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     dependent_start(PDL)
     if DECODE:  # one program per sequence (one query token)
@@ -117,12 +117,12 @@ def _mla_kernel(
                      other=0.0)
         if UPCAST:
             c, pe = c.to(tl.float32), pe.to(tl.float32)
-        s = tl.dot(q_c, tl.trans(c), input_precision=DOT_PREC)
-        s = (s + tl.dot(q_r, tl.trans(pe), input_precision=DOT_PREC)) * scale_log2e  # [ROWS, BLOCK_N]
+        s = tl.dot(q_c, tl.trans(c), input_precision="ieee")
+        s = (s + tl.dot(q_r, tl.trans(pe), input_precision="ieee")) * scale_log2e  # [ROWS, BLOCK_N]
         visible = row_ok[:, None] & j_ok[None, :] & (j[None, :] <= qpos[:, None])
         s = tl.where(visible, s, float("-inf"))
         p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=DOT_PREC)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision="ieee")
         m_i = m_new
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
     if NUM_SPLITS == 1:
@@ -176,14 +176,14 @@ def _launch(query, out, kv_cache, block_tables, seq_lens, query_start_loc, rank:
     if num_splits > 1 and scratch is None:
         scratch = decode_scratch(tokens, num_heads, rank, num_splits, query.device)
     part_o, part_lse = scratch if num_splits > 1 else (out, out)
-    dot_prec, upcast = dot_precision(kv_cache.dtype)
+    upcast = dot_upcast(kv_cache.dtype)
     _mla_kernel[(programs, triton.cdiv(num_heads, block_h), num_splits)](
         query, out, part_o, part_lse, kv_cache, block_tables, seq_lens, query_start_loc,
         seqs[0], seqs[1], token_base,
         query.stride(0), query.stride(1), out.stride(0), out.stride(1), kv_cache.stride(0), kv_cache.stride(1),
         block_tables.stride(0), scale * 1.4426950408889634, num_heads,
         DECODE=decode, BLOCK_T=block_t, BLOCK_H=block_h, ROWS=max(16, block_t * block_h), NUM_SPLITS=num_splits,
-        PAGE=kv_cache.shape[1], RANK=rank, RANK_P=rank_p, ROPE=rope, ROPE_P=rope_p, DOT_PREC=dot_prec,
+        PAGE=kv_cache.shape[1], RANK=rank, RANK_P=rank_p, ROPE=rope, ROPE_P=rope_p,
         UPCAST=upcast, PDL=pdl, **cfg, **pdl_launch(pdl),
     )
     if num_splits > 1:

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.triton_jit import dot_precision
+from pagoda.triton_jit import dot_upcast
 from pagoda_attention_triton.tile import attend_tile, kv_scale_args, load_kv_scales, window_start
 
 
@@ -43,7 +43,7 @@ def _prefill_kernel(
     scale_log2e, window,
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, KV_FP8: tl.constexpr,
+    USE_WINDOW: tl.constexpr, UPCAST: tl.constexpr, KV_FP8: tl.constexpr,
 ):
     ROWS: tl.constexpr = BLOCK_Q * GROUP_P
     kvh = tl.program_id(1)
@@ -82,12 +82,12 @@ def _prefill_kernel(
         acc, m_i, l_i = attend_tile(
             acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_row,
             key_lo, key_mid, stride_blk, stride_tok, scale_log2e, window,
-            BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, False, KV_FP8,
+            BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, UPCAST, False, KV_FP8,
         )
     acc, m_i, l_i = attend_tile(
         acc, m_i, l_i, q, qpos, row_ok, k_base, k_base + stride_kv, bt_row,
         key_mid, key_hi, stride_blk, stride_tok, scale_log2e, window,
-        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, DOT_PREC, UPCAST, True, KV_FP8,
+        BLOCK_N, PAGE, HEAD, HEAD_P, USE_WINDOW, UPCAST, True, KV_FP8,
     )
     out = acc * (v_scale / tl.where(l_i == 0.0, 1.0, l_i))[:, None]
     o_ptrs = o_ptr + tok64[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
@@ -140,7 +140,7 @@ def prefill_attention(
     group = num_heads // num_kv_heads
     cfg = config or prefill_config(head, group, max_query_len)
     k_scale, v_scale, fp8, compute_dtype = kv_scale_args(kv_cache, query, kv_scales)
-    dot_prec, upcast = dot_precision(compute_dtype)
+    upcast = dot_upcast(compute_dtype)
     grid = (num_prefill_tokens // cfg["BLOCK_Q"] + num_prefills, num_kv_heads)
     _prefill_kernel[grid](
         query, out, kv_cache, block_tables, query_start_loc, seq_lens, k_scale, v_scale,
@@ -150,5 +150,5 @@ def prefill_attention(
         scale * 1.4426950408889634, window or 0,
         GROUP=group, GROUP_P=triton.next_power_of_2(group), PAGE=kv_cache.shape[2],
         HEAD=head, HEAD_P=triton.next_power_of_2(head), USE_WINDOW=bool(window),
-        DOT_PREC=dot_prec, UPCAST=upcast, KV_FP8=fp8, **cfg,
+        UPCAST=upcast, KV_FP8=fp8, **cfg,
     )

@@ -55,7 +55,7 @@ def attend_tile(
     key_lo, key_hi,
     stride_blk, stride_tok, scale_log2e, window,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, HEAD: tl.constexpr, HEAD_P: tl.constexpr,
-    USE_WINDOW: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr, MASKED: tl.constexpr = True,
+    USE_WINDOW: tl.constexpr, UPCAST: tl.constexpr, MASKED: tl.constexpr = True,
     KV_FP8: tl.constexpr = False,
 ):
     """``MASKED=False`` is for keys every valid row sees (below the tile's first query, no window):
@@ -84,7 +84,7 @@ def attend_tile(
             k = k.to(q.dtype)
         if UPCAST:
             k = k.to(tl.float32)
-        s = tl.dot(q, k, input_precision=DOT_PREC) * scale_log2e  # [ROWS, BLOCK_N]
+        s = tl.dot(q, k, input_precision="ieee") * scale_log2e  # [ROWS, BLOCK_N]
         if MASKED:
             visible = row_ok[:, None] & j_ok[None, :] & (j[None, :] <= qpos[:, None])
             if USE_WINDOW:
@@ -100,7 +100,7 @@ def attend_tile(
             v = v.to(q.dtype)
         if UPCAST:
             v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         m_i = m_new
     return acc, m_i, l_i
 

@@ -11,53 +11,13 @@ import sys
 
 import pytest
 
-from pagoda.testing import compiled_in_subprocess, dependent_launch_facts
+from pagoda.testing import compile_triton, compiled_in_subprocess, dependent_launch_facts
+from triton_attention_kernels import kernels
 
 pytest.importorskip("triton")
 
-P16, I32, I64, F32 = "*bf16", "i32", "i64", "fp32"
-
-
-def kernels() -> dict:
-    """name -> (kernel, argument types, constants other than PDL)."""
-    from pagoda_attention_triton.decode import _decode_kernel, _reduce_kernel
-    from pagoda_attention_triton.kv_write import _kv_write_kernel
-
-    return {
-        "kv_write": (
-            _kv_write_kernel,
-            dict(key_ptr=P16, value_ptr=P16, cache_ptr=P16, slot_ptr="*i64", k_scale_ptr=P16, v_scale_ptr=P16,
-                 stride_kt=I64, stride_kh=I64, stride_vt=I64, stride_vh=I64, stride_c_kv=I64, stride_c_slot=I64,
-                 stride_c_head=I64),
-            dict(NUM_HEADS=8, HEAD=128, HEADS_P=8, HEAD_P=128, QUANT=False, FMAX=0.0, MBITS=0, EMIN=0, GRID_ROUND=False),
-        ),
-        "decode": (
-            _decode_kernel,
-            dict(q_ptr=P16, o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", cache_ptr=P16, bt_ptr="*i32",
-                 seq_lens_ptr="*i32", qsl_ptr="*i32", k_scale_ptr=P16, v_scale_ptr=P16, seq_base=I32, token_base=I32, stride_qt=I64, stride_qh=I64, stride_ot=I64, stride_oh=I64, stride_kv=I64,
-                 stride_blk=I64, stride_tok=I64, stride_head=I64, stride_bt=I64, scale_log2e=F32, window=I32,
-                 num_heads=I32),
-            dict(GROUP=4, GROUP_P=4, ROWS=16, NUM_SPLITS=4, BLOCK_N=128, PAGE=16, HEAD=128, HEAD_P=128, USE_WINDOW=False,
-                 DOT_PREC="tf32", UPCAST=False, KV_FP8=False),
-        ),
-        "reduce": (
-            _reduce_kernel,
-            dict(o_ptr=P16, part_o_ptr="*fp32", part_lse_ptr="*fp32", token_base=I32, stride_ot=I64, stride_oh=I64,
-                 num_heads=I32),
-            dict(NUM_SPLITS=4, HEAD=128, HEAD_P=128),
-        ),
-    }
-
-
 def sm90_ptx(name: str, pdl: bool) -> str:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    fn, signature, constants = kernels()[name]
-    constants = {**constants, "PDL": pdl}
-    source = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constants}}, constexprs=constants)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    return compile_triton(*kernels(pdl=pdl)[name])
 
 
 def compiled_facts(name: str) -> dict[str, bool]:

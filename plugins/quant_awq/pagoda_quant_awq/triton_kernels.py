@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagoda.triton_jit import dot_precision
+from pagoda.triton_jit import dot_upcast
 
 
 @triton.jit
@@ -35,7 +35,7 @@ def _awq_gemm_kernel(
     x_ptr, qw_ptr, qz_ptr, s_ptr, out_ptr,  # x [M, K], qweight [K, N/8], qzeros [K/G, N/8], scales [K/G, N], out [M, N]
     M, N, K, stride_xm, stride_om,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, DOT_PREC: tl.constexpr, UPCAST: tl.constexpr,
+    SPLIT_K: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -53,9 +53,9 @@ def _awq_gemm_kernel(
         s = tl.load(s_ptr + g * N + offs_n, mask=n_ok, other=0.0).to(tl.float32)  # [BN]
         w = (_unpack(packed, BLOCK_K, BLOCK_N) - z).to(tl.float32) * s[None, :]  # [BK, BN]
         if UPCAST:
-            acc += tl.dot(x.to(tl.float32), w, input_precision=DOT_PREC)
+            acc += tl.dot(x.to(tl.float32), w, input_precision="ieee")
         else:
-            acc += tl.dot(x, w.to(x.dtype), input_precision=DOT_PREC)
+            acc += tl.dot(x, w.to(x.dtype), input_precision="ieee")
     out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     mask = (offs_m[:, None] < M) & n_ok[None, :]
     if SPLIT_K == 1:
@@ -108,12 +108,12 @@ def awq_gemm_triton(x: torch.Tensor, qweight: torch.Tensor, qzeros: torch.Tensor
     n = scales.shape[1]
     x = x if x.stride(-1) == 1 else x.contiguous()
     block_m, block_n, block_k, split = gemm_config(m, n, k, group_size, x.device)
-    prec, upcast = dot_precision(x.dtype)
+    upcast = dot_upcast(x.dtype)
     out = torch.zeros(m, n, dtype=torch.float32, device=x.device) if split > 1 else x.new_empty(m, n)
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m), split)
     _awq_gemm_kernel[grid](x, qweight, qzeros, scales, out, m, n, k, x.stride(0), out.stride(0),
                            GROUP=group_size, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-                           DOT_PREC=prec, UPCAST=upcast, num_warps=4 if block_m * block_n <= 2048 else 8)
+                           UPCAST=upcast, num_warps=4 if block_m * block_n <= 2048 else 8)
     return out if split == 1 else out.to(x.dtype)
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pagoda.testing import compiled_in_subprocess
+from pagoda.testing import compile_triton, compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -17,19 +17,11 @@ ROWS = (1, 64, 4096)  # one of each launch_config tile
 
 
 def compile_all() -> dict[str, str]:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from pagoda_quant_fp8.triton_fused import _rms_norm_quant, _silu_mul_quant
     from pagoda_quant_fp8.triton_int8 import _int8_scaled_mm, launch_config
 
     def ptx(fn, signature: dict, constants: dict, arch: int) -> str:
-        source = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constants}}, constexprs=constants)
-        try:
-            return triton.compile(source, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
-        except Exception as exc:
-            return "error: " + str(exc).splitlines()[-1]
+        return compile_triton(fn, signature, constants, ("cuda", arch, 32))
 
     gemm = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*bf16", a_scale_ptr="*fp32", b_scale_ptr="*fp32", M="i32", N="i32",
                 K="i32", stride_am="i64", stride_bn="i64", stride_cm="i64")
