@@ -140,12 +140,12 @@ def step_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int =
     return per_step(traced(steps + 1), traced(1), steps)
 
 
-def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> dict:
+def run_phases(args, config, prompts, params, adapters, lora_engine: bool, result: dict) -> None:
+    """The phases of one engine, each figure added to ``result`` as it is measured."""
     from pagoda import LLM, LoRARequest
 
     llm = LLM(**{**vars(config), "enable_lora": lora_engine, "max_cpu_loras": len(adapters) if lora_engine else None})
     vocab = llm.engine.info.vocab_size
-    result = {}
     warmup = random_prompts(min(args.warmup_prompts, len(prompts)), args.input_len, vocab, seed=1)
     try:
         tag = "lora_engine_" if lora_engine else ""
@@ -155,7 +155,7 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
             result[f"{tag}base_step_kernels"] = {b: step_kernels(llm, b, args.input_len, None, vocab)
                                                  for b in args.batch_sizes}
         if not lora_engine:
-            return result
+            return
         loras = [LoRARequest(f"a{i}", i + 1, str(path)) for i, path in enumerate(adapters)]
         for count in args.adapter_counts:
             mix = adapter_mix(loras, count, len(prompts))
@@ -165,7 +165,6 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool) -> di
         if args.profile_kernels:
             result["one_adapter_step_kernels"] = {b: step_kernels(llm, b, args.input_len, loras[0], vocab)
                                                   for b in args.batch_sizes}
-        return result
     finally:
         llm.shutdown()
         del llm
@@ -210,21 +209,30 @@ def main() -> None:
     hf_config = load_hf_config(resolve_model(config.model))
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
     prompts = random_prompts(args.num_prompts, args.input_len, hf_config.vocab_size, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        adapters = write_adapters(hf_config, Path(args.adapter_dir or tmp), args.rank, max(args.adapter_counts))
-        written_s = time.perf_counter() - start
-        result = run_phases(args, config, prompts, params, adapters, lora_engine=False)
-        result.update(run_phases(args, config, prompts, params, adapters, lora_engine=True))
-    base = result["base_req_per_s"]
-    result.update({f"ratio_adapters_{n}": result[f"adapters_{n}_req_per_s"] / base for n in args.adapter_counts})
-    result["ratio_lora_engine_base"] = result["lora_engine_base_req_per_s"] / base
-    result["ratio_one_adapter_step"] = {b: result["one_adapter_step_ms"][b] / result["base_step_ms"][b]
-                                        for b in args.batch_sizes}
     result = {"workload": f"{args.num_prompts} x {args.input_len}/{args.output_len}, rank {args.rank} on all "
-                          f"projections, max_loras {config.max_loras}", "model": args.model,
-              "adapters_written_s": round(written_s, 1), **_rounded(result)}
-    emit(result, args.result_file)
+                          f"projections, max_loras {config.max_loras}", "model": args.model}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            adapters = write_adapters(hf_config, Path(args.adapter_dir or tmp), args.rank, max(args.adapter_counts))
+            result["adapters_written_s"] = round(time.perf_counter() - start, 1)
+            run_phases(args, config, prompts, params, adapters, False, result)
+            run_phases(args, config, prompts, params, adapters, True, result)
+    finally:  # a run cut short (Ctrl-C, the device driver's time limit) keeps the figures it measured
+        emit(_rounded({**result, **ratios(result, args)}), args.result_file)
+
+
+def ratios(result: dict, args: argparse.Namespace) -> dict:
+    """Each measured figure against the engine without LoRA (those both sides of were measured)."""
+    out, base, step = {}, result.get("base_req_per_s"), result.get("base_step_ms", {})
+    for name, key in [*((f"ratio_adapters_{n}", f"adapters_{n}_req_per_s") for n in args.adapter_counts),
+                      ("ratio_lora_engine_base", "lora_engine_base_req_per_s")]:
+        if base and key in result:
+            out[name] = result[key] / base
+    adapter_step = result.get("one_adapter_step_ms", {})
+    if adapter_step:
+        out["ratio_one_adapter_step"] = {b: adapter_step[b] / step[b] for b in adapter_step if b in step}
+    return out
 
 
 def _rounded(value):

@@ -38,13 +38,22 @@ def load_installed_plugin(distribution: str, entry_point: str) -> PluginInfo:
 
 
 def skip_unless_ci(reason: str) -> None:
-    """Skip the calling test for ``reason`` (something optional is missing), except under ``CI=true``,
+    """Skip the calling test (or test module) for ``reason`` (something optional is missing), except under ``CI=true``,
     where README's test command installs everything: there a missing piece is a failure."""
     import pytest
 
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}; CI installs it (README's test command)")
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def import_or_skip(module: str):
+    """The module ``module`` where it is installed; else skip the caller (at import: the whole test module), as
+    :func:`skip_unless_ci` does (a test-only dependency such as ``anthropic``, absent on the GPU machine)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        skip_unless_ci(f"needs {module} (pip install -e '.[test]')")
 
 
 GPU_NEEDED = {"cuda": "needs an NVIDIA GPU (CUDA)", "rocm": "needs an AMD GPU (ROCm)"}

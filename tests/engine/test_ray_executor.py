@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 
 import pytest
-import ray
 
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
+from pagoda.testing import import_or_skip
+
+ray = import_or_skip("ray")
 
 
 @pytest.fixture(scope="module")

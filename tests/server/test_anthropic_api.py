@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 
-import anthropic
 import httpx
 import jsonschema
 import pytest
 from server_helpers import API_KEY, MODEL_NAME
 from tool_helpers import MESSAGES, SCHEMAS, TOOLS, start_tool_server
+from pagoda.testing import import_or_skip
+
+anthropic = import_or_skip("anthropic")
 
 GREEDY = {"extra_body": {"temperature": 0}}
 USER = [{"role": "user", "content": "t21 t22"}]

@@ -9,7 +9,6 @@ import io
 import sys
 from pathlib import Path
 
-import anthropic
 import openai
 import pytest
 from server_helpers import API_KEY, MODEL_NAME, start_server
@@ -18,6 +17,9 @@ from pagoda.config import EngineConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
 from tiny_vlm import random_images, save_tiny_vlm  # noqa: E402
+from pagoda.testing import import_or_skip
+
+anthropic = import_or_skip("anthropic")
 
 
 @pytest.fixture(scope="module")

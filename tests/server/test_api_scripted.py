@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 
-import anthropic
 import openai
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +19,9 @@ from pagoda.server.app import build_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from smollm import hf_tokenizer  # noqa: E402
+from pagoda.testing import import_or_skip
+
+anthropic = import_or_skip("anthropic")
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},

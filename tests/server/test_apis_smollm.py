@@ -4,12 +4,14 @@ official SDKs): every answer is the chat route's, word for word."""
 
 from __future__ import annotations
 
-import anthropic
 import openai
 import pytest
 from serve_process import start_serve, stop
 
 from pagoda.loader import resolve_model
+from pagoda.testing import import_or_skip
+
+anthropic = import_or_skip("anthropic")
 
 SYSTEM = "You are a geography teacher."
 QUESTION = "What is the capital of France? Answer in one sentence."

@@ -22,12 +22,9 @@ suite_run() {
 
 # Pagoda and vLLM on the same workload and GPU: 1000 x 1024/256, then the decode step at batch 1 (1024-token prompts).
 deepseek_peers() {
-  if [ "$DRY_RUN" != 1 ] && [ ! -f /tmp/vllm_site/.installed ]; then
-    fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with scripts/device/vllm_install.sh first"
-    return 1
-  fi
+  need_vllm || return 1
   # shellcheck disable=SC2086
-  step peers_run "$(left_s)" "$PYTHON" benchmarks/peers/run.py --parts offline --config "$1" --out "$WORK" \
+  step peers_deepseek "$(left_s)" "$PYTHON" benchmarks/peers/run.py --parts offline --config "$1" --out "$WORK" \
     --offline "$(quick 1000:1024:256 8:64:16)" --latency "$(quick 1:1024:32:2 1:64:8:1)" --work-dir /tmp/peers \
     --budget-s $(($(left_s) - 20)) --tag deepseek $([ "$QUICK" = 1 ] && echo --quick) ${PEERS_FLAGS:-}
 }

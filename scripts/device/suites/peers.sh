@@ -6,10 +6,7 @@ DEFAULT_PARTS="offline"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 
 suite_run() {
-  if [ "$DRY_RUN" != 1 ] && [ ! -f /tmp/vllm_site/.installed ] && [[ "${PEERS_FLAGS:-}" != *"--engines pagoda"* ]]; then
-    fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with scripts/device/vllm_install.sh first"
-    return 1
-  fi
+  need_vllm || return 1
   # the harness keeps its own time limits: it gets what is left of the budget
   # shellcheck disable=SC2086
   step peers_run "$(left_s)" "$PYTHON" benchmarks/peers/run.py --parts "$(echo "$PARTS" | tr ' ' ',')" --out "$WORK" \
