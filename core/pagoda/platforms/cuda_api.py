@@ -38,12 +38,18 @@ class CudaApiPlatform(Platform, ABC):
 
     def default_dtype(self, checkpoint_dtype: torch.dtype | None) -> torch.dtype:
         """bf16 for float32 (or unnamed) checkpoints where supported, else the checkpoint's half type."""
-        bf16 = torch.cuda.is_bf16_supported()
+        bf16 = self.native_bf16()
         if checkpoint_dtype in (None, torch.float32):
             return torch.bfloat16 if bf16 else torch.float16
         if checkpoint_dtype == torch.bfloat16 and not bf16:
             return torch.float16
         return checkpoint_dtype
+
+    @staticmethod
+    def native_bf16() -> bool:
+        """Whether the GPU computes bfloat16 natively (NVIDIA sm_80+, every ROCm GPU): not torch's default answer,
+        which counts GPUs that only emulate it (sm_70/sm_75)."""
+        return torch.cuda.is_bf16_supported(including_emulation=False)
 
     def host_buffer(self, nbytes: int) -> torch.Tensor:
         # pinned: the copy is asynchronous; torch's caching host allocator reuses a buffer only

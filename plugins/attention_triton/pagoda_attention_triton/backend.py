@@ -134,15 +134,21 @@ def _spec_reason(spec: AttentionSpec) -> str | None:
 
 
 def _kv_cache_reason(platform: Platform, spec: AttentionSpec) -> str | None:
-    """Why this platform cannot convert the FP8 format of ``spec``'s cache in Triton (None: it can)."""
+    """Why this platform cannot convert the FP8 format of ``spec``'s cache in Triton (None: it can): e4m3 needs the
+    GPU's FP8 instructions in the OCP format (NVIDIA sm_89+, AMD gfx950), e5m2 a GPU that takes ``float8_e5m2``
+    (every NVIDIA GPU: Triton converts it in software below sm_89; on AMD, gfx950)."""
     if not spec.kv_quantized or interpreting():
         return None
     if spec.cache_dtype == torch.float8_e4m3fn and platform.fp8_dtype() != torch.float8_e4m3fn:
-        return (f"triton converts an FP8 e4m3 KV cache with the FP8 instructions of compute capability >= 8.9, which "
-                f"{platform.describe()} lacks; use --kv-cache-dtype fp8_e5m2 or --attention-backend flash")
-    if spec.cache_dtype == torch.float8_e5m2 and platform.device_type != "cuda":
-        return f"triton's FP8 e5m2 KV cache runs on NVIDIA GPUs, not {platform.describe()}; use --kv-cache-dtype fp8"
-    return None
+        problem = (f"triton converts an FP8 e4m3 KV cache with the OCP FP8 instructions (NVIDIA compute capability "
+                   f">= 8.9, AMD gfx950), which {platform.describe()} lacks")
+    elif spec.cache_dtype == torch.float8_e5m2 and platform.supports_dtype(torch.float8_e5m2) is not None:
+        problem = f"triton's FP8 e5m2 KV cache needs float8_e5m2: {platform.supports_dtype(torch.float8_e5m2)}"
+    else:
+        return None
+    ways = ["--kv-cache-dtype fp8_e5m2"] if platform.supports_dtype(torch.float8_e5m2) is None else []
+    ways += ["--attention-backend flash"] if platform.csrc_kernel_reason("attention") is None else []
+    return f"{problem}; use {' or '.join(ways or ['--kv-cache-dtype auto'])}"
 
 
 def _splits(num_decodes: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:

@@ -112,15 +112,32 @@ def test_check_reasons_for_fp8_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "fp8" in TritonAttentionBackend.kv_cache_dtypes and "fp8_e5m2" in TritonAttentionBackend.kv_cache_dtypes
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
-    class OldGpu(CpuPlatform):  # a CUDA GPU without FP8 instructions (e.g. sm_80)
-        device_type = "cuda"
+    from pagoda_platform_cuda.platform import CudaPlatform
+    from pagoda_platform_rocm.arch import parse_arch
+    from pagoda_platform_rocm.platform import RocmPlatform
 
+    class OldGpu(CudaPlatform):  # a CUDA GPU without FP8 instructions (e.g. sm_80)
         def fp8_dtype(self):
             return None
 
-    class Hip(OldGpu):
-        device_type = "hip"
+        def describe(self) -> str:
+            return "A100 (sm_80)"
 
-    assert "compute capability >= 8.9" in TritonAttentionBackend.check(OldGpu(), fp8_spec("fp8"))
+    def amd(gfx: str) -> RocmPlatform:
+        class Amd(RocmPlatform):
+            def arch(self):
+                return parse_arch(gfx)
+
+            def describe(self) -> str:
+                return gfx
+
+        return Amd()
+
+    old = TritonAttentionBackend.check(OldGpu(), fp8_spec("fp8"))
+    assert "compute capability >= 8.9" in old and "use --kv-cache-dtype fp8_e5m2 or --attention-backend flash" in old
     assert TritonAttentionBackend.check(OldGpu(), fp8_spec("fp8_e5m2")) is None
-    assert "runs on NVIDIA GPUs" in TritonAttentionBackend.check(Hip(), fp8_spec("fp8_e5m2"))
+    for gfx in ("gfx90a", "gfx942"):  # no OCP FP8 (gfx942's is float8_e4m3fnuz): neither format, flash NVIDIA-only
+        for fmt in ("fp8", "fp8_e5m2"):
+            reason = TritonAttentionBackend.check(amd(gfx), fp8_spec(fmt))
+            assert reason is not None and reason.endswith("use --kv-cache-dtype auto"), reason
+    assert all(TritonAttentionBackend.check(amd("gfx950"), fp8_spec(fmt)) is None for fmt in ("fp8", "fp8_e5m2"))

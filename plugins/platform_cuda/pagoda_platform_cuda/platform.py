@@ -34,10 +34,15 @@ class CudaPlatform(CudaApiPlatform):
         return f"{props.name} (sm_{props.major}{props.minor}, {props.total_memory / GiB:.1f} GiB)"
 
     def supports_dtype(self, dtype: torch.dtype) -> str | None:
-        if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-            major, minor = torch.cuda.get_device_capability(self.device())
-            return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{major}{minor}); use float16"
+        """bfloat16 weights and int8 matmuls (W8A8) need compute capability >= 8.0."""
+        if dtype == torch.bfloat16 and not self.native_bf16():
+            return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{self._sm()}); use float16"
+        if dtype == torch.int8 and torch.cuda.get_device_capability(self.device()) < (8, 0):
+            return f"int8 matmuls need compute capability >= 8.0 (int8 tensor cores; this GPU is sm_{self._sm()})"
         return None
+
+    def _sm(self) -> str:
+        return "".join(map(str, torch.cuda.get_device_capability(self.device())))
 
     def fp8_dtype(self) -> torch.dtype | None:
         """float8_e4m3fn from compute capability 8.9 (Ada, Hopper) on."""

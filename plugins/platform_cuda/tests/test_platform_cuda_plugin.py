@@ -91,9 +91,13 @@ def test_default_dtype_prefers_bf16_for_float32_checkpoints(monkeypatch: pytest.
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert [p.default_dtype(d) for d in (None, torch.float32, torch.float16, torch.bfloat16)] == [
         torch.bfloat16, torch.bfloat16, torch.float16, torch.bfloat16]
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    # a T4 (sm_75): torch counts its emulated bf16 as supported unless asked for native support
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
     assert [p.default_dtype(d) for d in (None, torch.float32, torch.float16, torch.bfloat16)] == [
         torch.float16, torch.float16, torch.float16, torch.float16]
+    assert "compute capability >= 8.0 (this GPU is sm_75); use float16" in p.supports_dtype(torch.bfloat16)
 
 
 def test_fp8_dtype_from_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,6 @@ from pagoda_quant_fp8.method import W8A8Method
 from pagoda_quant_fp8.scheme import parse_int8_scheme
 
 Backend = Literal["auto", "triton", "torch", "reference"]
-MIN_CAPABILITY = (8, 0)  # int8 mma.sync in Triton's dots
 INT_MM_MIN_ROWS = 17  # cuBLAS's int8 GEMM behind torch._int_mm takes more than 16 rows
 
 
@@ -58,12 +57,11 @@ class Int8Method(W8A8Method):
 
     @classmethod
     def check(cls, platform: Platform) -> str | None:
-        where = platform.describe() if platform is not None else "this platform"
         if platform is None or platform.device_type not in ("cuda", "cpu"):
-            return f"int8 runs on NVIDIA GPUs (compute capability >= 8.0) and CPUs, not on {where}"
-        if platform.device_type == "cuda" and torch.cuda.get_device_capability(platform.device()) < MIN_CAPABILITY:
-            return f"int8 needs compute capability >= 8.0 (int8 tensor cores), which {where} lacks"
-        return None
+            where = platform.describe() if platform is not None else "this platform"
+            return f"int8 runs on NVIDIA GPUs (compute capability >= 8.0), AMD GPUs and CPUs, not on {where}"
+        reason = platform.supports_dtype(torch.int8)  # the GPU's int8 matmuls (NVIDIA: sm_80+)
+        return None if reason is None else f"int8 cannot run on {platform.describe()}: {reason}"
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         if not self.ready:

@@ -41,24 +41,36 @@ def test_check_names_the_missing_capability() -> None:
     assert registry.select("fp8", platform=_FakeGpu(torch.float8_e4m3fn, "NVIDIA H100 (sm_90)"))[0] == "fp8"
 
 
-def test_int8_runs_on_cpus_and_names_what_it_needs_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int8_runs_on_cpus_and_gpus_and_names_what_it_needs_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("pagoda_quant_fp8")
+    from pagoda_platform_cuda.platform import CudaPlatform
+    from pagoda_platform_rocm.arch import parse_arch
+    from pagoda_platform_rocm.platform import RocmPlatform
+
     registry = PluginManager().registry("quantization")
     assert registry.select("int8", platform=CpuPlatform())[0] == "int8"
 
-    class Hip(_FakeGpu):
-        device_type = "hip"
+    class Xpu(_FakeGpu):
+        device_type = "xpu"
 
-    with pytest.raises(IncompatibleChoiceError, match=r"int8 runs on NVIDIA GPUs \(compute capability >= 8.0\) and CPUs, "
-                                                      r"not on AMD MI300X"):
-        registry.select("int8", platform=Hip(None, "AMD MI300X (gfx942)"))
+    with pytest.raises(IncompatibleChoiceError, match=r"int8 runs on NVIDIA GPUs \(compute capability >= 8.0\), AMD GPUs "
+                                                      r"and CPUs, not on Intel Max"):
+        registry.select("int8", platform=Xpu(None, "Intel Max"))
 
-    class Turing(_FakeGpu):
-        device_type = "cuda"
+    class Nvidia(CudaPlatform):
+        def describe(self) -> str:
+            return "NVIDIA GPU"
 
-        def device(self) -> torch.device:
-            return torch.device("cuda", 0)
-
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    with pytest.raises(IncompatibleChoiceError, match=r"int8 needs compute capability >= 8.0.*NVIDIA T4 \(sm_75\) lacks"):
-        registry.select("int8", platform=Turing(None, "NVIDIA T4 (sm_75)"))
+    with pytest.raises(IncompatibleChoiceError, match=r"int8 cannot run on NVIDIA GPU: int8 matmuls need compute "
+                                                      r"capability >= 8.0 \(int8 tensor cores; this GPU is sm_75\)"):
+        registry.select("int8", platform=Nvidia())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert registry.select("int8", platform=Nvidia())[0] == "int8"
+
+    class Mi300(RocmPlatform):  # ROCm reports gfx942 as capability (9, 4): no NVIDIA rule applies
+        def arch(self):
+            return parse_arch("gfx942")
+
+    assert registry.select("int8", platform=Mi300())[0] == "int8"
