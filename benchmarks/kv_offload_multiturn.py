@@ -105,15 +105,17 @@ def main() -> None:
     add_common_args(parser)
     parser.set_defaults(kv_offload_gib=64.0)
     args = parser.parse_args()
+    header = {"workload": f"{args.conversations} chats x {args.turns} turns, history {args.history_len} + "
+                          f"{args.user_len} per turn, {args.output_len} out",
+              "model": args.model, "kv_offload_gib": args.kv_offload_gib}
     baseline, base_totals = one_run(args, 0.0)
+    emit({**header, "no_offload": {**base_totals, "all": ttft_summary(baseline)}}, args.result_file)  # if cut short
     offloaded, totals = one_run(args, args.kv_offload_gib)
     evicted = {(t.chat, t.turn) for t in baseline if t.turn > 1 and t.cached < t.history / 2}
     pick = lambda turns: [t for t in turns if (t.chat, t.turn) in evicted]  # noqa: E731
     base_evicted, off_evicted = ttft_summary(pick(baseline)), ttft_summary(pick(offloaded))
     result = {
-        "workload": f"{args.conversations} chats x {args.turns} turns, history {args.history_len} + "
-                    f"{args.user_len} per turn, {args.output_len} out",
-        "model": args.model, "kv_offload_gib": args.kv_offload_gib,
+        **header,
         "no_offload": {**base_totals, "all": ttft_summary(baseline), "evicted": base_evicted},
         "offload": {**totals, "all": ttft_summary(offloaded), "evicted": off_evicted},
         "ratio_evicted_p50_ttft": (round(base_evicted["p50_ttft_ms"] / off_evicted["p50_ttft_ms"], 2)

@@ -14,14 +14,15 @@ left_s() { echo $((DEADLINE - $(date +%s) - MARGIN_S)); }
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 quick() { if [ "$QUICK" = 1 ]; then echo "$2"; else echo "$1"; fi; }  # quick FULL SMALL: a workload size
 
-# step NAME CAP CMD...: CMD under `timeout` (CAP seconds, or less if the budget has less left), recorded. At the
-# limit the command gets SIGINT (pytest then writes its XML, a benchmark its figures so far), SIGKILL 30 s later.
+# step NAME CAP CMD...: CMD under `timeout` (CAP seconds, or less if the budget has less left; skipped with less than
+# a quarter of CAP or 20 s left), recorded. At the limit the command gets SIGINT (pytest then writes its XML, a
+# benchmark its figures so far), SIGKILL 30 s later.
 step() {
   local name=$1 cap=$2 left rc start
   shift 2
   if [ "$DRY_RUN" = 1 ]; then echo "  $name (<= ${cap} s): $(printf '%q ' "$@")"; return 0; fi
   left=$(left_s)
-  if [ "$left" -lt 20 ]; then
+  if [ "$left" -lt 20 ] || [ "$left" -lt $((cap / 4)) ]; then  # less than a quarter of its time: it would not finish
     "$PYTHON" scripts/device/collect.py record "$WORK" "$name" skipped 0 -- "$@"
     echo "$SUITE $name: skipped (time budget)"
     return 0
@@ -67,6 +68,11 @@ serve_start() {
   local name=$1 t=0
   shift
   if [ "$DRY_RUN" = 1 ]; then echo "  $name (server): pagoda serve $(printf '%q ' "$@")--port $PORT"; return 0; fi
+  if [ "$(left_s)" -lt 60 ]; then
+    "$PYTHON" scripts/device/collect.py record "$WORK" "${name}_start" skipped 0 -- pagoda serve "$@"
+    echo "$SUITE $name: skipped (time budget)"
+    return 1
+  fi
   "$PYTHON" -m pagoda.cli.main serve "$@" --port "$PORT" --served-model-name bench > "$WORK/$name.log" 2>&1 &
   SERVER_PID=$!
   until "$PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" \
