@@ -16,12 +16,12 @@ adds with other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
 from benchmarks.kernel_bench.report import Report, make_row
 from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, platform, time_each_us
+from pagoda.triton_support import interpreting
 
 TIMING = "CUDA-graph replays over layer copies, median"
 RANK, SLOTS = 16, 8
@@ -37,7 +37,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def unavailable(args: argparse.Namespace) -> str | None:
-    if not on_gpu() and os.environ.get("TRITON_INTERPRET") != "1":
+    if not on_gpu() and not interpreting():
         return "the Triton kernels need a GPU, or TRITON_INTERPRET=1 (with --small) on a CPU"
     return None
 

@@ -14,6 +14,7 @@ import torch
 
 from benchmarks.kernel_bench.report import Report, make_row
 from benchmarks.kernel_bench.timing import device, on_gpu, time_us
+from pagoda.triton_support import interpreting
 
 TIMING = "launches (CUDA events), median"
 EXPERTS, TOP_K = 8, 2
@@ -24,9 +25,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def unavailable(args: argparse.Namespace) -> str | None:
-    import os
-
-    if not on_gpu() and os.environ.get("TRITON_INTERPRET") != "1":
+    if not on_gpu() and not interpreting():
         return "the Triton kernel needs a GPU, or TRITON_INTERPRET=1 (with --small) on a CPU"
     return None
 

@@ -8,11 +8,12 @@ Each program covers ``BLOCK`` tokens of one masked row: it loads their bitmask w
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from pagoda.triton_support import interpreting
 
 
 @triton.jit
@@ -41,7 +42,7 @@ def apply_bitmask_triton(logits: torch.Tensor, words: torch.Tensor, index: torch
     num_rows, vocab = words.shape[0], logits.shape[1]
     if num_rows == 0:
         return
-    block = 1024 if os.environ.get("TRITON_INTERPRET") == "1" else 4096  # the interpreter runs every lane
+    block = 1024 if interpreting() else 4096  # the interpreter runs every lane
     grid = (num_rows, triton.cdiv(vocab, block))
     _forbid_kernel[grid](logits, words, index if index is not None else words, vocab, logits.stride(0),
                          words.shape[1], HAS_INDEX=index is not None, BLOCK=block)

@@ -9,7 +9,6 @@ Triton 3.9's CPU interpreter rounds float32 to FP8 wrongly where the rounding ca
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -17,6 +16,7 @@ import triton.language as tl
 
 from pagoda.interfaces.attention import KVScales
 from pagoda.triton_jit import dependent_start, pdl_launch
+from pagoda.triton_support import interpreting
 from pagoda_attention_triton.tile import load_kv_scales
 
 # FP8 formats: (largest finite value, mantissa bits, exponent of the smallest normal)
@@ -99,6 +99,6 @@ def write_kv(
         kv_cache.stride(0), kv_cache.stride(2), kv_cache.stride(3),
         NUM_HEADS=num_heads, HEAD=head,
         HEADS_P=triton.next_power_of_2(num_heads), HEAD_P=triton.next_power_of_2(head), PDL=pdl,
-        QUANT=quant, FMAX=fmax, MBITS=mbits, EMIN=emin, GRID_ROUND=quant and os.environ.get("TRITON_INTERPRET") == "1",
+        QUANT=quant, FMAX=fmax, MBITS=mbits, EMIN=emin, GRID_ROUND=quant and interpreting(),
         **pdl_launch(pdl),
     )

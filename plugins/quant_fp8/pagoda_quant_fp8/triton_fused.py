@@ -12,12 +12,12 @@ import it under the interpreter (``tests/conftest.py``).
 
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from pagoda.triton_support import interpreting
 from pagoda_quant_fp8.fp8_math import MIN_SCALE
 from pagoda_quant_fp8.formats import FP8, QuantFormat
 
@@ -90,7 +90,7 @@ def _outputs(m: int, k: int, device: torch.device, fmt: QuantFormat) -> tuple[to
     """The quantized rows and their scales. Triton 3.9's interpreter (CPU tests) rounds float32 to e4m3
     wrongly (127.1 -> 64, ties away from even), so there the kernel writes the float32 values of an FP8
     row and torch rounds them (INT8 rows are integers already: their cast is exact)."""
-    dtype = torch.float32 if os.environ.get("TRITON_INTERPRET") == "1" and not fmt.is_int else fmt.dtype
+    dtype = torch.float32 if interpreting() and not fmt.is_int else fmt.dtype
     return (torch.empty((m, k), dtype=dtype, device=device),
             torch.empty((m, 1), dtype=torch.float32, device=device))
 
