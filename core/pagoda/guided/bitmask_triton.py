@@ -8,7 +8,6 @@ Each program covers ``BLOCK`` tokens of one masked row: it loads their bitmask w
 
 from __future__ import annotations
 
-
 import torch
 import triton
 import triton.language as tl
