@@ -7,9 +7,9 @@ the layer's four base matmuls (``base``, cuBLAS), the LoRA adds alone (``lora``)
 (``base+lora``); ``vs_peer`` of ``base+lora`` is the layer's speed with adapters relative to without.
 The floor: the adapters' matrices and the activations at the copy rate. ``max_rel_err``: the LoRA add
 against the torch reference. The LoRA kernels launch as the engine launches them: as programmatic dependents
-where the platform allows it (sm_90+). ``--tiles fuse_k=0,split_k=256+decode_k=64,pdl=0,...`` also times the LoRA
-adds with other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields,
-``+``-joined; ``fuse_k=0`` the decode shrink and expand as two launches at every K; ``pdl=0`` plain launches).
+where the platform allows it (sm_90+). ``--tiles split_k=256+decode_k=64,pdl=0,...`` also times the LoRA adds
+with other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields,
+``+``-joined; ``pdl=0`` plain launches).
 ``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
 """
 
@@ -33,7 +33,7 @@ SMALL = {"qkv": (64, [64, 32, 32]), "down": (96, [64])}
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", help="comma-separated decode rows (default 1,16,64,256; --small: 1,20)")
     p.add_argument("--tiles", help="tile variants to time too, comma-separated, each FIELD=N[+FIELD=N...] of "
-                   "pagoda.lora.triton_kernels.Tiles (e.g. fuse_k=0,split_k=256+decode_k=64)")
+                   "pagoda.lora.triton_kernels.Tiles (e.g. split_k=256+decode_k=64,pdl=0)")
 
 
 def unavailable(args: argparse.Namespace) -> str | None:

@@ -115,13 +115,13 @@ def test_lora_small_under_the_triton_interpreter(tmp_path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     out = tmp_path / "lora.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.kernel_bench", "lora", "--small", "--batches", "20",
-                           "--tiles", "fuse_k=0+split_k=64", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           "--tiles", "decode_k=64+split_k=64", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _result(out, "lora")["rows"]
     assert [(r["case"]["rows"], r["case"]["adapters"]) for r in rows] == [(20, 1), (20, 8)]
     for row in rows:
-        assert row["peer"] == "base" and set(row["us"]) == {"base", "lora", "lora_fuse_k=0+split_k=64", "base+lora"}
+        assert row["peer"] == "base" and set(row["us"]) == {"base", "lora", "lora_decode_k=64+split_k=64", "base+lora"}
         assert row["max_rel_err"] < 1e-4  # float32 on a CPU
 
 

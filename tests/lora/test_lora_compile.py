@@ -13,8 +13,7 @@ import tempfile
 
 import pytest
 
-from pagoda.testing import (compile_errors, compile_triton, compiled_in_subprocess, dependent_launch_facts,
-                            import_triton_kernels)
+from pagoda.testing import compile_errors, compile_triton, compiled_in_subprocess, dependent_launch_facts
 
 pytest.importorskip("triton")
 
@@ -30,10 +29,6 @@ def kernels() -> dict:
     plan = dict(block_slot_ptr=P32, block_row_ptr=P32)
     strides_a = dict(stride_al=I32, stride_as=I32, stride_ar=I32)
     return {
-        "bgmv_fused": (k._bgmv_fused_kernel, dict(x_ptr=P16, a_ptr=P16, b_ptr=P16, y_ptr=P16, **plan, slice_ptr=P32,
-                                                  K=I32, R=I32, n_blocks=I32, stride_xm=I32, **strides_a,
-                                                  stride_bl=I32, stride_bn=I32, stride_ym=I32),
-                       dict(**flags, BLOCK_M=16, BLOCK_N=t.fused_n, BLOCK_R=16, BLOCK_K=t.decode_k), k.fused_warps(t)),
         "bgmv_shrink": (k._bgmv_shrink_kernel, dict(x_ptr=P16, a_ptr=P16, buf_ptr="*fp32", **plan, K=I32, R=I32,
                                                     k_per_split=I32, stride_xm=I32, **strides_a, stride_bp=I32,
                                                     stride_bs=I32, stride_bm=I32),
@@ -73,14 +68,14 @@ def reports() -> dict[str, str]:
     return compiled_in_subprocess(__file__)
 
 
-@pytest.mark.parametrize("name", ["bgmv_fused", "bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
+@pytest.mark.parametrize("name", ["bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
 def test_compiles_for_sm90_without_spills(reports, name: str) -> None:
     report = reports[name]["ptxas"]
     assert "Used" in report and "registers" in report, report
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
-@pytest.mark.parametrize("name", ["bgmv_fused", "bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
+@pytest.mark.parametrize("name", ["bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
 def test_starts_as_a_dependent(reports, name: str) -> None:
     facts = reports[name]["pdl"]
     assert facts["wait"] and facts["launch_dependents"], facts
@@ -89,16 +84,6 @@ def test_starts_as_a_dependent(reports, name: str) -> None:
 
 def test_compiles_for_rocm(reports) -> None:
     assert reports["rocm"] == {}
-
-
-def test_gpu_tiles_fuse_every_decode_add_but_the_long_k_one(monkeypatch) -> None:
-    """On a GPU, Llama-8B's q/k/v, o and gate/up adds (K 4096) run the fused decode kernel, down (K 14336) the split
-    pair."""
-    import_triton_kernels("pagoda.lora.triton_kernels")  # as the kernel tests import it (the interpreter without CUDA)
-    from pagoda.lora import triton_kernels
-
-    monkeypatch.setattr(triton_kernels, "interpreting", lambda: False)
-    assert 4096 <= triton_kernels.tiles(1).fuse_k < 14336
 
 
 if __name__ == "__main__":

@@ -59,25 +59,24 @@ def _row_slots(counts: list[int], slots: list[int]) -> list[int]:
 
 
 def _run(kernel: str, y, x, a, b, host_slices, plan):
-    """``kernel``: "torch" (the reference path), "triton" (decode rows' shrink and expand fused, as for a short
-    K) or "triton_split" (decode rows' shrink split over K, then the expand)."""
+    """``kernel``: "torch" (the reference path) or "triton" (the kernels; decode rows' shrink split over K, then
+    the expand)."""
     if kernel == "torch":
         return add_lora_torch(y, x, a, b, None, host_slices, plan)
     from pagoda.lora.triton_kernels import add_lora_triton, tiles
 
     t = tiles(plan.max_segment_len)
-    assert x.shape[1] <= t.fuse_k, "the interpreter's tiles fuse these shapes"
+    assert x.shape[1] > t.split_k, "the decode rows' shrink runs over several K splits"
     slices = torch.tensor(host_slices, dtype=torch.int32)
-    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan,
-                           t._replace(fuse_k=0) if kernel == "triton_split" else t)
+    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan, t)
 
 
-@pytest.mark.parametrize("kernel", ["triton", "triton_split", "torch"])
+@pytest.mark.parametrize("kernel", ["triton", "torch"])
 @pytest.mark.parametrize("rank", [8, 16, 64])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("slices", list(SLICES))
 def test_kernels_match_float64(request, kernel, rank, layout, slices):
-    if kernel.startswith("triton"):
+    if kernel == "triton":
         request.getfixturevalue("triton_kernels")
     counts, slots = LAYOUTS[layout]
     x, a, b, y, host_slices = _case(rank, SLICES[slices], torch.float32, sum(counts))
@@ -89,7 +88,7 @@ def test_kernels_match_float64(request, kernel, rank, layout, slices):
 
 @pytest.mark.parametrize("kernel", ["triton", "torch"])
 def test_rows_without_adapter_are_untouched(request, kernel):
-    if kernel.startswith("triton"):
+    if kernel == "triton":
         request.getfixturevalue("triton_kernels")
     counts, slots = LAYOUTS["mixed"]
     x, a, b, y, host_slices = _case(16, SLICES["qkv"], torch.float32, sum(counts))
@@ -102,12 +101,12 @@ def test_no_adapter_in_the_step_has_no_plan():
     assert build_plan([-1, -1], [1, 7], torch.device("cpu"), groups=True) is None
 
 
-@pytest.mark.parametrize("kernel", ["triton", "triton_split", "torch"])
+@pytest.mark.parametrize("kernel", ["triton", "torch"])
 @pytest.mark.parametrize("row_slots", [[3, -1, 0, 0, 2, -1, -1, -1], [1, 0] * 20 + [-1] * 8])
 def test_graph_plan_reads_every_row_as_a_decode_row(request, kernel, row_slots):
     """A captured decode step: the plan has no row count; the rows of the input are all decode rows, the
     slots and decode blocks read from the static buffer, written for a smaller step than its largest."""
-    if kernel.startswith("triton"):
+    if kernel == "triton":
         request.getfixturevalue("triton_kernels")
     x, a, b, y, host_slices = _case(16, SLICES["qkv"], torch.float32, len(row_slots))
     max_rows, num_slots = 64, a.shape[0]

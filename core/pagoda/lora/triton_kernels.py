@@ -39,16 +39,13 @@ class Tiles(NamedTuple):
     block_k: int  # input features per SGMV shrink loop step
     split_k: int  # input features per BGMV shrink program (at most MAX_SPLITS of them)
     decode_k: int  # input features per BGMV shrink loop step
-    fuse_k: int  # decode calls over at most this many input features run shrink and expand as one launch
-    fused_n: int  # output features per fused decode program
 
 
 def tiles(max_segment_len: int) -> Tiles:
     if interpreting():
-        return Tiles(16, 32, 32, 32, 32, 64, 32)  # small tiles: the interpreter runs every lane on the CPU
-    # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100);
-    # K up to 4096 (Llama-8B's q/k/v, o, gate/up) fused into one launch, the long-K down split
-    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128, 4096, 512)
+        return Tiles(16, 32, 32, 32, 32)  # small tiles: the interpreter runs every lane on the CPU
+    # decode: 512 x 128 ran the Llama-8B layer's adds in 0.77-0.91x the time of 256 x 64 at 1-256 rows (H100)
+    return Tiles(16 if max_segment_len <= 16 else 64, 128, 64, 512, 128)
 
 
 @triton.jit
@@ -203,46 +200,15 @@ def _bgmv_expand_kernel(buf_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, sl
     _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
 
 
-@triton.jit
-def _bgmv_fused_kernel(x_ptr, a_ptr, b_ptr, y_ptr, block_slot_ptr, block_row_ptr, slice_ptr, K, R, n_blocks,
-                       stride_xm, stride_al, stride_as, stride_ar, stride_bl, stride_bn, stride_ym,
-                       UPCAST: tl.constexpr, PDL: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y[rows, slice s block] += (x[rows] @ a[slot, s]^T) @ b[slot, slice s block]^T for one decode block in one
-    launch: every output block of a slice computes the slice's shrink itself (reading ``a`` once per output
-    block, from L2 after the first), which for a short K costs less than a second dependent launch."""
-    dependent_wait_start(PDL)
-    s, slot, rows, row_ok, n_off, offs_n, n_ok, offs_r, r_ok, idle = _decode_out_block(
-        block_slot_ptr, block_row_ptr, slice_ptr, n_blocks, R, BLOCK_M, BLOCK_N, BLOCK_R)
-    if idle:
-        return
-    t = _shrink_tile(tl.zeros((BLOCK_M, BLOCK_R), dtype=tl.float32), x_ptr, a_ptr, slot, s, rows, row_ok, offs_r,
-                     r_ok, 0, K, stride_xm, stride_al, stride_as, stride_ar, UPCAST, BLOCK_K)
-    acc = _expand_tile(t, b_ptr, slot, n_off, offs_n, n_ok, offs_r, r_ok, stride_bl, stride_bn, UPCAST)
-    _add_to_y(y_ptr, acc, rows, row_ok, n_off + offs_n, n_ok, stride_ym)
-
-
 MAX_SPLITS = 16
-
-
-def fused_warps(t: Tiles) -> int:
-    """Warps of a fused decode program: one per 64 output features (at 512 features, 4 warps would spill the
-    [16, 512] float32 product out of registers on sm_90)."""
-    return max(4, t.fused_n // 64)
 
 
 def _bgmv(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor, plan: LoRAPlan,
           decodes: int, blocks: int, max_slice: int, t: Tiles, block_r: int, opts: dict) -> None:
-    """The decode blocks' shrink (split over K into partial sums) and expand (summing them); for K up to
-    ``t.fuse_k`` both in one launch."""
+    """The decode blocks' shrink (split over K into partial sums) and expand (summing them). (One launch doing
+    both, each output block recomputing its slice's shrink, took 2.2x the time of the two at 1-256 rows on an
+    H100: it reads ``a`` once per output block.)"""
     k, num_slices, rank = x.shape[1], a.shape[1], a.shape[2]
-    if k <= t.fuse_k:
-        n_blocks = triton.cdiv(max_slice, t.fused_n)
-        _bgmv_fused_kernel[(blocks, num_slices * n_blocks)](
-            x, a, b, y, plan.block_slots, plan.block_rows, slices, k, rank, n_blocks, x.stride(0), a.stride(0),
-            a.stride(1), a.stride(2), b.stride(0), b.stride(1), y.stride(0), **opts,
-            BLOCK_M=DECODE_BLOCK, BLOCK_N=t.fused_n, BLOCK_R=block_r, BLOCK_K=t.decode_k, num_warps=fused_warps(t))
-        return
     splits = min(MAX_SPLITS, triton.cdiv(k, t.split_k))
     k_per_split = triton.cdiv(triton.cdiv(k, splits), t.decode_k) * t.decode_k
     splits = triton.cdiv(k, k_per_split)
