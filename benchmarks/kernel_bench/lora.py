@@ -6,10 +6,8 @@ Each case times, as CUDA-graph replays over enough layer copies that the weights
 the layer's four base matmuls (``base``, cuBLAS), the LoRA adds alone (``lora``) and both
 (``base+lora``); ``vs_peer`` of ``base+lora`` is the layer's speed with adapters relative to without.
 The floor: the adapters' matrices and the activations at the copy rate. ``max_rel_err``: the LoRA add
-against the torch reference. The LoRA kernels launch as the engine launches them: as programmatic dependents
-where the platform allows it (sm_90+). ``--tiles split_k=256+decode_k=64,pdl=0,...`` also times the LoRA adds
-with other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields,
-``+``-joined; ``pdl=0`` plain launches).
+against the torch reference. ``--tiles split_k=256+decode_k=64,block_n=64,...`` also times the LoRA adds with
+other tiles (a sweep: each variant some of :class:`~pagoda.lora.triton_kernels.Tiles`' fields, ``+``-joined).
 ``--small`` (tiny shapes) runs on a CPU under TRITON_INTERPRET=1.
 """
 
@@ -20,7 +18,7 @@ import argparse
 import torch
 
 from benchmarks.kernel_bench.report import Report, make_row
-from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, platform, time_each_us
+from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, time_each_us
 from pagoda.triton_support import interpreting
 
 TIMING = "CUDA-graph replays over layer copies, median"
@@ -33,7 +31,7 @@ SMALL = {"qkv": (64, [64, 32, 32]), "down": (96, [64])}
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", help="comma-separated decode rows (default 1,16,64,256; --small: 1,20)")
     p.add_argument("--tiles", help="tile variants to time too, comma-separated, each FIELD=N[+FIELD=N...] of "
-                   "pagoda.lora.triton_kernels.Tiles (e.g. split_k=256+decode_k=64,pdl=0)")
+                   "pagoda.lora.triton_kernels.Tiles (e.g. split_k=256+decode_k=64,block_n=64)")
 
 
 def unavailable(args: argparse.Namespace) -> str | None:
@@ -58,11 +56,10 @@ class Projection:
     def base(self) -> None:
         torch.mm(self.x, self.w.t(), out=self.y)
 
-    def lora(self, plan, variant: tuple) -> None:
+    def lora(self, plan, tiles=None) -> None:
         from pagoda.lora.triton_kernels import add_lora_triton
 
-        t, pdl = variant
-        add_lora_triton(self.y, self.x, self.a, self.b, self.slices, max(s for _, s in self.host_slices), plan, t, pdl)
+        add_lora_triton(self.y, self.x, self.a, self.b, self.slices, max(s for _, s in self.host_slices), plan, tiles)
 
     def lora_bytes(self, adapters: int) -> int:
         return adapters * (self.a[0].numel() + self.b[0].numel()) * self.a.element_size() + 2 * self.y.numel() * 2
@@ -81,26 +78,23 @@ def _max_rel_err(p: Projection, slots: list[int], plan) -> float:
     from pagoda.lora.plan import build_plan
 
     p.y.zero_()
-    p.lora(plan, (None, False))
+    p.lora(plan)
     got = p.y.float().clone()
     want = add_lora_torch(torch.zeros_like(p.y, dtype=torch.float32), p.x.float(), p.a.float(), p.b.float(), p.slices,
                           p.host_slices, build_plan(slots, [1] * len(slots), device(), groups=True))
     return float((got - want).abs().max() / want.abs().max())
 
 
-def _variants(spec: str | None) -> dict[str, tuple]:
-    """name -> (tiles, pdl): the engine's ("lora"), then each of ``spec``'s."""
+def _variants(spec: str | None) -> dict:
+    """name -> tiles: the engine's ("lora"), then each of ``spec``'s."""
     from pagoda.lora.triton_kernels import tiles
-    from pagoda.triton_support import dependent_launch
 
     default = tiles(1)
-    pdl = dependent_launch(platform())
-    out = {"lora": (default, pdl)}
+    out = {"lora": default}
     for item in (spec or "").split(","):
         if item:
-            fields = {name: int(value) for name, value in (field.split("=") for field in item.split("+"))}
-            out[f"lora_{item}"] = (default._replace(**{k: v for k, v in fields.items() if k != "pdl"}),
-                                   bool(fields.get("pdl", pdl)))
+            out[f"lora_{item}"] = default._replace(**{name: int(value) for name, value in
+                                                      (field.split("=") for field in item.split("+"))})
     return out
 
 

@@ -33,16 +33,6 @@ def dependent_start(PDL: tl.constexpr):
         tl.extra.cuda.gdc_wait()
 
 
-@triton.jit
-def dependent_wait_start(PDL: tl.constexpr):
-    """The usual start of a programmatic dependent (the csrc kernels' ``start_as_dependent``): wait for the
-    kernel before it, then let the next kernel be scheduled. For kernels not followed by a long one whose
-    successor streams weights (triggering first before every GEMV was slower: docs/cuda.md)."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-
 def pdl_launch(pdl: bool) -> dict[str, bool]:
-    """Launch options of a kernel that starts with ``dependent_start`` or ``dependent_wait_start`` (``PDL=pdl``)."""
+    """Launch options of a kernel that starts with ``dependent_start`` (``PDL=pdl``)."""
     return {"launch_pdl": True} if pdl else {}

@@ -1,8 +1,6 @@
-"""The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16, launched as
-programmatic dependents), keep their values in registers (ptxas reports no spills), and start as dependents:
-they wait for the kernel before them before any global load, then let the next one start. They compile for the
-ROCm GPUs too (no dependent launches there). Compiled here, no GPU needed, in a subprocess without
-``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
+"""The LoRA kernels compile for sm_90 at the tiles a GPU runs them with (bfloat16, rank 16) and keep their values
+in registers (ptxas reports no spills); they compile for the ROCm GPUs too. Compiled here, no GPU needed, in a
+subprocess without ``TRITON_INTERPRET`` (the tests' interpreter mode cannot compile)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import tempfile
 
 import pytest
 
-from pagoda.testing import compile_errors, compile_triton, compiled_in_subprocess, dependent_launch_facts
+from pagoda.testing import compile_errors, compile_triton, compiled_in_subprocess
 
 pytest.importorskip("triton")
 
@@ -25,7 +23,7 @@ def kernels() -> dict:
     from pagoda.lora import triton_kernels as k
 
     t = k.tiles(1)
-    flags = dict(UPCAST=False, PDL=True)
+    flags = dict(UPCAST=False)
     plan = dict(block_slot_ptr=P32, block_row_ptr=P32)
     strides_a = dict(stride_al=I32, stride_as=I32, stride_ar=I32)
     return {
@@ -47,8 +45,8 @@ def kernels() -> dict:
     }
 
 
-def compiled_facts(name: str) -> dict:
-    """ptxas -v's lines on the kernel's registers and spills (sm_90a), and its PTX's dependent-launch facts."""
+def ptxas_report(name: str) -> str:
+    """ptxas -v's lines on the kernel's registers and spills (sm_90a)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     fn, signature, constants, warps = kernels()[name]
@@ -59,27 +57,19 @@ def compiled_facts(name: str) -> dict:
     done = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
                           text=True)
     os.unlink(f.name)
-    report = "\n".join(line for line in done.stderr.splitlines() if "spill" in line or "registers" in line)
-    return {"ptxas": report, "pdl": dependent_launch_facts(ptx)}
+    return "\n".join(line for line in done.stderr.splitlines() if "spill" in line or "registers" in line)
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[str, str]:
+def reports() -> dict[str, dict]:
     return compiled_in_subprocess(__file__)
 
 
 @pytest.mark.parametrize("name", ["bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
 def test_compiles_for_sm90_without_spills(reports, name: str) -> None:
-    report = reports[name]["ptxas"]
+    report = reports["ptxas"][name]
     assert "Used" in report and "registers" in report, report
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
-
-
-@pytest.mark.parametrize("name", ["bgmv_shrink", "bgmv_expand", "sgmv_shrink", "sgmv_expand"])
-def test_starts_as_a_dependent(reports, name: str) -> None:
-    facts = reports[name]["pdl"]
-    assert facts["wait"] and facts["launch_dependents"], facts
-    assert facts["wait_before_first_load"] and not facts["trigger_before_wait"], facts
 
 
 def test_compiles_for_rocm(reports) -> None:
@@ -87,6 +77,4 @@ def test_compiles_for_rocm(reports) -> None:
 
 
 if __name__ == "__main__":
-    rocm = {name: (fn, signature, {**constants, "PDL": False}, warps)
-            for name, (fn, signature, constants, warps) in kernels().items()}
-    print(json.dumps({**{name: compiled_facts(name) for name in kernels()}, "rocm": compile_errors(rocm)}))
+    print(json.dumps({"ptxas": {name: ptxas_report(name) for name in kernels()}, "rocm": compile_errors(kernels())}))

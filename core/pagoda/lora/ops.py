@@ -8,14 +8,12 @@ decode row's matrices instead.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable
 
 import torch
 
-from pagoda.interfaces.platform import Platform
 from pagoda.lora.plan import LoRAPlan
-from pagoda.triton_support import dependent_launch, interpreting, triton_installed
+from pagoda.triton_support import interpreting, triton_installed
 
 # (y, x, a, b, slices [S, 2] on the device, their host copy, plan) -> y
 LoRAKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
@@ -28,19 +26,18 @@ def triton_usable(device: torch.device) -> bool:
     return triton_installed() and (device.type == "cuda" or interpreting())
 
 
-def select_kernel(platform: Platform) -> tuple[LoRAKernel, bool]:
-    """The kernel for the platform's device and whether it needs the plan's row groups (the torch reference
-    does). The Triton kernels launch as programmatic dependents where the platform allows it."""
-    if triton_usable(platform.device()):
-        return partial(add_lora_triton_kernels, pdl=dependent_launch(platform)), False
+def select_kernel(device: torch.device) -> tuple[LoRAKernel, bool]:
+    """The kernel for ``device`` and whether it needs the plan's row groups (the torch reference does)."""
+    if triton_usable(device):
+        return add_lora_triton_kernels, False
     return add_lora_torch, True
 
 
 def add_lora_triton_kernels(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,
-                            host_slices: list[tuple[int, int]], plan: LoRAPlan, pdl: bool = False) -> torch.Tensor:
+                            host_slices: list[tuple[int, int]], plan: LoRAPlan) -> torch.Tensor:
     from pagoda.lora.triton_kernels import add_lora_triton
 
-    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan, pdl=pdl)
+    return add_lora_triton(y, x, a, b, slices, max(size for _, size in host_slices), plan)
 
 
 def add_lora_torch(y: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, slices: torch.Tensor,

@@ -47,7 +47,7 @@ class LoRAStep(StepFeature):
         self.missing = missing_paths(model)  # the layers other pipeline stages hold
         self.platform, self.device, self.dtype = platform, platform.device(), dtype
         arena = torch.zeros(config.max_loras, self.layout.numel, dtype=dtype, device=self.device)  # the device slots
-        kernel, self.groups = select_kernel(platform)
+        kernel, self.groups = select_kernel(self.device)
         self.step = StepLoRA()
         attach(model, self.layout, arena, self.step, kernel)
         self.slots = AdapterSlots(arena, config.max_cpu_loras or config.max_loras, self.host_copy)
