@@ -23,8 +23,7 @@ step() {
   if [ "$DRY_RUN" = 1 ]; then echo "  $name (<= ${cap} s): $(printf '%q ' "$@")"; return 0; fi
   left=$(left_s)
   if [ "$left" -lt 20 ] || [ "$left" -lt $((cap / 4)) ]; then  # less than a quarter of its time: it would not finish
-    "$PYTHON" scripts/device/collect.py record "$WORK" "$name" skipped 0 -- "$@"
-    echo "$SUITE $name: skipped (time budget)"
+    skip_step "$name" "$@"
     return 0
   fi
   [ "$cap" -gt "$left" ] && cap=$left
@@ -37,6 +36,14 @@ step() {
     "$("$PYTHON" scripts/device/collect.py line "$WORK/$name.json" 2>/dev/null)"
   [ "$rc" = 0 ] || tail -5 "$WORK/$name.log" | sed "s/^/    /"
   return $rc
+}
+
+# skip_step NAME CMD...: a step not started for want of time, recorded as skipped (not a failure).
+skip_step() {
+  local name=$1
+  shift
+  "$PYTHON" scripts/device/collect.py record "$WORK" "$name" skipped 0 -- "$@"
+  echo "$SUITE $name: skipped (time budget)"
 }
 
 # fail_step NAME MESSAGE: a step that cannot run here, recorded as failed with MESSAGE as its log.
@@ -69,8 +76,7 @@ serve_start() {
   shift
   if [ "$DRY_RUN" = 1 ]; then echo "  $name (server): pagoda serve $(printf '%q ' "$@")--port $PORT"; return 0; fi
   if [ "$(left_s)" -lt 60 ]; then
-    "$PYTHON" scripts/device/collect.py record "$WORK" "${name}_start" skipped 0 -- pagoda serve "$@"
-    echo "$SUITE $name: skipped (time budget)"
+    skip_step "${name}_start" pagoda serve "$@"
     return 1
   fi
   "$PYTHON" -m pagoda.cli.main serve "$@" --port "$PORT" --served-model-name bench > "$WORK/$name.log" 2>&1 &

@@ -139,14 +139,15 @@ def _kv_cache_reason(platform: Platform, spec: AttentionSpec) -> str | None:
     (every NVIDIA GPU: Triton converts it in software below sm_89; on AMD, gfx950)."""
     if not spec.kv_quantized or interpreting():
         return None
+    e5m2_reason = platform.supports_dtype(torch.float8_e5m2)
     if spec.cache_dtype == torch.float8_e4m3fn and platform.fp8_dtype() != torch.float8_e4m3fn:
         problem = (f"triton converts an FP8 e4m3 KV cache with the OCP FP8 instructions (NVIDIA compute capability "
                    f">= 8.9, AMD gfx950), which {platform.describe()} lacks")
-    elif spec.cache_dtype == torch.float8_e5m2 and platform.supports_dtype(torch.float8_e5m2) is not None:
-        problem = f"triton's FP8 e5m2 KV cache needs float8_e5m2: {platform.supports_dtype(torch.float8_e5m2)}"
+    elif spec.cache_dtype == torch.float8_e5m2 and e5m2_reason is not None:
+        problem = f"triton's FP8 e5m2 KV cache needs float8_e5m2: {e5m2_reason}"
     else:
         return None
-    ways = ["--kv-cache-dtype fp8_e5m2"] if platform.supports_dtype(torch.float8_e5m2) is None else []
+    ways = ["--kv-cache-dtype fp8_e5m2"] if e5m2_reason is None else []
     ways += ["--attention-backend flash"] if platform.csrc_kernel_reason("attention") is None else []
     return f"{problem}; use {' or '.join(ways or ['--kv-cache-dtype auto'])}"
 
