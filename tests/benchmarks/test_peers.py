@@ -205,3 +205,19 @@ def test_pagoda_command_lines_parse_with_the_same_settings_as_vllm(tmp_path):
     own = engines.Settings(model_dir=tmp_path, limits="own")
     for engine in ("pagoda", "vllm"):
         assert "--max-num-seqs" not in engines.server_cmd(engine, own, 8200)
+
+
+def test_pagoda_client_takes_mixed_lengths_from_the_file(tmp_path):
+    import engines
+    import prompts
+    from pagoda.bench.serve import check_args, make_inputs
+    from pagoda.cli.main import build_parser
+    from pagoda.plugins import get_plugin_manager
+
+    mixed = workloads.mixed_workloads((8,))[0]
+    jsonl = prompts.write_mixed_prompts_file(tmp_path / "m.jsonl", [([1, 2, 3], 5), ([4], 17)])
+    cmd = engines.pagoda_client_cmd("http://127.0.0.1:8100", mixed, jsonl, tmp_path / "c.json")
+    args = build_parser(get_plugin_manager()).parse_args(cmd[1:])
+    check_args(args)  # the workload's output_len (0) must not reach the client as a flag
+    lengths = [r.output_len for r in make_inputs(args, None, "", "m")]
+    assert lengths[:2] == [5, 17] and len(lengths) == mixed.num_prompts
