@@ -19,7 +19,7 @@ README = ROOT / "README.md"
 BEGIN = "<!-- peers-table:begin (python -m benchmarks.peers.report --readme renders this from the files it names) -->"
 END = "<!-- peers-table:end -->"
 # The runs README shows (paths from the repository root); a new run's merged file replaces these.
-SOURCES = ("benchmarks/results/h200_vs_vllm/peers_offline.json", "benchmarks/results/h200_vs_vllm/peers_serve.json")
+SOURCES = ("benchmarks/results/h100_vs_vllm/peers.json",)
 SERVED_COLUMNS = (("request_throughput", "requests/s"), ("p50_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"),
                   ("p50_tpot_ms", "TPOT p50"), ("p50_itl_ms", "ITL p50"), ("p99_itl_ms", "ITL p99"))
 OFFLINE_COLUMNS = {"requests_per_s": "requests/s", "step_ms": "step time"}

@@ -163,12 +163,14 @@ def run_limits(run: dict) -> str:
 
 
 def merge_runs(runs: list[dict]) -> dict:
-    """Several run.py results (e.g. one per device call) as one: measurements, rows, every step's status."""
+    """Several run.py results (e.g. one per device call) as one: measurements, rows, every step's status.
+    A file this wrote may be one of them (its runs are kept as they are)."""
     for run in runs:  # measurements of runs made before they carried their limits
         for m in run.get("measurements", []):
             m.setdefault("limits", run_limits(run))
     measurements = merge_measurements(*(r.get("measurements", []) for r in runs))
-    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings", "vllm_choices")} for r in runs],
+    meta = [m for r in runs for m in (r["runs"] if "runs" in r else [r])]
+    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings", "vllm_choices")} for r in meta],
             "steps": [s for r in runs for s in r.get("steps", [])],
             "measurements": measurements, "rows": side_by_side(measurements)}
 

@@ -86,10 +86,11 @@ def test_vllm_choices_are_read_from_its_log():
                      "compilation_mode": "VLLM_COMPILE", "cudagraph_mode": "FULL_AND_PIECEWISE",
                      "cudagraph_capture_sizes": [512, 256, 8, 4, 2, 1], "max_num_batched_tokens": 8192,
                      "max_num_seqs": 256, "kv_cache_tokens": 891248}
-    kept = (ROOT / "benchmarks/results/h200_vs_vllm/peers_offline_logs.txt").read_text()  # a real vLLM 0.26 log
+    kept = (ROOT / "benchmarks/results/h100_vs_vllm/peers_offline_logs.txt").read_text()  # a real vLLM 0.26 log
     real = vllm_log.values(vllm_log.parse(kept))
-    assert real["cuda_graphs_captured"] == {"PIECEWISE": 51, "FULL": 51}
-    assert real["graph_capture"] == "4 secs, took 0.99 GiB" and "attention_backend" not in real
+    assert real["cuda_graphs_captured"] == {"PIECEWISE": 51, "FULL": 35}
+    assert real["graph_capture"] == "3 secs, took 0.58 GiB"
+    assert (real["attention_backend"], real["flash_attn_version"], real["kv_cache_tokens"]) == ("FLASH_ATTN", 3, 449968)
 
 
 def test_server_info_choices():
@@ -193,13 +194,14 @@ def test_readme_block_is_what_the_committed_results_render():
     block = readme_table.render(readme_table.load(readme_table.SOURCES), readme_table.SOURCES)
     readme = readme_table.README.read_text()
     assert readme_table.replace_block(readme, block) == readme
-    assert "not like-for-like (limits unmatched, prompts reused across rates" in block
-    assert "6.5 s vs 4.2 s (0.64x) | 15.0 s vs 7.4 s (0.49x)" in block  # TTFT p50 / p99 at once, behind
+    assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in block
+    assert "behind on 1: ITL p99 at once." in block and "| 187 ms vs 182 ms (0.97x) |" in block
+    assert "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99 at 16 req/s
 
 
 def test_readme_check_fails_on_a_stale_block(tmp_path):
     stale = tmp_path / "README.md"
-    stale.write_text(readme_table.README.read_text().replace("(0.49x)", "(0.94x)"))
+    stale.write_text(readme_table.README.read_text().replace("(1.31x)", "(0.31x)"))
     assert readme_table.main(readme_table.SOURCES, check=True, readme=stale) == 1
     assert readme_table.main(readme_table.SOURCES, readme=stale) == 0
     assert readme_table.main(readme_table.SOURCES, check=True, readme=stale) == 0
@@ -208,8 +210,10 @@ def test_readme_check_fails_on_a_stale_block(tmp_path):
 
 
 def test_runs_made_before_limits_were_recorded_merge_as_own():
-    old = json.loads((ROOT / readme_table.SOURCES[1]).read_text())
-    merged = report.merge_runs([copy.deepcopy(old)])
+    kept = json.loads((ROOT / readme_table.SOURCES[0]).read_text())
+    old = {"settings": {}, "measurements": [{k: v for k, v in m.items() if k != "limits"}
+                                            for m in copy.deepcopy(kept["measurements"])]}
+    merged = report.merge_runs([old])
     assert {m["limits"] for m in merged["measurements"]} == {"own"}
     assert {r["limits"] for r in merged["rows"]} == {"own"}
 
