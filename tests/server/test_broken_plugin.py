@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from torch.utils.cpp_extension import get_default_build_root
 
 from serve_process import start_serve, stop
 
@@ -25,8 +26,9 @@ def install_broken_plugin(site: Path) -> dict[str, str]:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pagoda-drill-broken\nVersion: 0.1.0\n")
     (dist / "entry_points.txt").write_text("[pagoda.plugins]\ndrill-broken = pagoda_drill_broken\n")
     path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    # a private cache folder: nothing left behind
-    return {"PYTHONPATH": path, "XDG_CACHE_HOME": str(site / "cache")}
+    # a private cache folder: nothing left behind; but the CPU kernels this torch already built are reused (a
+    # private build of them is a minute of compiling on two cores)
+    return {"PYTHONPATH": path, "XDG_CACHE_HOME": str(site / "cache"), "TORCH_EXTENSIONS_DIR": get_default_build_root()}
 
 
 def test_serve_starts_and_serves_and_plugins_shows_the_error(tiny_chat_model, tmp_path):
