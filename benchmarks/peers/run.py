@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2
     run = Run(args)
-    run.execute(parts)
+    try:
+        run.execute(parts)
+    except KeyboardInterrupt:  # the device driver's limit (SIGINT): keep every measurement that finished
+        run.records.append(StepRecord("interrupted", "-", status="timeout"))
+        print("run.py: interrupted; writing what finished", file=sys.stderr)
     path = write_outputs(run, parts, Path(args.out), args.tag or "_".join(parts) or "none")
     print(f"results: {path}")
     return 0 if all(r.status in ("ok", "skipped") for r in run.records) else 1

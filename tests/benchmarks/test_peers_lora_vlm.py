@@ -222,3 +222,27 @@ def test_run_py_runs_both_parts_and_keeps_every_figure(tmp_path, monkeypatch):
     assert {(r["workload"], r["metric"]) for r in rows} >= {(f"{w.name}_adapters_10", "vs_own_base"),
                                                             (vlm_part.VLM.quick().name, "requests_per_s")}
     assert all(r["pagoda"] and r["vllm"] for r in rows)
+
+
+def test_an_interrupted_run_writes_what_finished(tmp_path, monkeypatch):
+    """The device driver stops a step at its limit with SIGINT: run.py still writes the measurements made."""
+    import run as run_py
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    done = {"workload": "mixed_sharegpt_like_inf", "client": "pagoda", "engine": "pagoda", "limits": "matched",
+            "metrics": {"request_throughput": 9.0}}
+
+    def execute(self, parts):
+        self.measurements.append(done)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_py.Run, "execute", execute)
+    try:
+        code = run_py.main(["--parts", "mixed", "--config", str(tmp_path / "cfg"), "--work-dir",
+                            str(tmp_path / "work"), "--out", str(tmp_path / "out"), "--tag", "run"])
+    except KeyboardInterrupt:
+        pytest.fail("run.py let the interrupt through and wrote nothing")
+    written = json.loads((tmp_path / "out" / "peers_run.json").read_text())
+    assert code == 1 and written["measurements"] == [done]
+    assert written["steps"][-1]["status"] == "timeout" and written["parts"] == ["mixed"]
