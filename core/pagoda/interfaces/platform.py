@@ -90,6 +90,11 @@ class Platform(Capability, ABC):
         """
         return None
 
+    def compute_capability(self) -> tuple[int, int] | None:
+        """The NVIDIA compute capability ``(major, minor)`` of the device, or ``None`` on every other device
+        (CPUs, AMD GPUs): kernels with an NVIDIA architecture floor compare against this, not torch's."""
+        return None
+
     def csrc_kernel_reason(self, name: str) -> str | None:
         """``None`` if the csrc kernels ``name`` are built for this platform, else why not.
 

@@ -113,9 +113,10 @@ def _platform_reason(platform: Platform | None) -> str | None:
     reason = platform.csrc_kernel_reason("attention")  # e.g. ROCm: csrc/attention is NVIDIA-only
     if reason:
         return reason
-    major, minor = torch.cuda.get_device_capability(platform.device())
-    if (major, minor) < MIN_CAPABILITY:
-        return (f"flash needs compute capability >= 8.0 (mma.sync bf16/fp16, cp.async); this GPU is sm_{major}{minor}; "
+    capability = platform.compute_capability()
+    if capability is None or capability < MIN_CAPABILITY:
+        found = f"this GPU is sm_{capability[0]}{capability[1]}" if capability else f"{platform.describe()} is not NVIDIA"
+        return (f"flash needs compute capability >= 8.0 (mma.sync bf16/fp16, cp.async); {found}; "
                 "use --attention-backend triton")
     return None
 

@@ -24,8 +24,12 @@ class _FakeGpu(CpuPlatform):
 
     device_type = "cuda"
 
-    def __init__(self, csrc_reason: str | None = None) -> None:
+    def __init__(self, csrc_reason: str | None = None, capability: tuple[int, int] | None = (9, 0)) -> None:
         self.csrc_reason = csrc_reason
+        self.capability = capability
+
+    def compute_capability(self) -> tuple[int, int] | None:
+        return self.capability
 
     def csrc_kernel_reason(self, name: str) -> str | None:
         assert name == "attention"
@@ -59,8 +63,7 @@ def test_check_refuses_cpu_and_rocm() -> None:
 
 def test_check_accepts_sm90_and_refuses_sm75(gpu) -> None:
     assert FlashAttentionBackend.check(_FakeGpu(), SPEC) is None
-    gpu.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    reason = FlashAttentionBackend.check(_FakeGpu(), SPEC)
+    reason = FlashAttentionBackend.check(_FakeGpu(capability=(7, 5)), SPEC)
     assert "compute capability >= 8.0" in reason and "sm_75" in reason
 
 

@@ -37,23 +37,26 @@ class CudaPlatform(CudaApiPlatform):
         """bfloat16 weights and int8 matmuls (W8A8) need compute capability >= 8.0."""
         if dtype == torch.bfloat16 and not self.native_bf16():
             return f"bfloat16 needs compute capability >= 8.0 (this GPU is sm_{self._sm()}); use float16"
-        if dtype == torch.int8 and torch.cuda.get_device_capability(self.device()) < (8, 0):
+        if dtype == torch.int8 and self.compute_capability() < (8, 0):
             return f"int8 matmuls need compute capability >= 8.0 (int8 tensor cores; this GPU is sm_{self._sm()})"
         return None
 
     def _sm(self) -> str:
-        return "".join(map(str, torch.cuda.get_device_capability(self.device())))
+        return "".join(map(str, self.compute_capability()))
+
+    def compute_capability(self) -> tuple[int, int]:
+        return torch.cuda.get_device_capability(self.device())
 
     def fp8_dtype(self) -> torch.dtype | None:
         """float8_e4m3fn from compute capability 8.9 (Ada, Hopper) on."""
-        return torch.float8_e4m3fn if torch.cuda.get_device_capability(self.device()) >= (8, 9) else None
+        return torch.float8_e4m3fn if self.compute_capability() >= (8, 9) else None
 
     def csrc_kernel_reason(self, name: str) -> str | None:
         return None  # every csrc source is built for NVIDIA GPUs
 
     def dependent_launch(self) -> bool:
         """Programmatic dependent launch from compute capability 9.0 (Hopper) on (as the csrc kernels decide)."""
-        return torch.cuda.get_device_capability(self.device()) >= (9, 0)
+        return self.compute_capability() >= (9, 0)
 
     def fast_all_reduce(self, group: Any, world_size: int) -> Any:
         """The one-shot path (CudaApiPlatform) with the csrc low-latency kernel for decode-sized sums in

@@ -106,5 +106,5 @@ def test_fp8_dtype_from_compute_capability(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     for capability, fp8 in [((8, 0), None), ((8, 9), torch.float8_e4m3fn), ((9, 0), torch.float8_e4m3fn)]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        assert CudaPlatform().fp8_dtype() == fp8
+        assert CudaPlatform().fp8_dtype() == fp8 and CudaPlatform().compute_capability() == capability
     assert CudaPlatform().csrc_kernel_reason("layernorm") is None

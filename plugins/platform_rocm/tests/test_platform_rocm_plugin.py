@@ -45,6 +45,7 @@ def test_describe_names_the_gfx_target(fake_rocm) -> None:
     p = RocmPlatform()
     assert p.describe() == "AMD Instinct MI300X (gfx942, 304 CUs, 192.0 GiB, HIP 6.4.43482)"
     assert (p.device(), p.device_type, p.compute_units(), p.supports_graphs()) == (torch.device("cuda", 0), "cuda", 304, True)
+    assert p.compute_capability() is None  # gfx versions are not NVIDIA compute capabilities
 
 
 @pytest.mark.parametrize(

@@ -37,11 +37,8 @@ class GroupedIntMethod(QuantizationMethod):
 
     @classmethod
     def check(cls, platform: Platform) -> str | None:
-        device = platform.device() if platform is not None else None
-        if device is None or device.type != "cuda":
-            return None  # CPUs run the torch path
-        capability = torch.cuda.get_device_capability(device)
-        if capability < MIN_CAPABILITY:
+        capability = platform.compute_capability() if platform is not None else None
+        if capability is not None and capability < MIN_CAPABILITY:  # CPUs run the torch path; AMD GPUs the Triton one
             name = cls.__name__.removesuffix("Method").lower()
             return (f"{name} needs compute capability >= 7.5 (the tensor-core dot of its kernels); "
                     f"{platform.describe()} is sm_{capability[0]}{capability[1]}")
