@@ -21,9 +21,6 @@ def compile_all() -> dict[str, str]:
     from pagoda_quant_fp8.triton_fused import _rms_norm_quant, _silu_mul_quant
     from pagoda_quant_fp8.triton_int8 import _int8_scaled_mm, launch_config
 
-    def ptx(fn, signature: dict, constants: dict, target: tuple) -> str:
-        return compile_triton(fn, signature, constants, target)
-
     gemm = dict(a_ptr="*i8", b_ptr="*i8", c_ptr="*bf16", a_scale_ptr="*fp32", b_scale_ptr="*fp32", M="i32", N="i32",
                 K="i32", stride_am="i64", stride_bn="i64", stride_cm="i64")
     norm = dict(x_ptr="*bf16", res_ptr="*bf16", res_out_ptr="*bf16", w_ptr="*bf16", q_ptr="*i8", s_ptr="*fp32",
@@ -34,11 +31,12 @@ def compile_all() -> dict[str, str]:
         arch = target[1]
         for m in ROWS:
             cfg = {k: v for k, v in launch_config(m).items() if k not in ("num_warps", "num_stages")}
-            out[f"gemm {m} {arch}"] = ptx(_int8_scaled_mm, gemm, dict(A_ROWWISE=True, B_ROWWISE=True, EVEN_K=True, **cfg),
-                                          target)
-        out[f"norm {arch}"] = ptx(_rms_norm_quant, norm, dict(HAS_RESIDUAL=True, FMAX=127.0, SMIN=1e-12, BLOCK=4096,
-                                                             INT=True), target)
-        out[f"silu {arch}"] = ptx(_silu_mul_quant, silu, dict(FMAX=127.0, SMIN=1e-12, BLOCK=4096, INT=True), target)
+            out[f"gemm {m} {arch}"] = compile_triton(
+                _int8_scaled_mm, gemm, dict(A_ROWWISE=True, B_ROWWISE=True, EVEN_K=True, **cfg), target)
+        out[f"norm {arch}"] = compile_triton(
+            _rms_norm_quant, norm, dict(HAS_RESIDUAL=True, FMAX=127.0, SMIN=1e-12, BLOCK=4096, INT=True), target)
+        out[f"silu {arch}"] = compile_triton(
+            _silu_mul_quant, silu, dict(FMAX=127.0, SMIN=1e-12, BLOCK=4096, INT=True), target)
     return out
 
 
