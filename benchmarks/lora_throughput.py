@@ -124,20 +124,10 @@ def decode_step_ms(llm, batch: int, input_len: int, lora, vocab: int) -> float:
 
 
 def step_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int = 32) -> dict[str, float]:
-    """One decode step's device kernels (host ops on a CPU): microseconds by name, from traces of ``steps + 1``
-    new tokens and of 1 (pagoda.bench.trace_kernels)."""
-    from pagoda import SamplingParams
-    from pagoda.bench.trace_kernels import per_step, traced_times_us
+    """One decode step's kernels at ``batch`` rows (pagoda.bench.trace_kernels.decode_step_kernels)."""
+    from pagoda.bench.trace_kernels import decode_step_kernels
 
-    prompts = random_prompts(batch, input_len, vocab, seed=batch)
-    category = "cpu_op" if llm.engine.core.parts.platform.device_type == "cpu" else "kernel"
-
-    def traced(tokens: int):
-        params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
-        llm.engine.core.reset_prefix_cache()  # both runs compute the same prefill, which the difference cancels
-        return traced_times_us(llm, lambda: llm.generate(prompts, params, use_tqdm=False, lora_request=lora), category)
-
-    return per_step(traced(steps + 1), traced(1), steps)
+    return decode_step_kernels(llm, random_prompts(batch, input_len, vocab, seed=batch), steps, lora)
 
 
 def run_phases(args, config, prompts, params, adapters, lora_engine: bool, result: dict) -> None:

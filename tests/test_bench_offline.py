@@ -32,6 +32,24 @@ def test_throughput_counts_every_token(tmp_path, sampling):
     assert result["cached_prompt_tokens"] == 0  # the warm-up shares no prompt (2 full blocks each) nor leaves any cached
 
 
+def test_throughput_step_report_times_every_step_against_its_floor(tmp_path, monkeypatch):
+    """--step-report: the timed run's steps from the engine core's trace (not the warm-up's), decode-only and mixed
+    apart, every token computed in one of them, each kind's time against its floor."""
+    monkeypatch.setenv("PAGODA_TRACE_DIR", str(tmp_path / "trace"))
+    out = tmp_path / "result.json"
+    assert main(["bench", "throughput", _config_dir(tmp_path), "--load-format", "dummy", "--num-prompts", "6",
+                 "--input-len", "40", "--output-len", "5", "--max-num-seqs", "4", "--step-report",
+                 "--result-file", str(out)]) == 0
+    steps = json.loads(out.read_text())["steps"]
+    decode, mixed, every = steps["decode"], steps["mixed"], steps["all"]
+    assert decode["steps"] + mixed["steps"] == every["steps"]
+    assert round(every["mean_tokens"] * every["steps"]) == 6 * (40 + 5 - 1)  # the first new token comes from the prefill
+    assert decode["mean_tokens"] == decode["mean_seqs"] <= 4
+    for kind in (decode, mixed):
+        assert kind["ratio_to_floor"] == pytest.approx(kind["seconds"] / kind["floor_s"], rel=1e-2)
+    assert every["seconds"] <= json.loads(out.read_text())["pagoda"]["seconds"]
+
+
 def test_throughput_reports_the_kv_capacity_and_a_latent_cache_against_mha(tmp_path):
     """Llama: K and V of each KV head a token a layer. DeepSeek-V2 (multi-head latent attention): one latent row
     (kv_lora_rank + qk_rope_head_dim) a token a layer, and the tokens an MHA layout would fit in the same bytes."""
@@ -75,6 +93,17 @@ def test_latency_profile_traces_each_batch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PAGODA_TORCH_PROFILER_DIR", str(tmp_path / "traces"))
     assert main(args) == 0
     assert len(list((tmp_path / "traces").glob("rank0.*.pt.trace.json.gz"))) == 2  # one a batch size
+
+
+def test_latency_kernels_name_each_batch_steps_work(tmp_path):
+    """--kernels: a decode step's work by name (host ops on a CPU), the largest first, with its total."""
+    out = tmp_path / "latency.json"
+    assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "2",
+                 "--input-len", "8", "--output-len", "4", "--repeats", "1", "--kernels", "--result-file", str(out)]) == 0
+    kernels = json.loads(out.read_text())["steps"][0]["kernels_us"]
+    names = [name for name in kernels if name != "total_us"]
+    assert kernels["total_us"] > 0 and any("linear" in name or "mm" in name for name in names)
+    assert [kernels[n] for n in names] == sorted((kernels[n] for n in names), reverse=True)
 
 
 def test_streamed_weights_leave_out_gathered_embeddings(tmp_path):

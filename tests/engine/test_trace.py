@@ -9,8 +9,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tiny_models import random_prompts
 from pagoda import LLM, SamplingParams
+from pagoda.bench.step_floor import read_steps
 from pagoda.engine_core.trace import CountDeltas
 from pagoda.platforms.cpu import CpuPlatform
 
@@ -62,3 +65,17 @@ def test_steps_carry_the_allocator_events_of_the_platform(tiny_models, tmp_path,
     steps = [r for r in map(json.loads, (tmp_path / "core.jsonl").read_text().splitlines()) if "step" in r]
     assert [r.get("device_allocs", 0) for r in steps].count(1) == len(steps) // 3
     assert not any("alloc_retries" in r for r in steps)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_trace_counts_keys_read_and_causal_pairs(tiny_models, tmp_path, monkeypatch, overlap):
+    """Two prompts of 3 and 5 tokens, 4 new tokens each: the prefill reads 8 keys over 3*4/2 + 5*6/2 causal pairs,
+    then each decode step reads every earlier token and its own."""
+    monkeypatch.setenv("PAGODA_TRACE_DIR", str(tmp_path))
+    llm = LLM(model=tiny_models["llama"][0], block_size=8, overlap_steps=overlap)
+    llm.generate([{"prompt_token_ids": [5, 6, 7]}, {"prompt_token_ids": [1, 2, 3, 4, 5]}],
+                 SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
+    llm.engine.core.trace.flush()
+    steps = [s for s in read_steps(tmp_path, since=0.0) if s["seqs"]]
+    assert [(s["tokens"], s["kv"], s["pairs"]) for s in steps] == [(8, 8, 21), (2, 10, 10), (2, 12, 12), (2, 14, 14)]
+    llm.engine.core.trace.close()

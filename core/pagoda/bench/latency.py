@@ -9,12 +9,15 @@ traffic the device sustains, which a read-only stream can use whole). The step t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 
 from pagoda import envs
 from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, kv_bytes_per_token, random_prompts,
                                  spec_decode_summary, streamed_weights, synchronize)
+from pagoda.bench.trace_kernels import decode_step_kernels
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -28,6 +31,10 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="after timing each batch size, run it once more under the torch profiler on every "
                         "tensor-parallel rank (LLM.start_profile); the traces go to the folder that "
                         "PAGODA_TORCH_PROFILER_DIR names, which must be set")
+    p.add_argument("--kernels", action="store_true",
+                   help="also report each batch size's decode step by kernel: microseconds per step by name, the "
+                        "most time first, from torch profiler traces (PAGODA_TORCH_PROFILER_DIR, a temporary "
+                        "folder where unset; each trace is deleted once read)")
     add_common_args(p)
     p.set_defaults(func=run)
 
@@ -37,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --profile needs {envs.TORCH_PROFILER_DIR.name} set to the folder the traces go to",
               file=sys.stderr)
         return 2
+    if args.kernels and not envs.TORCH_PROFILER_DIR.get():
+        os.environ[envs.TORCH_PROFILER_DIR.name] = tempfile.mkdtemp(prefix="pagoda_kernels_")
     llm = build_llm(args)
     parts = llm.engine.core.parts
     device = parts.platform.device()
@@ -54,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         context = args.input_len + args.output_len / 2
         floor = (weight_bytes + batch * context * kv_per_token) / read_bandwidth
         rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
+        if args.kernels:
+            rows[-1]["kernels_us"] = decode_step_kernels(llm, prompts, args.output_len - 1)
         speculative = spec_decode_summary(llm, stats_before)
         if speculative is not None:  # step_ms is then the time per output token
             rows[-1]["speculative"] = speculative

@@ -7,12 +7,17 @@ With ``--hf`` the same workload also runs through HF transformers' continuous ba
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+from pagoda import envs
 from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, kv_cache_summary,
                                  random_prompts, spec_decode_summary, streamed_weights, synchronize)
+from pagoda.bench.step_floor import attention_flops_per_pair, read_steps, step_costs, step_report
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -25,6 +30,10 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                    help="sampling temperature of every request (default 0: greedy; vLLM's benchmark samples at 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass of every request (1.0: off)")
     p.add_argument("--hf", action="store_true", help="also run HF transformers generate_batch on the same weights")
+    p.add_argument("--step-report", action="store_true",
+                   help="also time every engine step of the timed run (the engine core's trace, in the folder "
+                        "PAGODA_TRACE_DIR names, a temporary one where unset) and report decode-only and mixed "
+                        "steps against each step's roofline floor (pagoda.bench.step_floor)")
     add_common_args(p)
     p.set_defaults(func=run)
 
@@ -32,6 +41,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pagoda import SamplingParams
 
+    if args.step_report and not envs.TRACE_DIR.get():
+        os.environ[envs.TRACE_DIR.name] = tempfile.mkdtemp(prefix="pagoda_steps_")
     llm = build_llm(args)
     engine = llm.engine
     model, device, dtype = engine.core.parts.model, engine.core.parts.platform.device(), engine.core.parts.dtype
@@ -46,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     llm.generate(warmup, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
     engine.core.reset_prefix_cache()
     synchronize(device)
-    stats_before = llm.engine.stats
+    stats_before, since = llm.engine.stats, time.monotonic()
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
     synchronize(device)
@@ -71,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     flops += _attention_flops(engine.core.parts.hf_config, args.num_prompts, args.input_len + args.output_len)
     result["roofline"] = {"matmul_tflops": rates["matmul_flops"] / 1e12, "copy_gbps": rates["copy_bytes"] / 1e9,
                           "compute_floor_s": flops / rates["matmul_flops"], "weight_bytes": weight_bytes}
+    if args.step_report:
+        result["steps"] = _step_report(engine.core, rates, since, elapsed)
     if hf_model is not None:
         del llm, engine, model, outputs
         torch.cuda.empty_cache() if device.type == "cuda" else None
@@ -118,11 +131,12 @@ def _run_hf(hf_model, prompts: list[list[int]], output_len: int, device: torch.d
 
 
 def _attention_flops(hf_config, num_requests: int, length: int) -> int:
-    """QK^T and PV of causal attention: 4 * head_dim FLOPs per (query head, query, visible key); multi-head
-    latent attention (absorbed) scores the latent row and weights its kv_lora_rank values: 2 * (row + rank)."""
-    from pagoda.models import spec
+    """Causal attention's FLOPs over ``num_requests`` sequences of ``length`` tokens."""
+    return attention_flops_per_pair(hf_config) * num_requests * length * (length + 1) // 2
 
-    heads, layers = int(hf_config.num_attention_heads), spec.num_kv_cache_layers(hf_config)
-    mla = spec.mla_spec(hf_config)
-    per_key = 2 * (mla.latent_size + mla.kv_lora_rank) if mla else 4 * spec.head_dim(hf_config)
-    return per_key * heads * layers * num_requests * length * (length + 1) // 2
+
+def _step_report(core, rates: dict[str, float], since: float, elapsed: float) -> dict:
+    """The timed run's steps against their floors (pagoda.bench.step_floor), from the engine core's trace."""
+    core.trace.flush()
+    steps = read_steps(Path(envs.TRACE_DIR.get()), since)
+    return step_report(steps, step_costs(core.parts, rates), core.overlap, elapsed)

@@ -41,8 +41,23 @@ def traced_times_us(llm, run: Callable[[], object], category: str) -> Counter:
     return times
 
 
-def per_step(long_run: Counter, short_run: Counter, steps: int, top: int = 12) -> dict[str, float]:
+def per_step(long_run: Counter, short_run: Counter, steps: int, top: int = 16) -> dict[str, float]:
     """(long_run - short_run) / steps for the ``top`` names of most time, and the total of all names."""
     diff = {name: (long_run[name] - short_run.get(name, 0)) / steps for name in long_run}
     kept = sorted(diff.items(), key=lambda item: -item[1])[:top]
     return {"total_us": round(sum(diff.values()), 1), **{name[:100]: round(us, 1) for name, us in kept}}
+
+
+def decode_step_kernels(llm, prompts: list[list[int]], steps: int = 32, lora=None) -> dict[str, float]:
+    """One decode step of ``prompts`` (a batch): its device kernels (host ops on a CPU), microseconds by name, from
+    traces of ``steps + 1`` new tokens and of 1."""
+    from pagoda import SamplingParams
+
+    category = "cpu_op" if llm.engine.core.parts.platform.device_type == "cpu" else "kernel"
+
+    def traced(tokens: int) -> Counter:
+        params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+        llm.engine.core.reset_prefix_cache()  # both runs compute the same prefill, which the difference cancels
+        return traced_times_us(llm, lambda: llm.generate(prompts, params, use_tqdm=False, lora_request=lora), category)
+
+    return per_step(traced(steps + 1), traced(1), steps)

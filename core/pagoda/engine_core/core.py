@@ -168,6 +168,7 @@ class EngineCore:
             outputs += self._resolve(self._inflight)
             self._inflight = None
             scheduled = _without_finished(scheduled)
+        sizes = _attention_sizes(scheduled) if self.trace is not None else {}
         launched = self._launch(scheduled) if not scheduled.is_empty() else None
         if self.speculator is not None:  # the verify step is queued: the drafts it took on the device are read
             self.speculator.read_drafts()
@@ -183,7 +184,7 @@ class EngineCore:
             self.speculator.end_step(busy=self.has_unfinished())
         if self.trace is not None:
             self.trace.record(step=start, seconds=time.monotonic() - start, tokens=scheduled.total_tokens,
-                              seqs=len(scheduled.requests), outputs=len(outputs), **self._allocator_events())
+                              seqs=len(scheduled.requests), outputs=len(outputs), **sizes, **self._allocator_events())
         return outputs
 
     def _propose(self) -> list[EngineCoreOutput]:
@@ -393,6 +394,16 @@ def _needs_tokens(scheduled: SchedulerOutput) -> bool:
 def _without_finished(scheduled: SchedulerOutput) -> SchedulerOutput:
     kept = [(r, n) for r, n in zip(scheduled.requests, scheduled.num_tokens) if not r.status.finished]
     return SchedulerOutput([r for r, _ in kept], [n for _, n in kept], scheduled.preempted)
+
+
+def _attention_sizes(scheduled: SchedulerOutput) -> dict[str, int]:
+    """A step's attention work, for its trace line: ``kv``, the keys and values it reads (each request's earlier and
+    new tokens), and ``pairs``, the (query, visible key) pairs of causal attention."""
+    kv = pairs = 0
+    for req, n in zip(scheduled.requests, scheduled.num_tokens):
+        kv += req.num_computed_tokens + n
+        pairs += n * req.num_computed_tokens + n * (n + 1) // 2
+    return {"kv": kv, "pairs": pairs}
 
 
 def _count_iteration(stats: StepStats, num_tokens: int) -> None:

@@ -40,6 +40,9 @@ class Trace:
     def record(self, **fields) -> None:
         self._file.write(self._encode(fields) + b"\n")
 
+    def flush(self) -> None:
+        self._file.flush()
+
     def _on_gc(self, phase: str, info: dict) -> None:
         """{"gc": generation, "start": t, "seconds": pause, "collected": objects} for pauses of 0.5 ms or more."""
         if phase == "start":

@@ -2,7 +2,9 @@
 # (dummy weights). MODEL: the config folder (default Llama-3.1-8B); ATTENTION: the attention backend (default auto).
 # Part trace: a server with PAGODA_TRACE_DIR at 16 requests/s after a warm-up, and where its latency went
 # (benchmarks/trace_report.py: step times by kind, the slowest steps, each first token's parts).
-ALL_PARTS="throughput latency serve guided lora trace"
+# Part steps: where offline time goes: both throughput workloads with --step-report (decode-only and mixed steps
+# against their floors; 256/256 again with --max-prefill-tokens-while-decoding 4096), the decode step's kernels.
+ALL_PARTS="throughput latency serve guided lora trace steps"
 DEFAULT_PARTS="throughput latency serve"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 
@@ -16,6 +18,16 @@ suite_run() {
       --output-len "$(quick 256 32)"
     bench throughput_1024x128 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 1024 64)" \
       --output-len "$(quick 128 16)"
+  fi
+  if has_part steps; then
+    bench steps_256x256 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 256 32)" \
+      --output-len "$(quick 256 32)" --step-report
+    bench steps_256x256_cap4096 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 256 32)" \
+      --output-len "$(quick 256 32)" --step-report --max-prefill-tokens-while-decoding 4096
+    bench steps_1024x128 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 1024 64)" \
+      --output-len "$(quick 128 16)" --step-report
+    bench kernels 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 64,256 1,2)" --input-len "$(quick 320 16)" \
+      --output-len "$(quick 33 8)" --repeats 1 --kernels
   fi
   has_part latency && bench latency 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 1,8,64 1,2)" \
     --input-len "$(quick 128 16)" --output-len "$(quick 128 8)" --repeats 2
