@@ -25,6 +25,7 @@ SERVED_COLUMNS = (("request_throughput", "requests/s"), ("p50_ttft_ms", "TTFT p5
 OFFLINE_COLUMNS = {"requests_per_s": "requests/s", "step_ms": "step time"}
 KINDS = (("offline", "offline"), ("serve_", "served 256/256"), ("mixed_", "served, ShareGPT-shaped mixed lengths"),
          ("prefix_", "served, 10 shared 1024-token prefixes + 128 tokens, 128 out"))
+SHORT_KINDS = {"serve_": "256/256", "mixed_": "mixed lengths", "prefix_": "shared prefixes"}  # in the tally
 
 
 def value(metric: str, v: float) -> str:
@@ -100,13 +101,20 @@ def tally(rows: list[dict]) -> str:
     names = dict(SERVED_COLUMNS) | OFFLINE_COLUMNS
     where: dict[str, list[str]] = {}
     for r in behind:
-        label = workload_label(r["workload"])
-        label = label if label.startswith(("at ", "1000", "decode")) else "at " + label
-        where.setdefault(names[r["metric"]], []).append(label + (
-            "" if r["client"] in ("pagoda", "offline") else f" ({r['client']} client)"))
+        where.setdefault(names[r["metric"]], []).append(tally_label(r))
     text = (f"Pagoda is ahead on {len(picked) - len(behind) - len(level)} of the {len(picked)} figures below, "
             f"level (within 1%) on {len(level)}, behind on {len(behind)}")
     return text + (": " + "; ".join(f"{m} {', '.join(w)}" for m, w in where.items()) if where else "") + "."
+
+
+def tally_label(row: dict) -> str:
+    """Where a figure is: '1000 x 1024/128', '256/256 at 8 req/s', 'mixed lengths at once (vllm client)'."""
+    label = workload_label(row["workload"])
+    if row["client"] == "offline":
+        return label
+    kind = next((short for prefix, short in SHORT_KINDS.items() if row["workload"].startswith(prefix)), "")
+    label = (kind + " " if kind else "") + (label if label.startswith("at ") else "at " + label)
+    return label + ("" if row["client"] == "pagoda" else f" ({row['client']} client)")
 
 
 def table(title: str, rows: list[dict], columns: tuple[tuple[str, str], ...], by_client: bool) -> list[str]:

@@ -1,5 +1,6 @@
 """One engine's served part of a run: start its server, serve the shared warm-up, then for each (workload, client)
-empty the prefix cache, scrape /metrics, run the client, scrape again; stop the server.
+empty the prefix cache, scrape /metrics, run the client, scrape again (the prefix-cache hit rate and the steps by
+tokens over the run: prefix_cache.py, step_sizes.py); stop the server.
 
 Every workload has prompts of its own (its seed), and the cache is emptied before each, so a timed run never
 hits the prompts of another; the hit rate each engine reports over the run is recorded to show it (a run
@@ -15,6 +16,7 @@ import engines
 import mixed_lengths
 import prefix_cache
 import report
+import step_sizes
 import vllm_log
 from prompts import (mixed_prompts, prefix_prompts, random_token_prompts, write_mixed_prompts_file, write_prompts_file,
                      write_sharegpt_file)
@@ -84,16 +86,21 @@ class ServerSession:
         reset = self.reset()
         before = self.metrics()
         rec = self.run_client(client, w)
-        window = prefix_cache.window(before, self.metrics())
+        after = self.metrics()
+        window = prefix_cache.window(prefix_cache.parse_metrics(before), prefix_cache.parse_metrics(after))
+        steps = step_sizes.window(step_sizes.parse(before), step_sizes.parse(after), rec.result.get("duration"))
         found = report.from_served(w.name, client, self.engine, rec.result, self.run.s.limits)
         for m in found:
             m["prefix_cache"] = {**window, "reset": reset,
                                  "flagged": prefix_cache.flagged(window["hit_rate"], w.expects_cache_hits)}
+            if steps is not None:
+                m["steps"] = steps
         self.run.measurements += found
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> str:
+        """The server's /metrics text ('' where it did not answer)."""
         status, body = self.server.request("GET", "/metrics", timeout_s=30)
-        return prefix_cache.parse_metrics(body) if status == 200 else {}
+        return body if status == 200 else ""
 
     def run_client(self, client: str, w: Served, record_as: str | None = None) -> StepRecord:
         result = self.run.work / "raw" / f"{self.engine}_{w.name}_{client}_client.json"

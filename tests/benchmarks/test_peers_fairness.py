@@ -195,8 +195,9 @@ def test_readme_block_is_what_the_committed_results_render():
     readme = readme_table.README.read_text()
     assert readme_table.replace_block(readme, block) == readme
     assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in block
-    assert "behind on 1: ITL p99 at once." in block and "| 187 ms vs 182 ms (0.97x) |" in block
-    assert "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99 at 16 req/s
+    assert "behind on 12: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
+    assert "256/256 at 8 req/s (vllm client)" in block and "TTFT p50 shared prefixes at once" in block
+    assert "| 187 ms vs 182 ms (0.97x) |" in block and "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99
 
 
 def test_readme_check_fails_on_a_stale_block(tmp_path):
@@ -221,8 +222,8 @@ def test_runs_made_before_limits_were_recorded_merge_as_own():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("pagoda") is None, reason="the harness runs the pagoda command")
 def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
-    """Pagoda alone (no vLLM here), tiny dummy model: the warm-up, a reset before each run, the hit rate of each
-    run from /metrics (0: fresh prompts), matched limits, the whole logs kept."""
+    """Pagoda alone (no vLLM here), tiny dummy model: the warm-up, a reset before each run, the hit rate and the
+    steps of each run from /metrics (0: fresh prompts), matched limits, the whole logs kept."""
     import subprocess
 
     config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=512, hidden_size=64,
@@ -244,6 +245,8 @@ def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
     for m in result["measurements"]:
         assert m["limits"] == "matched" and m["prefix_cache"]["reset"] == "ok"
         assert m["prefix_cache"]["hit_rate"] == 0.0 and m["prefix_cache"]["queries"] > 0
+        steps = m["steps"]  # the run's steps from Pagoda's histogram of tokens a step
+        assert steps["steps"] > 0 and sum(steps["buckets"].values()) == steps["steps"] and steps["ms_per_step"] > 0
     assert result["settings"]["limit_flags"] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
     logs = (tmp_path / "out" / "peers_serve_mixed_logs.txt").read_text()
     assert "===== pagoda_server.log" in logs and "$ pagoda serve" in logs

@@ -24,8 +24,15 @@ class ChatTemplateError(ValueError):
 
 def render_chat(tokenizer: Any, conversation: list[dict], chat_template: str | None = None,
                 add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
-    """The rendered prompt text and its token ids. Raises ChatTemplateError when there is no
-    template, the template raises, or it drops a message. ``tools`` (OpenAI's
+    """The rendered prompt text (:func:`render_chat_text`) and its token ids."""
+    text = render_chat_text(tokenizer, conversation, chat_template, add_generation_prompt, tools)
+    return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def render_chat_text(tokenizer: Any, conversation: list[dict], chat_template: str | None = None,
+                     add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+    """The rendered prompt text, to be tokenized without special tokens (the template has them). Raises
+    ChatTemplateError when there is no template, the template raises, or it drops a message. ``tools`` (OpenAI's
     ``[{"type": "function", "function": {...}}]``) go to the template as transformers' ``tools``."""
     if chat_template is None and not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError("this tokenizer has no chat template; pass chat_template=... (a Jinja template)",
@@ -34,7 +41,7 @@ def render_chat(tokenizer: Any, conversation: list[dict], chat_template: str | N
     dropped = dropped_messages(tokenizer, conversation, chat_template, add_generation_prompt, tools)
     if dropped:
         raise _dropped_error(conversation, dropped)
-    return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+    return text
 
 
 def _apply(tokenizer: Any, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool,

@@ -37,6 +37,7 @@ from pagoda.server.metrics import ServerMetrics
 from pagoda.server.request_log import RequestLog
 from pagoda.server.request_observers import RequestObservers
 from pagoda.server.tracing import RequestTracer
+from pagoda.server.tokenize_pool import AsyncTokenizer
 
 logger = logging.getLogger("pagoda.server")
 
@@ -64,6 +65,7 @@ class AsyncEngine(AsyncPooling):
         self.client = client
         self.request_timeout = request_timeout  # seconds from arrival; None: no limit
         self.tokenizer = tokenizer
+        self.encoder = AsyncTokenizer(tokenizer) if tokenizer is not None else None  # prompts, off the event loop
         self.info = client.info
         self.max_model_len = client.info.max_model_len
         self.metrics = metrics or ServerMetrics("model")
@@ -96,6 +98,8 @@ class AsyncEngine(AsyncPooling):
             self._reporter.cancel()
             await asyncio.gather(self._reporter, return_exceptions=True)
         await self.client.close()
+        if self.encoder is not None:
+            self.encoder.close()
         self._fail_pending("the server is shutting down")
         self.observers.close()
 

@@ -3,7 +3,7 @@ shared by every chat-shaped route (``pagoda.server.chat_pipeline``) and ``/token
 
 from __future__ import annotations
 
-from pagoda.entrypoints.chat_template import ChatTemplateError, render_chat
+from pagoda.entrypoints.chat_template import ChatTemplateError, render_chat_text
 from pagoda.multimodal.chat import split_images
 from pagoda.multimodal_inputs import MultimodalItem
 from pagoda.server.errors import APIError
@@ -12,17 +12,18 @@ from pagoda.server.protocol import ChatCompletionRequest, ChatMessage
 from pagoda.server.state import ServerState
 
 
-def render_messages(state: ServerState, messages: list[ChatMessage], chat_template: str | None = None,
-                    add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
-    """The prompt text and ids of a conversation (with ``tools`` for the template); 400 when the
-    template cannot render it faithfully."""
-    return _render(state, [m.as_template_dict() for m in messages], chat_template, add_generation_prompt, tools)
+async def render_messages(state: ServerState, messages: list[ChatMessage], chat_template: str | None = None,
+                          add_generation_prompt: bool = True, tools: list[dict] | None = None) -> tuple[str, list[int]]:
+    """The prompt text and ids of a conversation (with ``tools`` for the template; tokenized off the event loop);
+    400 when the template cannot render it faithfully."""
+    text = _render(state, [m.as_template_dict() for m in messages], chat_template, add_generation_prompt, tools)
+    return text, await state.encode(text, add_special_tokens=False)
 
 
 def _render(state: ServerState, conversation: list[dict], chat_template: str | None, add_generation_prompt: bool,
-            tools: list[dict] | None) -> tuple[str, list[int]]:
+            tools: list[dict] | None) -> str:
     try:
-        return render_chat(state.tokenizer, conversation, chat_template, add_generation_prompt, tools)
+        return render_chat_text(state.tokenizer, conversation, chat_template, add_generation_prompt, tools)
     except ChatTemplateError as exc:  # no template, it raises, or it drops a message
         raise APIError(400, str(exc), param=exc.param) from exc
     except Exception as exc:  # anything else the template trips over (a TypeError in a filter, ...)
@@ -35,11 +36,11 @@ async def render_prompt(state: ServerState, messages: list[ChatMessage], chat_te
     """:func:`render_messages`, and for messages with image parts the images' items, each image's placeholder
     expanded in the ids (None without images)."""
     if not any(m.has_images for m in messages):
-        return (*render_messages(state, messages, chat_template, add_generation_prompt, tools), None)
+        return (*await render_messages(state, messages, chat_template, add_generation_prompt, tools), None)
     if state.images is None:
         raise text_only()
     conversation, images = split_images([m.as_template_dict() for m in messages])
-    text, _ = _render(state, conversation, chat_template, add_generation_prompt, tools)
+    text = _render(state, conversation, chat_template, add_generation_prompt, tools)
     processed = await state.images.process(text, images)
     return text, processed.prompt_token_ids, processed.items
 

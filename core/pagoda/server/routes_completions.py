@@ -21,7 +21,7 @@ from pagoda.server.streaming import SSE_DONE, merge, sse, unless_disconnected
 router = APIRouter()
 
 
-def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[list[int], str | None]]:
+async def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[list[int], str | None]]:
     """Token ids (and text, when given as text) of each prompt; 400 for empty or too long ones."""
     if isinstance(prompt, str):
         items: list = [prompt]
@@ -31,7 +31,7 @@ def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[list[i
         items = list(prompt)
     if not items:
         raise APIError(400, "prompt must not be empty", param="prompt")
-    encoded = [(state.tokenizer(p)["input_ids"], p) if isinstance(p, str) else (list(p), None) for p in items]
+    encoded = [((await state.encode(p)), p) if isinstance(p, str) else (list(p), None) for p in items]
     for ids, _ in encoded:
         state.validate_prompt(ids)
     return encoded
@@ -50,7 +50,7 @@ async def create_completion(body: CompletionRequest, request: Request):
     if body.stream and (params.best_of or 1) > params.n:
         raise APIError(400, f"best_of={params.best_of} > n={params.n} cannot stream: the best {params.n} are known only "
                             "when all finish; set stream to false, or best_of to n", param="best_of")
-    prompts = encode_prompts(state, body.prompt)
+    prompts = await encode_prompts(state, body.prompt)
     state.check_limits(params, [len(ids) for ids, _ in prompts])
     state.check_available()
     request_id = state.engine.next_request_id("cmpl")

@@ -45,7 +45,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict:
     if body.messages is not None:
         _, ids, _ = await render_prompt(state, body.messages, add_generation_prompt=body.add_generation_prompt)
     else:
-        ids = state.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"]
+        ids = await state.encode(body.prompt, add_special_tokens=body.add_special_tokens)
     strs = state.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
     return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len, "token_strs": strs}
 

@@ -1,0 +1,81 @@
+"""Prompt tokenization off the API server's event loop.
+
+Tokenizing a long prompt takes the better part of a millisecond; on the event loop a burst of 500 such
+requests held every stream and every other request behind it for that long each, and the engine core sat idle
+until the burst was parsed. :class:`AsyncTokenizer` encodes on one worker thread instead: the texts asked for
+while that thread is busy are encoded together in one batch call when it frees (a fast tokenizer encodes a batch
+in parallel, without the GIL). The worker has its own copy of the tokenizer, since the event loop keeps using
+the original to detokenize (a fast tokenizer's Rust object refuses concurrent use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+
+class AsyncTokenizer:
+    """``await encode(text)``: the ids ``tokenizer(text)`` gives, computed on a worker thread in batches."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = copy.deepcopy(tokenizer)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="pagoda-tokenize")
+        self._pending: list[tuple[str, bool, asyncio.Future]] = []
+        self._busy = False
+
+    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((text, add_special_tokens, future))
+        if not self._busy:
+            self._start_batch()
+        return await future
+
+    def _start_batch(self) -> None:
+        batch, self._pending = self._pending, []
+        self._busy = True
+        job = asyncio.get_running_loop().run_in_executor(self._executor, self._encode_all, batch)
+        job.add_done_callback(lambda done: self._finish(batch, done))
+
+    def _finish(self, batch: list, done: asyncio.Future) -> None:
+        self._busy = False
+        if done.cancelled():  # the executor shut down
+            results: list = [None] * len(batch)
+        else:
+            results = done.result() if done.exception() is None else [done.exception()] * len(batch)
+        for (_, _, future), result in zip(batch, results):
+            if future.done():  # the request was cancelled meanwhile
+                continue
+            if result is None:
+                future.cancel()
+            elif isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self._pending:
+            self._start_batch()
+
+    def _encode_all(self, batch: list[tuple[str, bool, asyncio.Future]]) -> list[list[int] | BaseException]:
+        """Each text's ids (or the exception encoding it raised): one call for each add_special_tokens value."""
+        results: list[list[int] | BaseException] = [[] for _ in batch]
+        for special in {s for _, s, _ in batch}:
+            indices = [i for i, (_, s, _) in enumerate(batch) if s == special]
+            for i, ids in zip(indices, self._encode_group([batch[i][0] for i in indices], special)):
+                results[i] = ids
+        return results
+
+    def _encode_group(self, texts: list[str], add_special_tokens: bool) -> list[list[int] | BaseException]:
+        try:
+            return list(self._tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"])
+        except Exception:  # one text the tokenizer rejects: encode each alone, so only that request fails
+            return [self._encode_one(text, add_special_tokens) for text in texts]
+
+    def _encode_one(self, text: str, add_special_tokens: bool) -> list[int] | BaseException:
+        try:
+            return self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        except Exception as exc:
+            return exc
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
