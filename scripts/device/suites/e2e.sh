@@ -3,7 +3,7 @@
 # Part trace: a server with PAGODA_TRACE_DIR at 16 requests/s after a warm-up, and where its latency went
 # (benchmarks/trace_report.py: step times by kind, the slowest steps, each first token's parts).
 # Part steps: where offline time goes: both throughput workloads with --step-report (decode-only and mixed steps
-# against their floors; 256/256 again with --max-prefill-tokens-while-decoding 4096), the decode step's kernels.
+# against their floors; 256/256 also with --max-prefill-tokens-while-decoding 1024 and 4096), the decode step's kernels.
 ALL_PARTS="throughput latency serve guided lora trace steps"
 DEFAULT_PARTS="throughput latency serve"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
@@ -20,10 +20,11 @@ suite_run() {
       --output-len "$(quick 128 16)"
   fi
   if has_part steps; then
-    bench steps_256x256 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 256 32)" \
-      --output-len "$(quick 256 32)" --step-report
-    bench steps_256x256_cap4096 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 256 32)" \
-      --output-len "$(quick 256 32)" --step-report --max-prefill-tokens-while-decoding 4096
+    local cap
+    for cap in 0 1024 4096; do  # 0: no cap on the prompt tokens of a step that also decodes (the default)
+      bench "steps_256x256$([ "$cap" = 0 ] || echo "_cap$cap")" 240 throughput "$model" "${flags[@]}" --num-prompts "$n" \
+        --input-len "$(quick 256 32)" --output-len "$(quick 256 32)" --step-report --max-prefill-tokens-while-decoding "$cap"
+    done
     bench steps_1024x128 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 1024 64)" \
       --output-len "$(quick 128 16)" --step-report
     bench kernels 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 64,256 1,2)" --input-len "$(quick 320 16)" \
