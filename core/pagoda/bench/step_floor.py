@@ -15,9 +15,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-KINDS = ("decode", "mixed")
-
-
 def attention_flops_per_pair(hf_config) -> int:
     """QK^T and PV FLOPs of one (query, visible key) pair over every layer and query head: 4 * head_dim a head;
     multi-head latent attention (absorbed) scores the latent row and weights its kv_lora_rank values."""

@@ -36,8 +36,8 @@ from pagoda.server.async_pooling import AsyncPooling
 from pagoda.server.metrics import ServerMetrics
 from pagoda.server.request_log import RequestLog
 from pagoda.server.request_observers import RequestObservers
-from pagoda.server.tracing import RequestTracer
 from pagoda.server.tokenize_pool import AsyncTokenizer
+from pagoda.server.tracing import RequestTracer
 
 logger = logging.getLogger("pagoda.server")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import AsyncIterator
 
@@ -31,7 +32,8 @@ async def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[
         items = list(prompt)
     if not items:
         raise APIError(400, "prompt must not be empty", param="prompt")
-    encoded = [((await state.encode(p)), p) if isinstance(p, str) else (list(p), None) for p in items]
+    texts = iter(await asyncio.gather(*(state.encode(p) for p in items if isinstance(p, str))))  # one batch
+    encoded = [(next(texts), p) if isinstance(p, str) else (list(p), None) for p in items]
     for ids, _ in encoded:
         state.validate_prompt(ids)
     return encoded
