@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_throughput_counts_every_token(tmp_path, sampling):
 def test_throughput_step_report_times_every_step_against_its_floor(tmp_path, monkeypatch):
     """--step-report: the timed run's steps from the engine core's trace (not the warm-up's), decode-only and mixed
     apart, every token computed in one of them, each kind's time against its floor."""
-    monkeypatch.setenv("PAGODA_TRACE_DIR", str(tmp_path / "trace"))
+    monkeypatch.delenv("PAGODA_TRACE_DIR", raising=False)  # a temporary folder, for the run only
     out = tmp_path / "result.json"
     assert main(["bench", "throughput", _config_dir(tmp_path), "--load-format", "dummy", "--num-prompts", "6",
                  "--input-len", "40", "--output-len", "5", "--max-num-seqs", "4", "--step-report",
@@ -48,6 +49,7 @@ def test_throughput_step_report_times_every_step_against_its_floor(tmp_path, mon
     for kind in (decode, mixed):
         assert kind["ratio_to_floor"] == pytest.approx(kind["seconds"] / kind["floor_s"], rel=1e-2)
     assert every["seconds"] <= json.loads(out.read_text())["pagoda"]["seconds"]
+    assert "PAGODA_TRACE_DIR" not in os.environ  # later engines do not trace
 
 
 def test_throughput_reports_the_kv_capacity_and_a_latent_cache_against_mha(tmp_path):
@@ -95,8 +97,9 @@ def test_latency_profile_traces_each_batch(tmp_path, monkeypatch, capsys):
     assert len(list((tmp_path / "traces").glob("rank0.*.pt.trace.json.gz"))) == 2  # one a batch size
 
 
-def test_latency_kernels_name_each_batch_steps_work(tmp_path):
+def test_latency_kernels_name_each_batch_steps_work(tmp_path, monkeypatch):
     """--kernels: a decode step's work by name (host ops on a CPU), the largest first, with its total."""
+    monkeypatch.delenv("PAGODA_TORCH_PROFILER_DIR", raising=False)  # a temporary folder, for the run only
     out = tmp_path / "latency.json"
     assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "2",
                  "--input-len", "8", "--output-len", "4", "--repeats", "1", "--kernels", "--result-file", str(out)]) == 0
@@ -104,6 +107,7 @@ def test_latency_kernels_name_each_batch_steps_work(tmp_path):
     names = [name for name in kernels if name != "total_us"]
     assert kernels["total_us"] > 0 and any("linear" in name or "mm" in name for name in names)
     assert [kernels[n] for n in names] == sorted((kernels[n] for n in names), reverse=True)
+    assert "PAGODA_TORCH_PROFILER_DIR" not in os.environ  # later profiling still asks for a folder
 
 
 def test_streamed_weights_leave_out_gathered_embeddings(tmp_path):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -27,6 +32,22 @@ def build_llm(args: argparse.Namespace):
     config = engine_config(args, args.model)
     config.skip_tokenizer_init = True
     return LLM(**vars(config))
+
+
+@contextlib.contextmanager
+def folder_variable(variable, wanted: bool, prefix: str) -> Iterator[None]:
+    """While the block runs, the environment variable ``variable`` (a ``pagoda.envs`` entry) names a folder: as
+    the user set it, or, when ``wanted`` and unset, a temporary one, removed and the variable unset after."""
+    if not wanted or variable.get():
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=prefix)
+    os.environ[variable.name] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop(variable.name, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def random_prompts(num: int, length: int, vocab_size: int, seed: int) -> list[list[int]]:

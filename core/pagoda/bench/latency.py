@@ -9,14 +9,12 @@ traffic the device sustains, which a read-only stream can use whole). The step t
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 
 from pagoda import envs
-from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, kv_bytes_per_token, random_prompts,
-                                 spec_decode_summary, streamed_weights, synchronize)
+from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, folder_variable, kv_bytes_per_token,
+                                 random_prompts, spec_decode_summary, streamed_weights, synchronize)
 from pagoda.bench.trace_kernels import decode_step_kernels
 
 
@@ -44,8 +42,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --profile needs {envs.TORCH_PROFILER_DIR.name} set to the folder the traces go to",
               file=sys.stderr)
         return 2
-    if args.kernels and not envs.TORCH_PROFILER_DIR.get():
-        os.environ[envs.TORCH_PROFILER_DIR.name] = tempfile.mkdtemp(prefix="pagoda_kernels_")
+    with folder_variable(envs.TORCH_PROFILER_DIR, args.kernels, "pagoda_kernels_"):  # --kernels' traces
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     llm = build_llm(args)
     parts = llm.engine.core.parts
     device = parts.platform.device()

@@ -7,16 +7,14 @@ With ``--hf`` the same workload also runs through HF transformers' continuous ba
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from pagoda import envs
-from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, kv_cache_summary,
-                                 random_prompts, spec_decode_summary, streamed_weights, synchronize)
+from pagoda.bench.common import (active_params, add_common_args, build_llm, device_rates, emit, folder_variable,
+                                 kv_cache_summary, random_prompts, spec_decode_summary, streamed_weights, synchronize)
 from pagoda.bench.step_floor import attention_flops_per_pair, read_steps, step_costs, step_report
 
 
@@ -39,10 +37,13 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with folder_variable(envs.TRACE_DIR, args.step_report, "pagoda_steps_"):  # the engine core's step trace
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pagoda import SamplingParams
 
-    if args.step_report and not envs.TRACE_DIR.get():
-        os.environ[envs.TRACE_DIR.name] = tempfile.mkdtemp(prefix="pagoda_steps_")
     llm = build_llm(args)
     engine = llm.engine
     model, device, dtype = engine.core.parts.model, engine.core.parts.platform.device(), engine.core.parts.dtype
