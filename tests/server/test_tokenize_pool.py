@@ -54,6 +54,23 @@ def test_concurrent_prompts_get_the_ids_of_one_at_a_time():
     assert asyncio.run(run()) == expected
 
 
+def test_truncated_prompts_keep_the_tokenizers_first_tokens():
+    tokenizer = hf_tokenizer()
+    texts = ["the quick brown fox jumps over the lazy dog " * n for n in (1, 5, 9)]
+
+    async def run():
+        pool = AsyncTokenizer(tokenizer)
+        try:
+            return await asyncio.gather(*(pool.encode(t, max_length=m) for t in texts for m in (None, 12)))
+        finally:
+            pool.close()
+
+    out = asyncio.run(run())
+    expected = [tokenizer(t, **({"truncation": True, "max_length": m} if m else {}))["input_ids"]
+                for t in texts for m in (None, 12)]
+    assert out == expected and all(len(ids) <= 12 for ids in out[1::2]) and len(out[4]) > 12
+
+
 def test_texts_asked_for_while_the_worker_is_busy_go_in_one_batch():
     gate = threading.Event()
     tokenizer = Recording(gate)

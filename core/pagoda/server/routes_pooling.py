@@ -58,7 +58,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> dict:
         raise APIError(400, f"dimensions must be in [1, {info.hidden_size}] (this model's embedding size), got "
                             f"{body.dimensions}", param="dimensions")
     params = _params(task="embed", dimensions=body.dimensions, normalize=body.normalize)
-    inputs = _inputs(state, body.input, body.truncate_prompt_tokens)
+    inputs = await _inputs(state, body.input, body.truncate_prompt_tokens)
     request_id = state.engine.next_request_id("embd")
     outs = await _pool_all(state, request, request_id, [(ids, text, params) for ids, text in inputs], body.priority)
     data = [{"index": i, "object": "embedding", "embedding": _encode_vector(o, body.encoding_format)}
@@ -120,7 +120,7 @@ def _limit(state: ServerState, truncate: int | None) -> int | None:
         raise APIError(400, str(exc), param="truncate_prompt_tokens") from exc
 
 
-def _inputs(state: ServerState, given: EmbeddingInput, truncate: int | None) -> list[tuple[list[int], str | None]]:
+async def _inputs(state: ServerState, given: EmbeddingInput, truncate: int | None) -> list[tuple[list[int], str | None]]:
     """Token ids (and text) of each input; 400 for an empty, too long or out-of-vocabulary one."""
     if isinstance(given, str) or (given and all(isinstance(t, int) for t in given)):
         items: list = [given]
@@ -132,16 +132,17 @@ def _inputs(state: ServerState, given: EmbeddingInput, truncate: int | None) -> 
     if any(isinstance(item, str) for item in items) and state.tokenizer is None:
         raise APIError(400, "text input needs the model's tokenizer (this server runs with --skip-tokenizer-init); "
                             "send token ids", param="input")
-    encoded = [(_tokenize(state, item, limit), item) if isinstance(item, str)
+    texts = iter(await _tokenize(state, [item for item in items if isinstance(item, str)], limit))
+    encoded = [(next(texts), item) if isinstance(item, str)
                else ((list(item)[:limit] if limit else list(item)), None) for item in items]
     for ids, _ in encoded:
         _validate(state, ids, "input")
     return encoded
 
 
-def _tokenize(state: ServerState, text: str, limit: int | None) -> list[int]:
-    kwargs = {"truncation": True, "max_length": limit} if limit else {}
-    return state.tokenizer(text, **kwargs)["input_ids"]
+async def _tokenize(state: ServerState, texts: list[str], limit: int | None) -> list[list[int]]:
+    """Each text's ids (at most ``limit``), in one batch off the event loop."""
+    return list(await asyncio.gather(*(state.encode(t, max_length=limit) for t in texts)))
 
 
 def _validate(state: ServerState, ids: list[int], param: str) -> None:
@@ -168,7 +169,7 @@ async def _scores(state: ServerState, request: Request, request_id: str, pairs: 
         return [pair_score(o.outputs.data) for o in outs], sum(len(o.prompt_token_ids) for o in outs)
     texts = list(dict.fromkeys(t for pair in pairs for t in pair))  # each distinct text embedded once
     params = _params(task="embed")
-    items = [(_tokenize(state, t, limit), t, params) for t in texts]
+    items = [(ids, t, params) for ids, t in zip(await _tokenize(state, texts, limit), texts)]
     for ids, _, _ in items:
         _validate(state, ids, "text_1")
     outs = dict(zip(texts, await _pool_all(state, request, request_id, items, priority)))

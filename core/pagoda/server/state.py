@@ -43,12 +43,13 @@ class ServerState:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """The token ids of ``text``, tokenized off the event loop (pagoda.server.tokenize_pool)."""
+    async def encode(self, text: str, add_special_tokens: bool = True, max_length: int | None = None) -> list[int]:
+        """The token ids of ``text`` (at most ``max_length``), tokenized off the event loop
+        (pagoda.server.tokenize_pool)."""
         if self.engine.encoder is None:
             raise APIError(400, "text prompts need the model's tokenizer, and this server runs with "
                                 "--skip-tokenizer-init: send token ids, or restart it without that flag", param="prompt")
-        return await self.engine.encoder.encode(text, add_special_tokens)
+        return await self.engine.encoder.encode(text, add_special_tokens, max_length)
 
     @property
     def max_model_len(self) -> int:

@@ -16,18 +16,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
+Options = tuple[bool, "int | None"]  # add_special_tokens, max_length (truncation; None: none)
+
+
 class AsyncTokenizer:
     """``await encode(text)``: the ids ``tokenizer(text)`` gives, computed on a worker thread in batches."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = copy.deepcopy(tokenizer)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pagoda-tokenize")
-        self._pending: list[tuple[str, bool, asyncio.Future]] = []
+        self._pending: list[tuple[str, Options, asyncio.Future]] = []
         self._busy = False
 
-    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    async def encode(self, text: str, add_special_tokens: bool = True, max_length: int | None = None) -> list[int]:
+        """The ids of ``text``; with ``max_length``, cut to that many (the tokenizer's truncation)."""
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((text, add_special_tokens, future))
+        self._pending.append((text, (add_special_tokens, max_length), future))
         if not self._busy:
             self._start_batch()
         return await future
@@ -56,26 +60,31 @@ class AsyncTokenizer:
         if self._pending:
             self._start_batch()
 
-    def _encode_all(self, batch: list[tuple[str, bool, asyncio.Future]]) -> list[list[int] | BaseException]:
-        """Each text's ids (or the exception encoding it raised): one call for each add_special_tokens value."""
+    def _encode_all(self, batch: list[tuple[str, Options, asyncio.Future]]) -> list[list[int] | BaseException]:
+        """Each text's ids (or the exception encoding it raised): one call for each set of options."""
         results: list[list[int] | BaseException] = [[] for _ in batch]
-        for special in {s for _, s, _ in batch}:
-            indices = [i for i, (_, s, _) in enumerate(batch) if s == special]
-            for i, ids in zip(indices, self._encode_group([batch[i][0] for i in indices], special)):
+        for options in {o for _, o, _ in batch}:
+            indices = [i for i, (_, o, _) in enumerate(batch) if o == options]
+            for i, ids in zip(indices, self._encode_group([batch[i][0] for i in indices], options)):
                 results[i] = ids
         return results
 
-    def _encode_group(self, texts: list[str], add_special_tokens: bool) -> list[list[int] | BaseException]:
+    def _encode_group(self, texts: list[str], options: Options) -> list[list[int] | BaseException]:
         try:
-            return list(self._tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"])
+            return list(self._call(texts, options))
         except Exception:  # one text the tokenizer rejects: encode each alone, so only that request fails
-            return [self._encode_one(text, add_special_tokens) for text in texts]
+            return [self._encode_one(text, options) for text in texts]
 
-    def _encode_one(self, text: str, add_special_tokens: bool) -> list[int] | BaseException:
+    def _encode_one(self, text: str, options: Options) -> list[int] | BaseException:
         try:
-            return self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+            return self._call(text, options)
         except Exception as exc:
             return exc
+
+    def _call(self, texts: str | list[str], options: Options):
+        special, max_length = options
+        cut = {"truncation": True, "max_length": max_length} if max_length else {}
+        return self._tokenizer(texts, add_special_tokens=special, **cut)["input_ids"]
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
