@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
-Options = tuple[bool, "int | None"]  # add_special_tokens, max_length (truncation; None: none)
+Options = tuple[bool, int | None]  # add_special_tokens, max_length (truncation; None: none)
 
 
 class AsyncTokenizer:
