@@ -24,7 +24,7 @@ class Recording:
         self.calls: list[int] = []
         self.gate, self.seconds = gate, seconds
 
-    def __call__(self, texts, add_special_tokens=True):
+    def __call__(self, texts, add_special_tokens=True, **ids_only):
         batch = texts if isinstance(texts, list) else [texts]
         self.calls.append(len(batch))
         if self.gate is not None:

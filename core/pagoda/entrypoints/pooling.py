@@ -95,7 +95,7 @@ class PoolingAPI:
         limit = truncation_limit(truncate, self.engine.max_model_len)
         tokenizer = self.engine.tokenizer
         texts = {} if tokenizer is None else {i: t for i, t in enumerate(map(_plain_text, prompts)) if t is not None}
-        batch = iter(tokenizer(list(texts.values()), **_ids_only(limit))["input_ids"] if texts else [])
+        batch = iter(tokenizer(list(texts.values()), **ids_only_args(limit))["input_ids"] if texts else [])
         return [(next(batch), texts[i]) if i in texts else self._encode_truncated(p, limit)
                 for i, p in enumerate(prompts)]
 
@@ -191,7 +191,7 @@ def _truncation(max_length: int | None) -> dict:
     return {"truncation": True, "max_length": max_length} if max_length else {}
 
 
-def _ids_only(max_length: int | None) -> dict:
+def ids_only_args(max_length: int | None) -> dict:
     """:func:`_truncation`, and no attention masks or token types (unused, and 5% of a batch call)."""
     return {**_truncation(max_length), "return_attention_mask": False, "return_token_type_ids": False}
 

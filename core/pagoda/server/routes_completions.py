@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import AsyncIterator
 
@@ -32,8 +31,7 @@ async def encode_prompts(state: ServerState, prompt: PromptInput) -> list[tuple[
         items = list(prompt)
     if not items:
         raise APIError(400, "prompt must not be empty", param="prompt")
-    texts = iter(await asyncio.gather(*(state.encode(p) for p in items if isinstance(p, str))))  # one batch
-    encoded = [(next(texts), p) if isinstance(p, str) else (list(p), None) for p in items]
+    encoded = [(ids, p if isinstance(p, str) else None) for ids, p in zip(await state.encode_texts(items), items)]
     for ids, _ in encoded:
         state.validate_prompt(ids)
     return encoded

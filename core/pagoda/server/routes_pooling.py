@@ -132,17 +132,11 @@ async def _inputs(state: ServerState, given: EmbeddingInput, truncate: int | Non
     if any(isinstance(item, str) for item in items) and state.tokenizer is None:
         raise APIError(400, "text input needs the model's tokenizer (this server runs with --skip-tokenizer-init); "
                             "send token ids", param="input")
-    texts = iter(await _tokenize(state, [item for item in items if isinstance(item, str)], limit))
-    encoded = [(next(texts), item) if isinstance(item, str)
-               else ((list(item)[:limit] if limit else list(item)), None) for item in items]
+    encoded = [(ids, item if isinstance(item, str) else None)
+               for ids, item in zip(await state.encode_texts(items, limit), items)]
     for ids, _ in encoded:
         _validate(state, ids, "input")
     return encoded
-
-
-async def _tokenize(state: ServerState, texts: list[str], limit: int | None) -> list[list[int]]:
-    """Each text's ids (at most ``limit``), in one batch off the event loop."""
-    return list(await asyncio.gather(*(state.encode(t, max_length=limit) for t in texts)))
 
 
 def _validate(state: ServerState, ids: list[int], param: str) -> None:
@@ -169,7 +163,7 @@ async def _scores(state: ServerState, request: Request, request_id: str, pairs: 
         return [pair_score(o.outputs.data) for o in outs], sum(len(o.prompt_token_ids) for o in outs)
     texts = list(dict.fromkeys(t for pair in pairs for t in pair))  # each distinct text embedded once
     params = _params(task="embed")
-    items = [(ids, t, params) for ids, t in zip(await _tokenize(state, texts, limit), texts)]
+    items = [(ids, t, params) for ids, t in zip(await state.encode_texts(texts, limit), texts)]
     for ids, _, _ in items:
         _validate(state, ids, "text_1")
     outs = dict(zip(texts, await _pool_all(state, request, request_id, items, priority)))

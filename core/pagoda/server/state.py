@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -50,6 +51,12 @@ class ServerState:
             raise APIError(400, "text prompts need the model's tokenizer, and this server runs with "
                                 "--skip-tokenizer-init: send token ids, or restart it without that flag", param="prompt")
         return await self.engine.encoder.encode(text, add_special_tokens, max_length)
+
+    async def encode_texts(self, items: list, max_length: int | None = None) -> list[list[int]]:
+        """The ids of each item: text tokenized (together, off the event loop), token ids as given; both at most
+        ``max_length``."""
+        texts = iter(await asyncio.gather(*(self.encode(i, max_length=max_length) for i in items if isinstance(i, str))))
+        return [next(texts) if isinstance(i, str) else list(i)[:max_length] for i in items]
 
     @property
     def max_model_len(self) -> int:

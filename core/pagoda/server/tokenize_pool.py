@@ -15,6 +15,8 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pagoda.entrypoints.pooling import ids_only_args
+
 
 Options = tuple[bool, int | None]  # add_special_tokens, max_length (truncation; None: none)
 
@@ -83,8 +85,7 @@ class AsyncTokenizer:
 
     def _call(self, texts: str | list[str], options: Options):
         special, max_length = options
-        cut = {"truncation": True, "max_length": max_length} if max_length else {}
-        return self._tokenizer(texts, add_special_tokens=special, **cut)["input_ids"]
+        return self._tokenizer(texts, add_special_tokens=special, **ids_only_args(max_length))["input_ids"]
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
