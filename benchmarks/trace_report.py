@@ -7,7 +7,9 @@ Reads the engine core's ``core.jsonl`` (a line per step and per first token) and
 
 - **steps**: how long the engine core's step calls took (milliseconds, p50/p90/p99/max), decode-only steps (one
   token per sequence) apart from mixed ones (some sequence computes prompt tokens); with overlapped steps a call
-  mostly waits for the step before on the device, so this is the device's step time as the host sees it;
+  mostly waits for the step before on the device, so this is the device's step time as the host sees it, unless
+  the host's own work takes longer: ``after_mixed``, the calls right after a mixed one, are short when the device
+  had finished a mixed step before the host came to it (the mixed step's time was the host's);
 - **slowest_steps**: the ``--top`` longest, each with its tokens, sequences, device-allocator events and the
   engine core's garbage-collection pauses inside it;
 - **first_tokens**: each request's time to first token split into its parts: ``to_core`` (API server to engine
@@ -61,6 +63,9 @@ def steps_report(steps: list[dict], pauses: list[dict], top: int) -> tuple[dict,
     summary = {"all": percentiles([s["seconds"] for s in busy])}
     for kind in ("decode", "mixed"):
         summary[kind] = percentiles([s["seconds"] for s in busy if step_kind(s) == kind])
+    # with overlapped steps the call after a mixed one waits for that step on the device: when it is short, the
+    # device had finished before the host came to it, so the mixed step's time was the host's
+    summary["after_mixed"] = percentiles([b["seconds"] for a, b in zip(busy, busy[1:]) if step_kind(a) == "mixed"])
     first = min((s["step"] for s in steps), default=0.0)
     slowest = []
     for s in sorted(busy, key=lambda s: s["seconds"], reverse=True)[:top]:

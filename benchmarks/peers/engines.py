@@ -100,12 +100,13 @@ def server_cmd(engine: str, s: Settings, port: int) -> list[str]:
 
 
 def pagoda_client_cmd(base_url: str, w: Served, prompts_file: Path, result: Path) -> list[str]:
-    """Each line of a mixed-length file carries its own output_len (the workload's is 0, unused)."""
+    """Each line of a mixed-length file carries its own output_len (the workload's is 0, unused). The raw file keeps
+    every request's start time and inter-token gaps (``--save-detailed``), to join with a ``PAGODA_TRACE_DIR`` trace."""
     lengths = ["--output-len", str(w.output_len)] if w.output_len > 0 else []
     return ["pagoda", "bench", "serve", "--base-url", base_url, "--prompts-file", str(prompts_file),
             "--num-prompts", str(w.num_prompts), *lengths,
             "--request-rate", "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}",
-            "--ignore-eos", "--no-progress", "--seed", str(w.seed), "--result-file", str(result)]
+            "--ignore-eos", "--no-progress", "--seed", str(w.seed), "--save-detailed", "--result-file", str(result)]
 
 
 def vllm_client_cmd(s: Settings, base_url: str, model: str, w: Served, result: Path,

@@ -195,8 +195,8 @@ def test_readme_block_is_what_the_committed_results_render():
     readme = readme_table.README.read_text()
     assert readme_table.replace_block(readme, block) == readme
     assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in block
-    assert "behind on 12: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
-    assert "256/256 at 8 req/s (vllm client)" in block and "TTFT p50 shared prefixes at once" in block
+    assert "behind on 11: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
+    assert "256/256 at 8 req/s (vllm client)" in block and "TTFT p50 mixed lengths at 8 req/s" in block
     assert "| 187 ms vs 182 ms (0.97x) |" in block and "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99
 
 

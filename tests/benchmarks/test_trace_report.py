@@ -47,6 +47,16 @@ def test_steps_by_kind_and_the_slowest_with_its_pauses(trace: Path) -> None:
     assert got["slowest_steps"][1]["gc_ms"] == 0.0 and len(got["slowest_steps"]) == 2
 
 
+def test_the_call_after_each_mixed_step(tmp_path: Path) -> None:
+    """A mixed step's host time exceeding the device's shows as a short call after it (the device had finished)."""
+    kinds = [(8, 0.006), (40, 0.020), (8, 0.001), (8, 0.006), (300, 0.012), (8, 0.009), (8, 0.006)]
+    _write(tmp_path / "core.jsonl", [{"step": T0 + i * 0.03, "seconds": s, "tokens": t, "seqs": 8, "outputs": 8}
+                                     for i, (t, s) in enumerate(kinds)])
+    got = report(tmp_path)["steps"]
+    assert got["mixed"]["count"] == 2 and got["after_mixed"] == {"count": 2, "p50_ms": 1.0, "p90_ms": 9.0,
+                                                                 "p99_ms": 9.0, "max_ms": 9.0}
+
+
 def test_first_tokens_split_into_their_parts(trace: Path) -> None:
     got = report(trace, top=5)
     a, b = sorted(got["slowest_first_tokens"], key=lambda r: r["request"])
