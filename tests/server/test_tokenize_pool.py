@@ -124,6 +124,35 @@ def test_the_event_loop_runs_while_a_long_prompt_is_tokenized():
     assert asyncio.run(run()) >= 10  # ~30 ticks of 10 ms in 0.3 s; on the loop itself there would be none
 
 
+def test_a_cross_encoders_text_pairs_on_the_worker(tmp_path, monkeypatch):
+    """/score and /rerank on a cross-encoder: each pair's ids and where its second text starts equal the
+    tokenizer's own pair encoding (truncated too), computed on the worker thread."""
+    from pagoda.entrypoints.pooling import encode_pairs
+    from pagoda.server import tokenize_pool
+    from pooling_models import save_bert_tokenizer
+
+    tokenizer = save_bert_tokenizer(tmp_path)
+    pairs = [("t1 t2 t3", "t4 t5"), ("t9", "t8 t7 t6 t5 t4 t3 t2 t1"), ("t3 " * 20, "t4")]
+    threads = []
+    monkeypatch.setattr(tokenize_pool, "encode_pairs",
+                        lambda *a: threads.append(threading.current_thread().name) or encode_pairs(*a))
+
+    async def run(limit):
+        pool = AsyncTokenizer(tokenizer)
+        try:
+            return await pool.encode_pairs(pairs, limit)
+        finally:
+            pool.close()
+
+    for limit in (None, 8):
+        got = asyncio.run(run(limit))
+        assert got == encode_pairs(tokenizer, pairs, limit)
+        ids, second = got[0]
+        assert ids == tokenizer("t1 t2 t3", "t4 t5")["input_ids"] and second == 5  # [CLS] t1 t2 t3 [SEP] | t4 t5 [SEP]
+    assert all(len(ids) <= 8 for ids, _ in got)
+    assert len(threads) == 2 and all(name.startswith("pagoda-tokenize") for name in threads)
+
+
 def test_text_prompts_without_a_tokenizer_are_refused_naming_the_fix():
     state = ServerState.__new__(ServerState)
     state.engine = SimpleNamespace(encoder=None)

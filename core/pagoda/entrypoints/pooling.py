@@ -151,13 +151,9 @@ def score_pairs(text_1: str | Sequence[str], text_2: str | Sequence[str]) -> lis
     return list(zip(first, second))
 
 
-def encode_pair(tokenizer, text_1: str, text_2: str, max_length: int | None) -> tuple[list[int], int | None]:
-    """Token ids of a text pair as a cross-encoder reads it, and where the second text starts."""
-    return encode_pairs(tokenizer, [(text_1, text_2)], max_length)[0]
-
-
 def encode_pairs(tokenizer, pairs: list[tuple[str, str]], max_length: int | None) -> list[tuple[list[int], int | None]]:
-    """:func:`encode_pair` of each pair, in one tokenizer call."""
+    """Token ids of each text pair as a cross-encoder reads it, and where its second text starts, in one
+    tokenizer call."""
     if tokenizer is None:
         raise ValueError("scoring text pairs needs the model's tokenizer; drop skip_tokenizer_init")
     encoded = tokenizer([a for a, _ in pairs], [b for _, b in pairs], **_truncation(max_length))

@@ -14,7 +14,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from pagoda.entrypoints.pooling import cosine, encode_pair, pair_score, score_pairs, truncation_limit
+from pagoda.entrypoints.pooling import cosine, pair_score, score_pairs, truncation_limit
 from pagoda.errors import RequestError
 from pagoda.pooling.outputs import PoolingRequestOutput
 from pagoda.pooling_params import PoolingParams
@@ -155,8 +155,7 @@ async def _scores(state: ServerState, request: Request, request_id: str, pairs: 
         raise APIError(400, "scoring text needs the model's tokenizer (this server runs with --skip-tokenizer-init)")
     if state.engine.info.pooling.num_labels:
         items = []
-        for text_1, text_2 in pairs:
-            ids, segment_start = encode_pair(state.tokenizer, text_1, text_2, limit)
+        for ids, segment_start in await state.encode_pairs(pairs, limit):
             _validate(state, ids, "text_2")
             items.append((ids, None, _params(task="score", segment_start=segment_start)))
         outs = await _pool_all(state, request, request_id, items, priority)

@@ -52,6 +52,11 @@ class ServerState:
                                 "--skip-tokenizer-init: send token ids, or restart it without that flag", param="prompt")
         return await self.engine.encoder.encode(text, add_special_tokens, max_length)
 
+    async def encode_pairs(self, pairs: list[tuple[str, str]], max_length: int | None) -> list[tuple[list[int], int | None]]:
+        """A cross-encoder's ids of each text pair and where its second text starts, off the event loop (the
+        caller checked that the server has a tokenizer)."""
+        return await self.engine.encoder.encode_pairs(pairs, max_length)
+
     async def encode_texts(self, items: list, max_length: int | None = None) -> list[list[int]]:
         """The ids of each item: text tokenized (together, off the event loop), token ids as given; both at most
         ``max_length``."""

@@ -15,7 +15,7 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pagoda.entrypoints.pooling import ids_only_args
+from pagoda.entrypoints.pooling import encode_pairs, ids_only_args
 
 
 Options = tuple[bool, int | None]  # add_special_tokens, max_length (truncation; None: none)
@@ -37,6 +37,12 @@ class AsyncTokenizer:
         if not self._busy:
             self._start_batch()
         return await future
+
+    async def encode_pairs(self, pairs: list[tuple[str, str]], max_length: int | None) -> list[tuple[list[int], int | None]]:
+        """A cross-encoder's ids of each (text, text) pair and where its second text starts
+        (:func:`pagoda.entrypoints.pooling.encode_pairs`), in one call on the worker thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, encode_pairs, self._tokenizer, pairs, max_length)
 
     def _start_batch(self) -> None:
         batch, self._pending = self._pending, []
