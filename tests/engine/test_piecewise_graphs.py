@@ -69,16 +69,18 @@ ARGS = dict(block_size=8, platform="pieces-cpu", attention_backend="torch-graphs
             max_num_batched_tokens=96)
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3", "qwen3_moe"])
-def test_steps_replayed_in_pieces_equal_eager(piece_plugins, tiny_models, family):
+@pytest.mark.parametrize("family, overlap", [("llama", False), ("llama", True), ("gemma3", False), ("qwen3_moe", False)])
+def test_steps_replayed_in_pieces_equal_eager(piece_plugins, tiny_models, family, overlap):
     """Chunked prompts (96-token budget), prefills joining running decodes, a shared prefix: the tokens
-    equal an eager engine's, and prefill and mixed steps went through the pieces."""
+    equal an eager engine's, and prefill and mixed steps went through the pieces (with overlapped steps too:
+    a decode's input id is the step before's token, filled in on the device before the pieces copy it)."""
     path = tiny_models[family][0]
     shared = random_prompts(1, range(40, 41), seed=5)[0]
     prompts = random_prompts(7, range(3, 150), seed=11) + [shared + [7, 8], shared + [9]]
     params = [SamplingParams(temperature=0, max_tokens=6 + 2 * i) for i in range(len(prompts))]
     eager = LLM(model=path, **ARGS, enforce_eager=True).generate(prompts, params, use_tqdm=False)
-    llm = LLM(model=path, **ARGS, piecewise_graph_tokens=4096)  # capped at the step budget, 96 tokens
+    llm = LLM(model=path, **ARGS, piecewise_graph_tokens=4096, overlap_steps=overlap)  # capped at the 96-token budget
+    assert llm.engine.core.overlap is overlap
     graphs = llm.engine.core.runner.piecewise
     assert sorted(graphs.graphs) == [32, 64, 96]
     layers = [m for m in llm.engine.core.runner.model.modules() if isinstance(m, Attention)]
