@@ -1,6 +1,6 @@
 """Where served latency goes, from a ``PAGODA_TRACE_DIR`` folder (docs/server.md, "Tracing latency").
 
-    python benchmarks/trace_report.py TRACE_DIR [--top 10] [--since T] [--out report.json]
+    python benchmarks/trace_report.py TRACE_DIR [--top 10] [--since T] [--out report.json] [--client RAW.json]
 
 Reads the engine core's ``core.jsonl`` (a line per step and per first token) and each API server's
 ``api_<pid>.jsonl`` (a line per request whose first output reached its handler), and reports:
@@ -16,7 +16,11 @@ Reads the engine core's ``core.jsonl`` (a line per step and per first token) and
   core), ``queued`` (waiting for its first step), ``prefill`` (first step launched to its first token read),
   ``to_handler`` (core to the HTTP handler), and ``ttft`` (arrival at the API server to the handler);
 - **slowest_first_tokens**: the ``--top`` longest TTFTs with that split;
-- **gc**: each process's collections of 0.5 ms or more (count, total, longest, full ones).
+- **gc**: each process's collections of 0.5 ms or more (count, total, longest, full ones);
+- **long_itls** (with ``--client``, a ``pagoda bench serve --save-detailed`` result file of the same run): the
+  client's inter-token gaps longer than ``--long-itl-ms``, each put down to what the engine core ran meanwhile:
+  a mixed step, a decode step slower than 1.5x the median decode step, or neither (``outside_the_core``: the API
+  server, the network, the client).
 
 All times are ``time.monotonic()`` seconds in the files (one clock for every process of a host); ``--since T``
 keeps what started at ``T`` or later (e.g. after a warm-up: ``python -c "import time; print(time.monotonic())"``).
@@ -25,6 +29,7 @@ keeps what started at ``T`` or later (e.g. after a warm-up: ``python -c "import 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 from pathlib import Path
@@ -105,13 +110,49 @@ def gc_report(pauses: list[dict]) -> dict:
             "full": sum(1 for p in pauses if p["gc"] == 2)}
 
 
+def client_gaps(client: dict) -> list[tuple[float, float]]:
+    """(start, end) of every inter-token gap of a ``--save-detailed`` client result (``time.perf_counter()``, the
+    monotonic clock of the trace on Linux)."""
+    gaps = []
+    for start, ttft, itls in zip(client["start_times"], client["ttfts"], client["itls"]):
+        t = start + ttft
+        for itl in itls:
+            gaps.append((t, t + itl))
+            t += itl
+    return gaps
+
+
+def long_itls_report(steps: list[dict], gaps: list[tuple[float, float]], threshold_s: float) -> dict:
+    """The client's gaps over ``threshold_s`` by what the engine core ran meanwhile (module docstring)."""
+    busy = [s for s in steps if s["seqs"]]
+    decodes = sorted(s["seconds"] for s in busy if step_kind(s) == "decode")
+    slow = 1.5 * decodes[len(decodes) // 2] if decodes else math.inf
+    spans = sorted((s["step"], s["step"] + s["seconds"], step_kind(s), s["seconds"]) for s in busy)
+    starts = [span[0] for span in spans]
+    causes = {"mixed_step": 0, "slow_decode_step": 0, "outside_the_core": 0}
+    long = [(a, b) for a, b in gaps if b - a > threshold_s]
+    for a, b in long:
+        inside = spans[max(0, bisect.bisect_left(starts, a) - 1) : bisect.bisect_right(starts, b)]
+        inside = [s for s in inside if s[1] > a]
+        if any(kind == "mixed" for _, _, kind, _ in inside):
+            causes["mixed_step"] += 1
+        elif any(seconds > slow for _, _, _, seconds in inside):
+            causes["slow_decode_step"] += 1
+        else:
+            causes["outside_the_core"] += 1
+    return {"client_itl": percentiles([b - a for a, b in gaps]), "threshold_ms": round(threshold_s * 1e3, 2),
+            "long": len(long), "by_cause": causes}
+
+
 def started(line: dict) -> float:
     """When what a line records began: a step's start, a request's arrival, a pause's start."""
     return line["step"] if "step" in line else line["arrival"] if "arrival" in line else line["start"]
 
 
-def report(folder: Path, top: int = 10, since: float = -math.inf) -> dict:
-    """The report of one trace folder (module docstring), of what began at ``since`` or later."""
+def report(folder: Path, top: int = 10, since: float = -math.inf, client: dict | None = None,
+           long_itl_s: float = 0.012) -> dict:
+    """The report of one trace folder (module docstring), of what began at ``since`` or later; with ``client``
+    (a ``--save-detailed`` result), its long inter-token gaps by cause."""
     core = [r for r in read_lines(folder / "core.jsonl") if started(r) >= since]
     core_pauses = [r for r in core if "gc" in r]
     api = {path.stem: [r for r in read_lines(path) if started(r) >= since] for path in sorted(folder.glob("api_*.jsonl"))}
@@ -119,8 +160,11 @@ def report(folder: Path, top: int = 10, since: float = -math.inf) -> dict:
     steps, slowest_steps = steps_report([r for r in core if "step" in r], core_pauses, top)
     firsts, slowest_firsts = first_tokens_report([r for r in core if "first_token" in r], api_firsts, top)
     gc = {"core": gc_report(core_pauses), **{name: gc_report([r for r in lines if "gc" in r]) for name, lines in api.items()}}
-    return {"steps": steps, "slowest_steps": slowest_steps, "first_tokens": firsts,
-            "slowest_first_tokens": slowest_firsts, "gc": gc}
+    out = {"steps": steps, "slowest_steps": slowest_steps, "first_tokens": firsts,
+           "slowest_first_tokens": slowest_firsts, "gc": gc}
+    if client is not None:
+        out["long_itls"] = long_itls_report([r for r in core if "step" in r], client_gaps(client), long_itl_s)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,10 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--since", type=float, default=-math.inf,
                    help="report only what began at this time.monotonic() value or later (e.g. after a warm-up)")
     p.add_argument("--out", type=Path, help="also write the report as JSON here")
+    p.add_argument("--client", type=Path, help="the `pagoda bench serve --save-detailed` result file of the same run: "
+                   "its long inter-token gaps by what the engine core ran meanwhile")
+    p.add_argument("--long-itl-ms", type=float, default=12.0, help="a gap longer than this is long (default 12)")
     args = p.parse_args(argv)
     if not (args.trace_dir / "core.jsonl").is_file():
         p.error(f"{args.trace_dir} has no core.jsonl: run the server with PAGODA_TRACE_DIR={args.trace_dir}")
-    result = report(args.trace_dir, args.top, args.since)
+    client = json.loads(args.client.read_text()) if args.client is not None else None
+    if client is not None and "itls" not in client:
+        p.error(f"{args.client} has no per-request gaps: run `pagoda bench serve` with --save-detailed")
+    result = report(args.trace_dir, args.top, args.since, client, args.long_itl_ms / 1e3)
     text = json.dumps(result, indent=1)
     if args.out is not None:
         args.out.write_text(text + "\n")

@@ -57,6 +57,20 @@ def test_the_call_after_each_mixed_step(tmp_path: Path) -> None:
                                                                  "p99_ms": 9.0, "max_ms": 9.0}
 
 
+def test_long_client_gaps_by_what_the_core_ran(tmp_path: Path) -> None:
+    """A client's gaps over 12 ms: inside a mixed step, inside a decode step over 1.5x the median, or neither."""
+    steps = [(0.000, 0.006, 8), (0.006, 0.020, 40), (0.026, 0.006, 8), (0.032, 0.015, 8), (0.047, 0.006, 8),
+             (0.053, 0.006, 8)]
+    _write(tmp_path / "core.jsonl", [{"step": T0 + a, "seconds": s, "tokens": t, "seqs": 8, "outputs": 8}
+                                     for a, s, t in steps])
+    # request 1: gaps of 6 (short), 20 (during the mixed step), 15 (the slow decode step); request 2 starts after
+    # the core's last step: its 30 ms gap is outside the core
+    client = {"start_times": [T0, T0 + 0.060], "ttfts": [0.0, 0.001], "itls": [[0.006, 0.020, 0.015], [0.030]]}
+    got = report(tmp_path, client=client)["long_itls"]
+    assert got["long"] == 3 and got["threshold_ms"] == 12.0 and got["client_itl"]["count"] == 4
+    assert got["by_cause"] == {"mixed_step": 1, "slow_decode_step": 1, "outside_the_core": 1}
+
+
 def test_first_tokens_split_into_their_parts(trace: Path) -> None:
     got = report(trace, top=5)
     a, b = sorted(got["slowest_first_tokens"], key=lambda r: r["request"])
@@ -88,3 +102,8 @@ def test_command_line(trace: Path, tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main([str(tmp_path / "nowhere")])
     assert "has no core.jsonl: run the server with PAGODA_TRACE_DIR" in capsys.readouterr().err
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"p99_itl_ms": 1.0}))
+    with pytest.raises(SystemExit):
+        main([str(trace), "--client", str(summary)])
+    assert "has no per-request gaps: run `pagoda bench serve` with --save-detailed" in capsys.readouterr().err
