@@ -252,7 +252,7 @@ class ModelRunner:
                 fwd.intermediate = link.receive(inputs.input_ids.shape[0])
             start = time.monotonic()
             if inputs.pieces is not None and inputs.multimodal is None:  # (pieces are captured without stages)
-                hidden = self.piecewise.replay(inputs.input_ids, inputs.positions, inputs.pieces, metadata)
+                hidden = self.piecewise.replay(inputs.input_ids, inputs.positions, inputs.pieces, fwd)
             else:
                 hidden = self.model(inputs.input_ids, inputs.positions, fwd)
         if link is not None:

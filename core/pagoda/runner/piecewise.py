@@ -8,8 +8,8 @@ q/k/v into static buffers. Between pieces the layer's attention runs eagerly on 
 with the step's own metadata (so any mix of sequences replays), and its output is copied into the one
 static buffer the next piece reads.
 
-Why: eagerly, a step's host work (launching some 400 kernels of an 8B model) took 9-30 ms while the
-device needed 6-8 ms for a short prompt beside a dozen decodes, so every decode in that step waited for
+Why: eagerly, a step's host work (launching some 400 kernels of an 8B model) took 8-31 ms while the
+device needed 6-10 ms for a short prompt beside a dozen decodes, so every decode in that step waited for
 the host (an H100 serving trace at 8 requests/s, docs/performance.md). A replayed step costs the host
 one launch per piece and the attention layers' own.
 
@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from pagoda.interfaces.attention import AttentionMetadata
 from pagoda.interfaces.model import CausalLM, ForwardContext
 from pagoda.interfaces.platform import Platform
 from pagoda.interfaces.scheduler import SchedulerOutput
@@ -133,12 +132,13 @@ class PiecewiseGraphs:
             return None
         return next(size for size in self.sizes if size >= tokens)
 
-    def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, size: int, metadata: AttentionMetadata) -> torch.Tensor:
-        """Hidden states ``[num_tokens, hidden]`` of a step (``metadata`` prepared by the backend)."""
+    def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, size: int, fwd: ForwardContext) -> torch.Tensor:
+        """Hidden states ``[num_tokens, hidden]`` of a step (``fwd``: its context, the metadata prepared by the
+        backend), padded to ``size``."""
         n = input_ids.shape[0]
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(positions)
-        pieces, fwd = self.graphs[size], ForwardContext(metadata, self.kv_caches)
+        pieces = self.graphs[size]
         q, k, v, out = (self.static[name][:n] for name in ("q", "k", "v", "out"))
         for replay, layer in zip(pieces.replays, self.layers):
             replay()
