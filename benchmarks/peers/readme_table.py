@@ -129,9 +129,20 @@ def table(title: str, rows: list[dict], columns: tuple[tuple[str, str], ...], by
     return lines
 
 
+def own_defaults(runs: list[dict]) -> str:
+    """' (Pagoda's: 256 sequences; vLLM's, from its /server_info: 1024 sequences, 8192 tokens a step)'."""
+    from pagoda.config import EngineConfig
+
+    vllm = next((r["vllm_choices"]["server_info"] for r in runs if (r.get("settings") or {}).get("limits") == "own"
+                 and "server_info" in (r.get("vllm_choices") or {})), {})
+    seqs, tokens = vllm.get("scheduler_config.max_num_seqs"), vllm.get("scheduler_config.max_num_batched_tokens")
+    theirs = f"; vLLM's, from its /server_info: {seqs} sequences, {tokens} tokens a step" if seqs and tokens else ""
+    return f" (Pagoda's: {EngineConfig.max_num_seqs} sequences{theirs})"
+
+
 def limits_section(runs: list[dict], rows: list[dict], limits: str, found: list[str]) -> list[str]:
     what = ("matched scheduler limits (256 sequences, 8192 tokens a step on both)" if limits == "matched"
-            else "each engine at its own scheduler defaults")
+            else "each engine at its own scheduler defaults" + own_defaults(runs))
     verdict = "like for like" if not found else f"not like-for-like ({', '.join(found)})"
     out = [f"**{what[0].upper() + what[1:]}: {verdict}.** {tally(rows)}", ""]
     offline = [r for r in rows if r["client"] == "offline" and r["metric"] in OFFLINE_COLUMNS]

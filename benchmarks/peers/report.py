@@ -130,7 +130,8 @@ def chart(rows: list[dict], path: Path, title: str) -> Path | None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
 
-    labels = [f"{r['workload']} [{r['client']}] {r['metric']}" for r in picked]
+    labels = [f"{r['workload']} [{r['client']}{', own limits' if r.get('limits') == 'own' else ''}] {r['metric']}"
+              for r in picked]
     values = [r["pagoda_advantage"] for r in picked]
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.32 * len(picked)))
     colors = ["#2a6f97" if v >= 1 else "#c44536" for v in values]

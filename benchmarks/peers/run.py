@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -84,7 +85,8 @@ class Run:
         self.args = args
         self.work = Path(args.work_dir)
         self.logs = self.work / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.logs, ignore_errors=True)  # a run's logs are its own: a warm machine keeps the work dir
+        self.logs.mkdir(parents=True)
         self.model_dir = build_model_dir(Path(args.config), self.work / "model")
         self.vocab_size = json.loads((self.model_dir / "config.json").read_text())["vocab_size"]
         self.s = settings(args, self.model_dir)

@@ -52,7 +52,6 @@ class EngineConfig:
     kv_cache_memory: int | None = None  # bytes for the KV cache; overrides gpu_memory_utilization
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
-    piecewise_graph_tokens: int = 512  # prefill and mixed steps of at most this many tokens replay as graph pieces; 0: eager
     scheduler: str = "fcfs"
     platform: str = "auto"
     overlap_steps: bool | None = None  # schedule step N+1 while step N runs (engine_core/core.py); None: the platform's default
@@ -97,8 +96,6 @@ class EngineConfig:
         _require(self.load_format in LOAD_FORMATS, "load_format", self.load_format, f"one of {', '.join(LOAD_FORMATS)}")
         _require(_is_pow2(self.block_size) and 1 <= self.block_size <= 256, "block_size", self.block_size, "a power of two in [1, 256]")
         _require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, ">= 1")
-        _require(isinstance(self.piecewise_graph_tokens, int) and self.piecewise_graph_tokens >= 0,
-                 "piecewise_graph_tokens", self.piecewise_graph_tokens, "an integer >= 0 (0: prefill and mixed steps eager)")
         _require(self.max_model_len is None or self.max_model_len >= 1, "max_model_len", self.max_model_len, ">= 1")
         _require(
             self.max_num_batched_tokens is None or self.max_num_batched_tokens >= 1,

@@ -180,7 +180,8 @@ def test_readme_label_says_like_for_like_only_when_the_files_show_it():
                                 fair_run("own", measured("own", 30.0, 25.0))])
     text = readme_table.render(merged, ("a.json",))
     assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in text
-    assert "Each engine at its own scheduler defaults: not like-for-like (limits unmatched)." in text
+    assert "Each engine at its own scheduler defaults (Pagoda's: 256 sequences): not like-for-like (limits " \
+           "unmatched)." in text  # vLLM's limits where its /server_info was recorded (the committed file's test)
     assert "attention FLASH_ATTN (FlashAttention 3), compilation VLLM_COMPILE, CUDA graphs FULL_AND_PIECEWISE at " \
            "3 sizes up to 512" in text and "pending" not in text
     assert "| 8 req/s | `pagoda bench serve` | 5.0 vs 5.0 (1.00x) | 20.0 ms vs 25.0 ms (1.25x) |" in text
@@ -195,9 +196,11 @@ def test_readme_block_is_what_the_committed_results_render():
     readme = readme_table.README.read_text()
     assert readme_table.replace_block(readme, block) == readme
     assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in block
-    assert "behind on 11: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
-    assert "256/256 at 8 req/s (vllm client)" in block and "TTFT p50 mixed lengths at 8 req/s" in block
+    assert "behind on 7: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
+    assert "256/256 at 8 req/s (vllm client)" in block and "| 9.13 ms vs 9.62 ms (1.05x) |" in block
     assert "| 187 ms vs 182 ms (0.97x) |" in block and "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99
+    assert "own scheduler defaults (Pagoda's: 256 sequences; vLLM's, from its /server_info: 1024 sequences, " \
+           "8192 tokens a step): not like-for-like (limits unmatched)." in block
 
 
 def test_readme_check_fails_on_a_stale_block(tmp_path):
@@ -231,6 +234,9 @@ def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
                   max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False)
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    stale = tmp_path / "work" / "logs" / "vllm_server.log"  # an earlier run's, left on a warm machine
+    stale.parent.mkdir(parents=True)
+    stale.write_text("non-default args: {'max_num_seqs': 1024}\n")
     done = subprocess.run([sys.executable, str(PEERS / "run.py"), "--engines", "pagoda", "--quick", "--config",
                            str(tmp_path / "cfg"), "--parts", "serve,mixed", "--rates", "inf,8", "--out",
                            str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), "--budget-s", "300",
@@ -250,3 +256,4 @@ def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
     assert result["settings"]["limit_flags"] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
     logs = (tmp_path / "out" / "peers_serve_mixed_logs.txt").read_text()
     assert "===== pagoda_server.log" in logs and "$ pagoda serve" in logs
+    assert result["vllm_choices"] == {} and "max_num_seqs" not in logs  # this run's logs only

@@ -91,11 +91,6 @@ def _add_batch_args(g, manager: PluginManager) -> None:
     g.add_argument("--enforce-eager", action="store_true",
                    help="never capture device graphs (by default decode steps are captured as CUDA graphs at "
                         "start-up when the platform and the attention backend support it)")
-    g.add_argument("--piecewise-graph-tokens", type=int, default=512, metavar="N",
-                   help="prefill and mixed (prompt + decode) steps of at most N tokens replay as CUDA graph pieces "
-                        "cut at each attention layer, which runs eagerly between them: the host launches a step in "
-                        "a fraction of the time (default 512, as vLLM's largest captured size; 0: such steps run "
-                        "eagerly). Captured at start-up with the decode graphs, on one GPU without pipeline stages")
     g.add_argument("--overlap-steps", action=argparse.BooleanOptionalAction, default=None,
                    help="schedule and launch step N+1 while step N runs on the device, reading N's tokens "
                         "afterwards (default: on GPUs, off on CPUs; --no-overlap-steps runs steps strictly in turn)")
@@ -205,7 +200,6 @@ def _engine_config(args: argparse.Namespace, model: str | None) -> EngineConfig:
         kv_cache_memory=args.kv_cache_memory,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
-        piecewise_graph_tokens=args.piecewise_graph_tokens,
         scheduler=args.scheduler,
         platform=args.platform,
         overlap_steps=args.overlap_steps,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pagoda.config import EngineConfig, step_token_budget
+from pagoda.config import EngineConfig
 from pagoda.interfaces.parallel import WHOLE, PipelineParallel, TensorParallel
 from pagoda.runner.features import StepFeature
 from pagoda.runner.graphs import use_graphs
@@ -86,6 +86,4 @@ def make_runner(config: EngineConfig, platform: Platform, attention: AttentionBa
     runner = ModelRunner(model, attention, platform, kv_caches, config.block_size, config.seed, tp, features, pp)
     if use_graphs(config, platform, attention):
         runner.capture_graphs(max_model_len, config.max_num_seqs)
-        if config.piecewise_graph_tokens and tp.size == 1 and pp.size == 1:  # pieces: one rank, every layer
-            runner.capture_piecewise_graphs(min(config.piecewise_graph_tokens, step_token_budget(config, max_model_len)))
     return runner

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import torch
 from torch import nn
@@ -53,9 +53,6 @@ class ForwardContext:
     token_type_ids: torch.Tensor | None = None  # [num_tokens] int64 segment ids of text pairs (BERT); None: all 0
     multimodal: "MultimodalEmbeddings | None" = None  # the step's image rows to merge (multimodal models)
     intermediate: IntermediateTensors | None = None  # pipeline stages after the first: what the stage before sent
-    # recording piecewise graphs (pagoda.runner.piecewise): attention layers hand their q/k/v here instead of attending
-    # (the layer, q, k, v) -> the layer's output
-    split: Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 class CausalLM(nn.Module, ABC):

@@ -207,10 +207,3 @@ class Platform(Capability, ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no device graphs")
 
-    def capture_graph_pieces(self, fn: Callable[[Callable[[], None]], T]) -> tuple[list[Callable[[], None]], T]:
-        """Record ``fn(cut)``'s device work as consecutive graphs: each ``cut()`` ends the graph being
-        recorded and starts the next. Returns their replays, in order, and ``fn``'s outputs; work queued
-        between two replays runs between the pieces (piecewise graphs: eager attention between layers).
-        Default: no pieces (``NotImplementedError``), so prefill and mixed steps run eagerly."""
-        raise NotImplementedError(f"{type(self).__name__} has no device graph pieces")
-

@@ -44,13 +44,7 @@ class Attention(nn.Module):
         v: torch.Tensor,  # [num_tokens, num_kv_heads * head_dim]
         fwd: "ForwardContext",
     ) -> torch.Tensor:  # [num_tokens, num_heads * head_dim]
-        """Write k/v into the layer's cache and attend (while piecewise graphs are recorded: hand q/k/v over)."""
-        if fwd.split is not None:
-            return fwd.split(self, q, k, v)
-        return self.attend(q, k, v, fwd)
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fwd: "ForwardContext") -> torch.Tensor:
-        """Write k/v into the layer's cache and attend: ``forward`` without the piecewise split."""
+        """Write k/v into the layer's cache and attend."""
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)

@@ -163,27 +163,6 @@ class CudaApiPlatform(Platform, ABC):
             outputs = fn()
         return graph.replay, outputs
 
-    def capture_graph_pieces(self, fn: Callable[[Callable[[], None]], T]) -> tuple[list[Callable[[], None]], T]:
-        """Consecutive CUDA graphs of ``fn(cut)`` in the shared pool: they replay in the order recorded,
-        so one piece may reuse what an earlier one freed."""
-        pool, graphs = self._pool(), []
-
-        def begin() -> None:
-            graphs.append(torch.cuda.CUDAGraph())
-            graphs[-1].capture_begin(pool=pool)
-
-        def cut() -> None:
-            graphs[-1].capture_end()
-            begin()
-
-        with _side_stream(self.device()):
-            begin()
-            try:
-                outputs = fn(cut)
-            finally:
-                graphs[-1].capture_end()
-        return [graph.replay for graph in graphs], outputs
-
     def _pool(self) -> tuple[int, int]:
         if getattr(self, "_graph_pool", None) is None:
             self._graph_pool = torch.cuda.graph_pool_handle()

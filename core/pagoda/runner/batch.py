@@ -52,7 +52,6 @@ class StepInputs:
     graph_size: int | None = None  # the captured decode batch size these inputs are padded to
     graphs: object = None  # the graph set that replays them when not the decode graphs (verify graphs)
     multimodal: object = None  # a step feature's MultimodalEmbeddings for the forward pass (ForwardContext.multimodal)
-    pieces: int | None = None  # the token count a step replayed as graph pieces is padded to (runner.piecewise)
 
 
 def pack_host_inputs(out: SchedulerOutput, block_tables: list[list[int]], block_size: int) -> HostInputs:

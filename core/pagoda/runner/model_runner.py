@@ -71,7 +71,6 @@ class ModelRunner:
         self.sampler = Sampler(seed=seed)
         self._generators: dict[str, torch.Generator] = {}
         self.graphs = None  # DecodeGraphs once captured
-        self.piecewise = None  # PiecewiseGraphs: prefill and mixed steps in pieces cut at attention, once captured
         self.step_graphs: list[StepGraphs] = []  # the decode graphs and the features' graphs, tried in order
         self.features = list(features)  # pagoda.runner.features: guided decoding, pooling, verifying drafts, ...
         self._begins, self._prepares, self._runs, self._readers, self._samplers, self.masks, self._releases = (
@@ -92,16 +91,6 @@ class ModelRunner:
         # a feature's graphs first: they take the steps they were made for, the decode graphs the rest
         self.step_graphs = [f.step_graphs for f in self.features if f.step_graphs is not None] + [self.graphs]
 
-    def capture_piecewise_graphs(self, max_tokens: int) -> None:
-        """Record prefill and mixed steps of up to ``max_tokens`` tokens as graph pieces cut at attention
-        (:mod:`pagoda.runner.piecewise`), where the platform records pieces."""
-        from pagoda.runner.piecewise import PiecewiseGraphs, piecewise_graph_sizes
-
-        sizes = piecewise_graph_sizes(max_tokens)
-        if sizes and type(self.platform).capture_graph_pieces is not Platform.capture_graph_pieces:
-            graphs = PiecewiseGraphs(self.model, self.platform, self.kv_caches, sizes)
-            self.piecewise = graphs if graphs.capture() else None
-
     def decode_graphs(self, cls: type[G], max_model_len: int, max_num_seqs: int) -> G:
         """An uncaptured set of decode graphs (``DecodeGraphs`` or a subclass) of this runner's model."""
         return cls(self.model, self.attention, self.platform, self.kv_caches, self.block_size, max_model_len,
@@ -114,12 +103,11 @@ class ModelRunner:
     def drop_graphs(self) -> None:
         """Free the captured graphs and wait for the device: before a tensor-parallel group is destroyed,
         since NCCL's destroy waits for every graph that captured one of its collectives to be gone."""
-        for captured in (self.graphs, self.piecewise):
-            if captured is not None:
-                captured.graphs.clear()
+        if self.graphs is not None:
+            self.graphs.graphs.clear()
         for feature in self.features:
             feature.drop_graphs()
-        self.graphs, self.piecewise, self.step_graphs = None, None, []
+        self.graphs, self.step_graphs = None, []
         gc.collect()
         self.platform.synchronize()
 
@@ -230,9 +218,7 @@ class ModelRunner:
             size = graphs.size_for(out)
             if size is not None:
                 return graphs.stage(out, block_tables, size)
-        inputs = stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
-        inputs.pieces = self.piecewise.size_for(out) if self.piecewise is not None else None
-        return inputs
+        return stage(pack_host_inputs(out, block_tables, self.block_size), self.platform)
 
     def _forward(self, inputs: StepInputs) -> torch.Tensor:
         """The step's hidden states (on a pipeline stage before the last: what it sent the next stage)."""
@@ -251,10 +237,7 @@ class ModelRunner:
             if link is not None and not self.pp.is_first:
                 fwd.intermediate = link.receive(inputs.input_ids.shape[0])
             start = time.monotonic()
-            if inputs.pieces is not None and inputs.multimodal is None:  # (pieces are captured without stages)
-                hidden = self.piecewise.replay(inputs.input_ids, inputs.positions, inputs.pieces, fwd)
-            else:
-                hidden = self.model(inputs.input_ids, inputs.positions, fwd)
+            hidden = self.model(inputs.input_ids, inputs.positions, fwd)
         if link is not None:
             if link.trace is not None:
                 link.trace.record(start)

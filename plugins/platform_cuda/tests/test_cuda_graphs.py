@@ -39,31 +39,6 @@ def test_bf16_greedy_equal_with_and_without_graphs(tmp_path):
     assert [o.outputs[0].token_ids for o in graphed] == [o.outputs[0].token_ids for o in eager]
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
-def test_fp32_greedy_equal_with_and_without_piecewise_graphs(tmp_path, monkeypatch, family):
-    """Chunked prefills and prefills joining decodes replay as CUDA graph pieces cut at attention (padded to
-    32, 64, ... tokens); the tokens equal those of eager prefill and mixed steps (--piecewise-graph-tokens 0).
-    (flash: plugins/attention_flash/tests/test_flash_end_to_end.py.)"""
-    tiny_models = _tiny_models()
-    from pagoda import LLM, SamplingParams
-    from pagoda.runner import piecewise
-
-    tiny_models.make_tiny_model(tmp_path, family)
-    prompts = tiny_models.random_prompts(29, range(3, 220), seed=13)  # the tiny models hold 256 positions
-    params = [SamplingParams(temperature=0, max_tokens=8 + i % 19, ignore_eos=True) for i in range(len(prompts))]
-    common = dict(model=str(tmp_path), platform="cuda", attention_backend="triton", dtype="float32",
-                  max_num_seqs=16, max_num_batched_tokens=512, gpu_memory_utilization=0.3)
-    eager = LLM(**common, piecewise_graph_tokens=0).generate(prompts, params, use_tqdm=False)
-    llm = LLM(**common)
-    graphs = llm.engine.core.runner.piecewise
-    assert graphs is not None and sorted(graphs.graphs) == piecewise.piecewise_graph_sizes(512)
-    replays = []
-    monkeypatch.setattr(graphs, "replay", lambda *a, _real=graphs.replay: replays.append(a[2]) or _real(*a))
-    pieced = llm.generate(prompts, params, use_tqdm=False)
-    assert len(set(replays)) >= 4  # steps of several padded sizes went through the pieces
-    assert [o.outputs[0].token_ids for o in pieced] == [o.outputs[0].token_ids for o in eager]
-
-
 def test_bf16_greedy_equal_with_and_without_overlap(tmp_path):
     tiny_models = _tiny_models()
     from pagoda import LLM, SamplingParams
