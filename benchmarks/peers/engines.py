@@ -94,7 +94,7 @@ def vllm_offline_cmd(s: Settings, workloads: tuple[Offline, ...], latency: Laten
 def server_cmd(engine: str, s: Settings, port: int) -> list[str]:
     if engine == "pagoda":
         return ["pagoda", "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *s.limit_flags(),
-                *s.pagoda_flags, "--log-level", "warning"]
+                *s.pagoda_flags]  # info: its start-up line names its choices (serving.pagoda_choices)
     return [s.python, *VLLM_MAIN, "serve", str(s.model_dir), "--port", str(port), *shared_flags(), *s.limit_flags(),
             "--dtype", "bfloat16", "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning", *s.vllm_flags]
 

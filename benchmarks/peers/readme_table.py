@@ -130,14 +130,19 @@ def table(title: str, rows: list[dict], columns: tuple[tuple[str, str], ...], by
 
 
 def own_defaults(runs: list[dict]) -> str:
-    """' (Pagoda's: 256 sequences; vLLM's, from its /server_info: 1024 sequences, 8192 tokens a step)'."""
+    """' (Pagoda's: 256 sequences; vLLM's, from its /server_info: 1024 sequences, 8192 tokens a step)': each
+    from the first own-limits run that recorded it (Pagoda's start-up line; vLLM's /server_info). Runs made
+    before Pagoda's was recorded fall back to today's EngineConfig default."""
     from pagoda.config import EngineConfig
 
-    vllm = next((r["vllm_choices"]["server_info"] for r in runs if (r.get("settings") or {}).get("limits") == "own"
-                 and "server_info" in (r.get("vllm_choices") or {})), {})
+    own = [r for r in runs if (r.get("settings") or {}).get("limits") == "own"]
+    ours = next((r["pagoda_choices"] for r in own if "max_num_seqs" in (r.get("pagoda_choices") or {})), {})
+    mine = (f"Pagoda's, from its start-up line: {ours['max_num_seqs']} sequences, {ours['max_num_batched_tokens']} "
+            "tokens a step" if ours else f"Pagoda's: {EngineConfig.max_num_seqs} sequences")
+    vllm = next((r["vllm_choices"]["server_info"] for r in own if "server_info" in (r.get("vllm_choices") or {})), {})
     seqs, tokens = vllm.get("scheduler_config.max_num_seqs"), vllm.get("scheduler_config.max_num_batched_tokens")
     theirs = f"; vLLM's, from its /server_info: {seqs} sequences, {tokens} tokens a step" if seqs and tokens else ""
-    return f" (Pagoda's: {EngineConfig.max_num_seqs} sequences{theirs})"
+    return f" ({mine}{theirs})"
 
 
 def limits_section(runs: list[dict], rows: list[dict], limits: str, found: list[str]) -> list[str]:

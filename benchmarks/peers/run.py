@@ -33,7 +33,7 @@ import lora_part  # noqa: E402
 import report  # noqa: E402
 import vlm_part  # noqa: E402
 from model_dir import build_model_dir  # noqa: E402
-from serving import ServerSession, vllm_choices  # noqa: E402
+from serving import ServerSession, pagoda_choices, vllm_choices  # noqa: E402
 from steps import Deadline, StepRecord, read_json, run_step  # noqa: E402
 from workloads import (LATENCY, LIMITS, OFFLINE, PARTS, PREFIX, Served, mixed_workloads, parse_latency,  # noqa: E402
                        parse_offline, parse_parts, parse_rates, quick, served_workloads)
@@ -165,7 +165,7 @@ def write_outputs(run: Run, parts: list[str], out: Path, tag: str) -> Path:
                                            "limit_flags": run.s.limit_flags(), "fresh_prompts_per_run": True,
                                            "warmup": "same requests on both servers, prefix cache emptied after",
                                            "rates": run.args.rates, "rate_seconds": run.args.rate_seconds},
-              "vllm_choices": vllm_choices(run.logs),
+              "pagoda_choices": pagoda_choices(run.logs), "vllm_choices": vllm_choices(run.logs),
               "steps": [r.as_dict() for r in run.records], "measurements": run.measurements,
               "rows": report.side_by_side(run.measurements)}
     out.mkdir(parents=True, exist_ok=True)

@@ -149,6 +149,24 @@ def vllm_choices(logs: Path) -> dict:
     return out
 
 
+STARTUP = "Pagoda engine: "
+TWO_WORD_KEYS = ("KV cache", "guided decoding", "tensor parallel", "pipeline parallel")
+
+
+def pagoda_choices(logs: Path) -> dict:
+    """What Pagoda's server chose, from the last start-up line in its log: each ' | '-separated part as its name
+    ("max_num_seqs", "attention", "KV cache", ...) against the rest (a number where it is one)."""
+    log = logs / "pagoda_server.log"
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if STARTUP in ln] if log.exists() else []
+    out: dict = {}
+    for part in lines[-1].split(STARTUP, 1)[1].split(" | ") if lines else []:
+        words = part.strip().split(" ")
+        cut = 2 if " ".join(words[:2]) in TWO_WORD_KEYS else 1
+        value = " ".join(words[cut:])
+        out[" ".join(words[:cut])] = int(value) if value.isdigit() else value
+    return out
+
+
 def server_info_choices(info: dict) -> dict:
     """The scheduler limits, attention backend and compilation of vLLM's /server_info JSON (where present)."""
     config = info.get("vllm_config", info)

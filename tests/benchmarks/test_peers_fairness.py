@@ -25,7 +25,7 @@ import report  # noqa: E402
 import vllm_log  # noqa: E402
 import workloads  # noqa: E402
 from prompts import write_sharegpt_file  # noqa: E402
-from serving import server_info_choices, workload_prompts  # noqa: E402
+from serving import pagoda_choices, server_info_choices, workload_prompts  # noqa: E402
 
 
 def test_every_served_run_has_prompts_of_its_own():
@@ -189,6 +189,24 @@ def test_readme_label_says_like_for_like_only_when_the_files_show_it():
     assert "not like-for-like (prefix-cache hits in serve_256x256_rate8)" in readme_table.render(hit, ("a.json",))
 
 
+def test_own_limits_label_names_what_pagoda_recorded():
+    own = fair_run("own", measured("own", 30.0, 25.0))
+    own["pagoda_choices"] = {"max_num_seqs": 512, "max_num_batched_tokens": 16384, "attention": "flash"}
+    text = readme_table.render(report.merge_runs([own]), ("a.json",))
+    assert "own scheduler defaults (Pagoda's, from its start-up line: 512 sequences, 16384 tokens a step)" in text
+
+
+def test_pagoda_choices_are_read_from_its_last_start_up_line(tmp_path):
+    (tmp_path / "pagoda_server.log").write_text(
+        "INFO Pagoda engine: platform CUDA | attention triton | max_num_seqs 128 | max_num_batched_tokens 4096\n"
+        "INFO Pagoda engine: platform CUDA (H100) | attention flash (pagoda-attention-flash 0.1.0) | quantization "
+        "none | KV cache 100 blocks x 16 = 1600 tokens | max_num_seqs 256 | max_num_batched_tokens 8192\n")
+    assert pagoda_choices(tmp_path) == {
+        "platform": "CUDA (H100)", "attention": "flash (pagoda-attention-flash 0.1.0)", "quantization": "none",
+        "KV cache": "100 blocks x 16 = 1600 tokens", "max_num_seqs": 256, "max_num_batched_tokens": 8192}
+    assert pagoda_choices(tmp_path / "none") == {}
+
+
 def test_readme_block_is_what_the_committed_results_render():
     """README.md's comparison with vLLM equals what `python -m benchmarks.peers.report --readme` renders from the
     files it names (run that after changing them)."""
@@ -256,4 +274,6 @@ def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
     assert result["settings"]["limit_flags"] == ["--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
     logs = (tmp_path / "out" / "peers_serve_mixed_logs.txt").read_text()
     assert "===== pagoda_server.log" in logs and "$ pagoda serve" in logs
-    assert result["vllm_choices"] == {} and "max_num_seqs" not in logs  # this run's logs only
+    assert result["vllm_choices"] == {} and "'max_num_seqs': 1024" not in logs  # this run's logs only
+    choices = result["pagoda_choices"]  # from the server's start-up line
+    assert (choices["max_num_seqs"], choices["max_num_batched_tokens"], choices["attention"]) == (256, 8192, "torch")

@@ -140,6 +140,8 @@ def startup_line(config: EngineConfig, platform: Platform, shard, scheduler: str
     parts.append(f"dtype {str(shard.dtype).removeprefix('torch.')}")
     parts.append(f"KV cache {num_blocks} blocks x {config.block_size} = {num_blocks * config.block_size} tokens")
     parts.append(f"max_model_len {shard.max_model_len}")
+    parts.append(f"max_num_seqs {config.max_num_seqs}")
+    parts.append(f"max_num_batched_tokens {step_token_budget(config, shard.max_model_len)}")
     if tp.size > 1:
         parts.append(f"tensor parallel {tp.size} ranks")
     if shard.pp.size > 1:
