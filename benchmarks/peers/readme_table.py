@@ -142,6 +142,9 @@ def own_defaults(runs: list[dict]) -> str:
     vllm = next((r["vllm_choices"]["server_info"] for r in own if "server_info" in (r.get("vllm_choices") or {})), {})
     seqs, tokens = vllm.get("scheduler_config.max_num_seqs"), vllm.get("scheduler_config.max_num_batched_tokens")
     theirs = f"; vLLM's, from its /server_info: {seqs} sequences, {tokens} tokens a step" if seqs and tokens else ""
+    offline = next((r["vllm_choices"]["vllm_offline+latency"].get("max_num_batched_tokens") for r in own
+                    if "vllm_offline+latency" in (r.get("vllm_choices") or {})), None)
+    theirs += f" (offline, from its log: {offline} tokens a step)" if theirs and offline and offline != tokens else ""
     return f" ({mine}{theirs})"
 
 

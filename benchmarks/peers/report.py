@@ -119,9 +119,14 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+CHART_ORDER = {"offline": 0, "latency": 0, "serve": 1, "mixed": 2, "prefix": 3}  # README's table order
+
+
 def chart(rows: list[dict], path: Path, title: str) -> Path | None:
     """Horizontal bars: Pagoda's advantage over vLLM (x, log scale; > 1 = Pagoda ahead) per headline metric."""
-    picked = [r for r in rows if r["metric"] in CHART_METRICS and r["pagoda_advantage"]]
+    picked = sorted((r for r in rows if r["metric"] in CHART_METRICS and r["pagoda_advantage"]),
+                    key=lambda r: (r.get("limits") == "own", CHART_ORDER.get(r["workload"].split("_")[0], 9),
+                                   r["client"]))  # stable: each group in the files' order
     if not picked:
         return None
     import matplotlib
@@ -141,7 +146,8 @@ def chart(rows: list[dict], path: Path, title: str) -> Path | None:
     ax.set_xlim(low / 1.3, high * 2.2)
     times = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x")
     ax.xaxis.set_major_formatter(times)
-    ax.xaxis.set_minor_formatter(times)
+    ax.set_xticks([t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8) if low / 1.3 <= t <= high * 2.2])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # 0.3x ... 0.9x labels would overlap
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(picked)), labels, fontsize=7)
     ax.invert_yaxis()

@@ -194,6 +194,12 @@ def test_own_limits_label_names_what_pagoda_recorded():
     own["pagoda_choices"] = {"max_num_seqs": 512, "max_num_batched_tokens": 16384, "attention": "flash"}
     text = readme_table.render(report.merge_runs([own]), ("a.json",))
     assert "own scheduler defaults (Pagoda's, from its start-up line: 512 sequences, 16384 tokens a step)" in text
+    own["vllm_choices"].update({"server_info": {"scheduler_config.max_num_seqs": 1024,
+                                                "scheduler_config.max_num_batched_tokens": 8192},
+                                "vllm_offline+latency": {"max_num_batched_tokens": 16384}})
+    text = readme_table.render(report.merge_runs([own]), ("a.json",))
+    assert ("vLLM's, from its /server_info: 1024 sequences, 8192 tokens a step (offline, from its log: 16384 tokens "
+            "a step)): not like-for-like") in text
 
 
 def test_pagoda_choices_are_read_from_its_last_start_up_line(tmp_path):
@@ -214,11 +220,12 @@ def test_readme_block_is_what_the_committed_results_render():
     readme = readme_table.README.read_text()
     assert readme_table.replace_block(readme, block) == readme
     assert "Matched scheduler limits (256 sequences, 8192 tokens a step on both): like for like." in block
-    assert "behind on 7: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
-    assert "256/256 at 8 req/s (vllm client)" in block and "| 9.13 ms vs 9.62 ms (1.05x) |" in block
+    assert "behind on 6: ITL p99 256/256 at once, mixed lengths at once," in block  # each with its workload
+    assert "at 8 req/s (vllm client)" not in block and "| 9.13 ms vs 9.62 ms (1.05x) |" in block
     assert "| 187 ms vs 182 ms (0.97x) |" in block and "| 10.6 ms vs 14.0 ms (1.31x) |" in block  # ITL p99
-    assert "own scheduler defaults (Pagoda's: 256 sequences; vLLM's, from its /server_info: 1024 sequences, " \
-           "8192 tokens a step): not like-for-like (limits unmatched)." in block
+    assert "own scheduler defaults (Pagoda's, from its start-up line: 256 sequences, 8192 tokens a step; vLLM's, " \
+           "from its /server_info: 1024 sequences, 8192 tokens a step (offline, from its log: 16384 tokens a " \
+           "step)): not like-for-like (limits unmatched)." in block
 
 
 def test_readme_check_fails_on_a_stale_block(tmp_path):
