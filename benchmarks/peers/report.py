@@ -177,7 +177,8 @@ def merge_runs(runs: list[dict]) -> dict:
             m.setdefault("limits", run_limits(run))
     measurements = merge_measurements(*(r.get("measurements", []) for r in runs))
     meta = [m for r in runs for m in (r["runs"] if "runs" in r else [r])]
-    return {"runs": [{k: r.get(k) for k in ("date", "device", "parts", "settings", "pagoda_choices", "vllm_choices")} for r in meta],
+    kept = ("date", "device", "parts", "settings", "pagoda_choices", "vllm_choices")
+    return {"runs": [{k: r.get(k) for k in kept} for r in meta],
             "steps": [s for r in runs for s in r.get("steps", [])],
             "measurements": measurements, "rows": side_by_side(measurements)}
 
