@@ -2,7 +2,12 @@
 (``<prefix>:iteration_tokens_total``: vLLM's, and Pagoda's with the same buckets), scraped before and after the
 run: how many steps ran, their tokens, and how many steps fell in each bucket. With the run's duration this gives
 the time per step; where two engines ran the same requests, more tokens in the large buckets means bigger mixed
-steps (prompt tokens beside decodes), which is where inter-token latency's tail comes from."""
+steps (prompt tokens beside decodes), which is where inter-token latency's tail comes from.
+
+The two count alike for prompts computed within one step. They differ for a prompt split over several steps:
+Pagoda counts each chunk in its own step, vLLM 0.26 counts all of the prompt's computed tokens (cache hits left
+out on both) in the step that finishes it, so its histogram can show a step above the token budget and one
+below what it computed."""
 
 from __future__ import annotations
 
