@@ -82,7 +82,7 @@ def step_work(out) -> tuple[int, int, int, int]:
     decodes = keys = prompt = pairs = 0
     for r, n in zip(out.requests, out.num_tokens):
         done = r.num_computed_tokens
-        if done >= r.num_prompt_tokens:
+        if n == 1 and done >= r.num_prompt_tokens:
             decodes, keys = decodes + 1, keys + done + 1
         else:
             prompt += n
@@ -105,7 +105,9 @@ def replay(prompts: list[tuple[list[int], int]], times: list[float], config: Sch
             trace.arrival[rid], trace.tokens[rid] = t, []
         out = sched.schedule()
         if out.is_empty():
-            now = pending[-1][0] if pending else now  # idle until the next arrival
+            if not pending:
+                raise RuntimeError("the scheduler runs nothing while requests wait: raise num_blocks")
+            now = pending[-1][0]  # idle until the next arrival
             continue
         work = step_work(out)
         ms = cost.step_ms(*work)

@@ -63,6 +63,11 @@ def test_a_shared_prefix_is_computed_once_its_blocks_are_cached():
     assert sum(s[1] for s in trace.steps) == 72 + 3 * 8  # later requests compute their own 8 tokens only
 
 
+def test_a_cache_too_small_for_one_prompt_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="num_blocks"):
+        sr.replay([([5] * 40, 2)], [0.0], config(), ONE_MS, num_blocks=2)  # 32 tokens of KV for a 40-token prompt
+
+
 def test_arrivals_are_a_burst_or_a_poisson_process():
     assert sr.arrivals(3, math.inf, 0) == [0.0, 0.0, 0.0]
     times = sr.arrivals(4000, 8.0, 1)
