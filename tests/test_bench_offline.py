@@ -102,7 +102,7 @@ def test_latency_kernels_name_each_batch_steps_work(tmp_path, monkeypatch):
     monkeypatch.delenv("PAGODA_TORCH_PROFILER_DIR", raising=False)  # a temporary folder, for the run only
     out = tmp_path / "latency.json"
     assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "2",
-                 "--input-len", "8", "--output-len", "4", "--repeats", "1", "--kernels", "--result-file", str(out)]) == 0
+                 "--input-len", "8", "--output-len", "8", "--repeats", "1", "--kernels", "--result-file", str(out)]) == 0
     kernels = json.loads(out.read_text())["steps"][0]["kernels_us"]
     names = [name for name in kernels if name != "total_us"]
     assert kernels["total_us"] > 0 and any("linear" in name or "mm" in name for name in names)
