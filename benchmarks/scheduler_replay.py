@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
 import workloads  # noqa: E402
 from serving import workload_prompts  # noqa: E402
 
+from pagoda.bench.serve_metrics import percentile  # noqa: E402  (as `pagoda bench serve` reports them)
 from pagoda.interfaces.scheduler import SchedulerConfig  # noqa: E402
 from pagoda.kv_cache.manager import KVCacheManager  # noqa: E402
 from pagoda.request import Request, RequestStatus  # noqa: E402
@@ -127,11 +128,6 @@ def finish_step(sched, out, now: float, trace: Trace) -> None:
             trace.tokens[r.request_id].append(now)
         if r.num_output_tokens >= r.sampling_params.max_tokens:
             sched.finish(r.request_id, RequestStatus.FINISHED_LENGTH)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))] if ordered else 0.0
 
 
 def summary(trace: Trace) -> dict:
