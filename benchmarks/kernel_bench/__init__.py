@@ -13,6 +13,7 @@ from __future__ import annotations
 
 # name -> one line; each is the module benchmarks.kernel_bench.NAME
 FAMILIES = {
+    "gemm": "bf16 GEMM paths (cuBLAS, cuBLASLt, Inductor max-autotune) at Llama-3.1-8B shapes vs the floor",
     "gemv": "dense GEMV (csrc, 1-4 tokens) vs cuBLAS at Llama-3.1-8B / 3.2-1B shapes",
     "attention": "paged attention backends: prefill vs torch SDPA, decode and verify steps vs the copy floor",
     "moe": "fused MoE Triton kernel vs the per-expert torch reference at Mixtral shapes",

@@ -49,8 +49,8 @@ def test_list_names_every_family(capsys) -> None:
 
 def test_unknown_family_is_refused_with_the_choices(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["gemm"])
-    assert exc.value.code == 2 and "invalid choice: 'gemm'" in capsys.readouterr().err
+        main(["gemmm"])
+    assert exc.value.code == 2 and "invalid choice: 'gemmm'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
@@ -144,3 +144,23 @@ def test_int8_small_on_a_cpu(tmp_path) -> None:
     rows = _result(tmp_path / "i.json", "int8")["rows"]
     assert [r["case"]["m"] for r in rows] == [1, 17, 64]
     assert all(r["peer"] == "bf16" and {"int8_int_mm", "int8_linear", "quant"} <= set(r["us"]) for r in rows)
+
+
+def test_gemm_small_on_a_cpu(tmp_path, capsys) -> None:
+    """The GEMM paths' smoke run: each row's floor is the weight bytes at the copy rate or the FLOPs at the matmul
+    rate, whichever is longer, and the layer summary sums the rows of its M."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU smoke case")
+    assert main(["gemm"]) == 2
+    assert "error: gemm: needs a CUDA GPU (or --small" in capsys.readouterr().err
+    assert main(["gemm", "--small", "--out", str(tmp_path / "g.json")]) == 0
+    result = _result(tmp_path / "g.json", "gemm")
+    env, rows = result["env"], result["rows"]
+    assert [(r["case"]["layer"], r["case"]["m"]) for r in rows] == [("o", 1), ("o", 16), ("gate_up", 1), ("gate_up", 16)]
+    for row in rows:
+        m, n, k = (row["case"][key] for key in "mnk")
+        floor = max(4 * n * k / (env["copy_gbs"] * 1e3), 2 * m * n * k / (env["matmul_tflops"] * 1e6))
+        assert row["peer"] == "default" and row["floor_us"] == pytest.approx(floor, rel=5e-2)  # env rounds the rates
+    for line in result["summary"]:
+        same_m = [r for r in rows if r["case"]["m"] == line["m"]]
+        assert line["us"]["default"] == pytest.approx(sum(r["us"]["default"] for r in same_m), rel=1e-3)
