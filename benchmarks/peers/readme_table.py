@@ -165,6 +165,17 @@ def limits_section(runs: list[dict], rows: list[dict], limits: str, found: list[
     return out
 
 
+def repeats_line(rows: list[dict]) -> str:
+    """Where some rows are medians over several server starts (run.py --repeats): which and how many."""
+    repeated = [r for r in shown(rows) if r.get("repeats")]
+    if not repeated:
+        return ""
+    starts = sorted({n for r in repeated for n in r["repeats"].values()})
+    names = ", ".join(sorted({f"`{r['workload']}`" for r in repeated}))
+    return (f" Rows of {names} are medians over "
+            f"{'/'.join(map(str, starts))} server starts of each engine, alternating which started first.")
+
+
 def render(merged: dict, sources: tuple[str, ...]) -> str:
     runs, rows = merged["runs"], merged["rows"]
     devices = sorted({r.get("device") or "unknown" for r in runs})
@@ -172,7 +183,7 @@ def render(merged: dict, sources: tuple[str, ...]) -> str:
     links = ", ".join(f"[{Path(s).name}]({s})" for s in sources)
     lines = [BEGIN, f"Pagoda against vLLM 0.26 on {', '.join(devices)}, runs of {', '.join(dates)} ({links}). "
              "Each cell: Pagoda vs vLLM (Pagoda's advantage: above 1x Pagoda is ahead, latencies inverted, so "
-             "0.50x is twice vLLM's latency). " + vllm_line(runs), ""]
+             "0.50x is twice vLLM's latency). " + vllm_line(runs) + repeats_line(rows), ""]
     fair = False
     for limits in ("matched", "own"):
         picked = [r for r in rows if r.get("limits", "own") == limits]

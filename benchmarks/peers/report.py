@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -65,34 +66,48 @@ def key(m: dict) -> tuple:
 
 
 def merge_measurements(*groups: list[dict]) -> list[dict]:
-    """Later measurements of the same (workload, client, limits, engine) replace earlier ones."""
-    merged: dict[tuple, dict] = {}
+    """Later measurements of the same (workload, client, limits, engine) replace earlier ones: all the repeats
+    of a later run replace all of an earlier run's."""
+    merged: dict[tuple, list[dict]] = {}
     for group in groups:
+        found: dict[tuple, list[dict]] = {}
         for m in group:
-            merged[(*key(m), m["engine"])] = m
-    return list(merged.values())
+            found.setdefault((*key(m), m["engine"]), []).append(m)
+        merged.update(found)
+    return [m for ms in merged.values() for m in ms]
+
+
+def highest_hit_rate(caches: list[dict]) -> float | None:
+    """The highest prefix-cache hit rate over an engine's repeats (None where none was read)."""
+    rates = [c["hit_rate"] for c in caches if c.get("hit_rate") is not None]
+    return max(rates) if rates else None
 
 
 def side_by_side(measurements: list[dict]) -> list[dict]:
     """One row per (workload, client, limits, metric) that both engines measured, with the ratios and, for
     served runs, each engine's prefix-cache hit rate over the run (``cache_flag``: one of them not about 0
-    where the prompts were meant to be fresh)."""
-    by_key: dict[tuple, dict[str, dict]] = {}
+    where the prompts were meant to be fresh). An engine measured more than once (``--repeats``: one server
+    start each) counts with the median of its repeats; the row then gives each engine's repeats and range."""
+    by_key: dict[tuple, dict[str, list[dict]]] = {}
     for m in measurements:
-        by_key.setdefault(key(m), {})[m["engine"]] = m
+        by_key.setdefault(key(m), {}).setdefault(m["engine"], []).append(m)
     rows = []
     for (workload, client, limits), found in by_key.items():
         if not all(e in found for e in ENGINES):
             continue
-        pagoda, vllm = found["pagoda"]["metrics"], found["vllm"]["metrics"]
-        cache = {e: found[e]["prefix_cache"] for e in ENGINES if "prefix_cache" in found[e]}
-        for metric in pagoda:
-            if metric in ("completed", "failed") or metric not in vllm:
+        cache = {e: [m["prefix_cache"] for m in found[e] if "prefix_cache" in m] for e in ENGINES}
+        for metric in found["pagoda"][0]["metrics"]:
+            values = {e: [m["metrics"][metric] for m in found[e] if metric in m["metrics"]] for e in ENGINES}
+            if metric in ("completed", "failed") or not all(values.values()):
                 continue
-            r = row(workload, client, metric, pagoda[metric], vllm[metric], limits)
-            if cache:
-                r["prefix_cache_hit_rate"] = {e: c.get("hit_rate") for e, c in cache.items()}
-                r["cache_flag"] = any(c.get("flagged") for c in cache.values())
+            r = row(workload, client, metric, statistics.median(values["pagoda"]), statistics.median(values["vllm"]),
+                    limits)
+            if any(len(v) > 1 for v in values.values()):
+                r["repeats"] = {e: len(v) for e, v in values.items()}
+                r["range"] = {e: [min(v), max(v)] for e, v in values.items()}
+            if any(cache.values()):
+                r["prefix_cache_hit_rate"] = {e: highest_hit_rate(cs) for e, cs in cache.items() if cs}
+                r["cache_flag"] = any(c.get("flagged") for cs in cache.values() for c in cs)
             rows.append(r)
     return rows
 
@@ -115,8 +130,16 @@ def format_table(rows: list[dict]) -> str:
         cache = "/".join("-" if hits.get(e) is None else f"{hits[e]:.1%}" for e in ENGINES) if hits else ""
         lines.append(f"{r['workload']:<34}{r['client']:<8}{r.get('limits', 'own'):<9}{r['metric']:<24}"
                      f"{r['pagoda']:>12.2f}{r['vllm']:>12.2f}{ratio:>8}{adv:>7}  {cache}"
-                     f"{'  FLAG: prompts not fresh' if r.get('cache_flag') else ''}")
+                     f"{'  FLAG: prompts not fresh' if r.get('cache_flag') else ''}{repeats_note(r)}")
     return "\n".join(lines)
+
+
+def repeats_note(r: dict) -> str:
+    """Where a row is a median over server starts: how many, and each engine's range."""
+    if not r.get("repeats"):
+        return ""
+    spans = "; ".join(f"{e} {r['range'][e][0]:.4g}-{r['range'][e][1]:.4g}" for e in ENGINES)
+    return f"  median of {r['repeats']['pagoda']}/{r['repeats']['vllm']} starts ({spans})"
 
 
 CHART_ORDER = {"offline": 0, "latency": 0, "serve": 1, "mixed": 2, "prefix": 3}  # README's table order

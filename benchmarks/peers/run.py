@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from workloads import (LATENCY, LIMITS, OFFLINE, PARTS, PREFIX, Served, mixed_wo
 
 ROOT = Path(__file__).resolve().parents[2]
 WHOLE_LOGS_MAX_BYTES = 512 * 1024  # the logs file of a run, whole; above this it is gzipped
+REPEAT_SEED_STEP = 100_003  # a repeat's prompts: each workload's seed plus this times the repeat (no rate's seed)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=520, help="the whole run's time limit (a device call: 600)")
     p.add_argument("--rates", default="inf,4,8,16", help="request rates of the served parts (inf = all at once)")
     p.add_argument("--rate-seconds", type=int, default=30, help="finite rates send rate x this many requests")
+    p.add_argument("--repeats", type=int, default=1, help="served parts: start each engine's server this many times, "
+                   "alternating which engine goes first, with fresh prompts each time; rows give the medians")
     p.add_argument("--vllm-site", default="/tmp/vllm_site", help="vLLM's install (scripts/device/vllm_install.sh)")
     p.add_argument("--pagoda-flag", action="append", default=None, help="extra flag for Pagoda (repeatable, e.g. "
                    "--attention-backend=triton; default: none, auto picks flash where installed)")
@@ -130,9 +134,13 @@ class Run:
             self.measurements += report.from_vllm_offline(rec.result, self.s.limits)
 
     def served(self, workloads: list[tuple[Served, tuple[str, ...]]]) -> None:
-        """Per engine: start its server once, warm it up, run every (workload, client), stop it."""
-        for engine in self.engines:
-            ServerSession(self, engine).serve(workloads)
+        """Per engine: start its server, warm it up, run every (workload, client), stop it; with --repeats, again,
+        the other engine first, on prompts of other seeds."""
+        for repeat in range(self.args.repeats):
+            order = self.engines if repeat % 2 == 0 else self.engines[::-1]
+            fresh = [(replace(w, seed=w.seed + REPEAT_SEED_STEP * repeat), clients) for w, clients in workloads]
+            for engine in order:
+                ServerSession(self, engine, repeat).serve(fresh)
 
     def execute(self, parts: list[str]) -> None:
         if "offline" in parts:
@@ -164,7 +172,8 @@ def write_outputs(run: Run, parts: list[str], out: Path, tag: str) -> Path:
                                            "vllm_flags": run.s.vllm_flags, "limits": run.s.limits,
                                            "limit_flags": run.s.limit_flags(), "fresh_prompts_per_run": True,
                                            "warmup": "same requests on both servers, prefix cache emptied after",
-                                           "rates": run.args.rates, "rate_seconds": run.args.rate_seconds},
+                                           "rates": run.args.rates, "rate_seconds": run.args.rate_seconds,
+                                           "repeats": run.args.repeats},
               "pagoda_choices": pagoda_choices(run.logs), "vllm_choices": vllm_choices(run.logs),
               "steps": [r.as_dict() for r in run.records], "measurements": run.measurements,
               "rows": report.side_by_side(run.measurements)}
@@ -200,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parts = parse_parts(args.parts)
         parse_rates(args.rates)
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1 (got {args.repeats})")
     except ValueError as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 2

@@ -40,14 +40,15 @@ def workload_prompts(w: Served, vocab_size: int) -> list[tuple[list[int], int]]:
 class ServerSession:
     """Runs ``engine``'s server for the served workloads of a run (``run`` is run.Run: settings, steps, budget)."""
 
-    def __init__(self, run, engine: str) -> None:
-        self.run, self.engine = run, engine
+    def __init__(self, run, engine: str, repeat: int = 0) -> None:
+        self.run, self.engine, self.repeat = run, engine, repeat
+        self.suffix = f"#{repeat + 1}" if repeat else ""  # a repeat's step names and log files
         env = engines.vllm_env(run.s) if engine == "vllm" else engines.pagoda_env()
-        self.log = run.logs / f"{engine}_server.log"
+        self.log = run.logs / f"{engine}_server{self.suffix}.log"
         self.server = Server(engines.server_cmd(engine, run.s, PORTS[engine]), env, PORTS[engine], self.log)
 
     def serve(self, workloads: list[tuple[Served, tuple[str, ...]]]) -> None:
-        record = StepRecord("server_start", self.engine, log=str(self.log))
+        record = StepRecord(f"server_start{self.suffix}", self.engine, log=str(self.log))
         self.run.records.append(record)
         try:
             if not self.server.start(self.run.deadline.limit(300)):
@@ -75,7 +76,7 @@ class ServerSession:
     def warm_up(self) -> None:
         """The same requests on both servers (Pagoda's client), then an empty prefix cache."""
         w = quick(WARMUP) if self.run.args.quick else WARMUP
-        self.run_client("pagoda", w, record_as=f"{w.name}[warm-up]")
+        self.run_client("pagoda", w, record_as=f"{w.name}[warm-up]{self.suffix}")
         self.reset()
 
     def reset(self) -> str:
@@ -95,6 +96,8 @@ class ServerSession:
                                  "flagged": prefix_cache.flagged(window["hit_rate"], w.expects_cache_hits)}
             if steps is not None:
                 m["steps"] = steps
+            if self.repeat:
+                m["repeat"] = self.repeat
         self.run.measurements += found
 
     def metrics(self) -> str:
@@ -113,7 +116,7 @@ class ServerSession:
             cmd = engines.vllm_client_cmd(self.run.s, self.server.base_url, self.server.model, w, result,
                                           prompts.get("sharegpt"))
         arrivals = 0 if math.isinf(w.request_rate) else w.num_prompts / w.request_rate
-        rec = self.run.step(record_as or f"{w.name}[{client} client]", self.engine, cmd, cap_s=arrivals + 150,
+        rec = self.run.step(record_as or f"{w.name}[{client} client]{self.suffix}", self.engine, cmd, cap_s=arrivals + 150,
                             min_s=arrivals + 15, runs_in=client)
         rec.result = {k: v for k, v in read_json(result).items() if not isinstance(v, list)}  # no per-request lists
         return rec
@@ -121,9 +124,9 @@ class ServerSession:
     def prompts_files(self, w: Served) -> dict[str, Path]:
         """The workload's requests as Pagoda's client reads them (and, mixed lengths, as vLLM's ShareGPT file)."""
         folder = self.run.work / "prompts"
-        paths = {"jsonl": folder / f"{w.name}.jsonl"}
+        paths = {"jsonl": folder / f"{w.name}_{w.seed}.jsonl"}  # the seed: a repeat's prompts are its own
         if w.lengths:
-            paths["sharegpt"] = folder / f"{w.name}.sharegpt.json"
+            paths["sharegpt"] = folder / f"{w.name}_{w.seed}.sharegpt.json"
         if not all(p.exists() for p in paths.values()):
             prompts = workload_prompts(w, self.run.vocab_size)
             if w.lengths:

@@ -154,6 +154,41 @@ def test_merge_runs_later_measurement_wins():
     assert len(merged["measurements"]) == len(measurements())
 
 
+def repeated(engine: str, throughputs: list[float], hit_rates: list[float]) -> list[dict]:
+    """One engine's measurements of serve_inf over several server starts (--repeats)."""
+    out = []
+    for i, (tput, hits) in enumerate(zip(throughputs, hit_rates)):
+        (m,) = report.from_served("serve_inf", "pagoda", engine, served(tput, 100.0 * (i + 1)), "matched")
+        m["prefix_cache"], m["repeat"] = {"hit_rate": hits, "flagged": hits > 0.05}, i
+        out.append(m)
+    return out
+
+
+def test_repeats_count_with_their_medians_and_ranges():
+    rows = report.side_by_side(repeated("pagoda", [50.0, 40.0, 46.0], [0.0, 0.0, 0.0])
+                               + repeated("vllm", [44.0, 48.0], [0.0, 0.2]))
+    tput = by(rows, "serve_inf", "request_throughput")
+    assert (tput["pagoda"], tput["vllm"], tput["ratio"]) == (46.0, 46.0, 1.0)  # vLLM's median of two: their mean
+    assert tput["repeats"] == {"pagoda": 3, "vllm": 2}
+    assert tput["range"] == {"pagoda": [40.0, 50.0], "vllm": [44.0, 48.0]}
+    ttft = by(rows, "serve_inf", "p50_ttft_ms")
+    assert (ttft["pagoda"], ttft["vllm"]) == (200.0, 150.0) and ttft["pagoda_advantage"] == 0.75
+    assert tput["prefix_cache_hit_rate"] == {"pagoda": 0.0, "vllm": 0.2} and tput["cache_flag"]  # any start's hits
+    assert "median of 3/2 starts (pagoda 40-50; vllm 44-48)" in report.format_table([tput])
+    single = by(report.side_by_side(measurements()), "serve_inf", "request_throughput")
+    assert "repeats" not in single and "range" not in single
+
+
+def test_a_later_run_replaces_every_repeat_of_an_earlier_one():
+    earlier = {"date": "d1", "measurements": repeated("pagoda", [50.0, 40.0, 46.0], [0.0] * 3)
+               + repeated("vllm", [44.0, 48.0], [0.0] * 2)}
+    later = {"date": "d2", "measurements": repeated("pagoda", [30.0], [0.0])}
+    merged = report.merge_runs([earlier, later])
+    assert sorted(m["engine"] for m in merged["measurements"]) == ["pagoda", "vllm", "vllm"]
+    tput = by(merged["rows"], "serve_inf", "request_throughput")
+    assert (tput["pagoda"], tput["vllm"], tput["repeats"]) == (30.0, 46.0, {"pagoda": 1, "vllm": 2})
+
+
 def test_chart_draws_each_headline_metric(tmp_path):
     rows = report.side_by_side(measurements())
     path = report.chart(rows, tmp_path / "peers.png", "test")

@@ -189,6 +189,16 @@ def test_readme_label_says_like_for_like_only_when_the_files_show_it():
     assert "not like-for-like (prefix-cache hits in serve_256x256_rate8)" in readme_table.render(hit, ("a.json",))
 
 
+def test_readme_says_which_rows_are_medians_of_repeats():
+    once = report.merge_runs([fair_run("matched", measured("matched", 20.0, 25.0))])
+    assert "medians over" not in readme_table.render(once, ("a.json",))
+    again = measured("matched", 30.0, 35.0) + measured("matched", 10.0, 15.0)
+    merged = report.merge_runs([fair_run("matched", measured("matched", 20.0, 25.0) + again)])
+    text = readme_table.render(merged, ("a.json",))
+    assert "Rows of `serve_256x256_rate8` are medians over 3 server starts of each engine, alternating" in text
+    assert "| 8 req/s | `pagoda bench serve` | 5.0 vs 5.0 (1.00x) | 20.0 ms vs 25.0 ms (1.25x) |" in text
+
+
 def test_own_limits_label_names_what_pagoda_recorded():
     own = fair_run("own", measured("own", 30.0, 25.0))
     own["pagoda_choices"] = {"max_num_seqs": 512, "max_num_batched_tokens": 16384, "attention": "flash"}
@@ -247,6 +257,45 @@ def test_runs_made_before_limits_were_recorded_merge_as_own():
     assert {r["limits"] for r in merged["rows"]} == {"own"}
 
 
+def tiny_llama_config(folder: Path) -> Path:
+    config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=512, hidden_size=64,
+                  intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_repeats_must_be_positive(tmp_path, capsys):
+    import run
+
+    assert run.main(["--engines", "pagoda", "--parts", "serve", "--repeats", "0", "--work-dir", str(tmp_path)]) == 2
+    assert "--repeats must be at least 1 (got 0)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("pagoda") is None, reason="the harness runs the pagoda command")
+def test_repeats_start_the_server_again_on_fresh_prompts(tmp_path):
+    """--repeats 2: a second server start with its own warm-up, log and steps, on prompts of another seed."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(PEERS / "run.py"), "--engines", "pagoda", "--quick", "--config",
+                           str(tiny_llama_config(tmp_path / "cfg")), "--parts", "serve", "--rates", "inf", "--repeats",
+                           "2", "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), "--budget-s",
+                           "300", "--pagoda-flag=--attention-backend=torch"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "peers_serve.json").read_text())
+    assert [s["name"] for s in result["steps"]] == [
+        "server_start", "quick_warmup_256x32[warm-up]", "quick_serve_256x256_inf[pagoda client]",
+        "server_start#2", "quick_warmup_256x32[warm-up]#2", "quick_serve_256x256_inf[pagoda client]#2"]
+    assert [m.get("repeat", 0) for m in result["measurements"]] == [0, 1] and result["settings"]["repeats"] == 2
+    assert all(m["prefix_cache"]["hit_rate"] == 0.0 for m in result["measurements"])  # the repeat's prompts are new
+    prompts = sorted((tmp_path / "work" / "prompts").glob("quick_serve_256x256_inf_*.jsonl"))
+    assert len(prompts) == 2 and prompts[0].read_text() != prompts[1].read_text()
+    logs = (tmp_path / "out" / "peers_serve_logs.txt").read_text()
+    assert "===== pagoda_server.log" in logs and "===== pagoda_server#2.log" in logs
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("pagoda") is None, reason="the harness runs the pagoda command")
 def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
@@ -254,11 +303,7 @@ def test_a_quick_served_run_end_to_end_on_cpu(tmp_path):
     steps of each run from /metrics (0: fresh prompts), matched limits, the whole logs kept."""
     import subprocess
 
-    config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=512, hidden_size=64,
-                  intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False)
-    (tmp_path / "cfg").mkdir()
-    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    tiny_llama_config(tmp_path / "cfg")
     stale = tmp_path / "work" / "logs" / "vllm_server.log"  # an earlier run's, left on a warm machine
     stale.parent.mkdir(parents=True)
     stale.write_text("non-default args: {'max_num_seqs': 1024}\n")

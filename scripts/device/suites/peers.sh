@@ -1,6 +1,7 @@
 # Pagoda and vLLM side by side on the same GPU and workloads (benchmarks/peers/README.md); vLLM installed first.
 # PEERS_FLAGS: more flags of benchmarks/peers/run.py (e.g. "--rates inf,8 --rate-seconds 20"; "--limits own" for the
-# second table, each engine at its own defaults; matched limits are the default). lora and vlm: a device call each.
+# second table, each engine at its own defaults; matched limits are the default; "--repeats 2": each server started
+# twice, the rows medians). lora and vlm: a device call each.
 ALL_PARTS="offline serve serve_vllm_client mixed mixed_vllm_client prefix lora vlm"
 DEFAULT_PARTS="offline"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
