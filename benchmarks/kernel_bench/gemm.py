@@ -4,11 +4,11 @@ What a GEMM faster than the engine's would buy at matched limits (docs/performan
 goes": at M = 256 the decode step's GEMMs run at about 1.3x their floor). Implementations: ``default``
 (``F.linear`` as the engine calls it: cuBLAS on CUDA; the peer), ``cublaslt`` (the same call with
 ``torch.backends.cuda.preferred_blas_library("cublaslt")``) and, at ``--inductor-tokens``, ``inductor``
-(``torch.compile(mode="max-autotune-no-cudagraphs")``: Inductor's Triton GEMM templates benchmarked against
-cuBLAS for the shape, persistent TMA templates included; its log shows the table). PyTorch's TunableOp is not among them: on CUDA its only GEMM
-is cuBLAS's default. M is a step's tokens: 64-512 decodes, 8192 a full prefill step. CUDA-graph replays
-over streamed weight copies; the floor is the larger of the weight bytes at the copy rate and the FLOPs at
-the matmul rate. On a CPU (``--small``) only ``default`` runs: a smoke run.
+(``torch.compile(mode="max-autotune-no-cudagraphs")``: Inductor's Triton GEMM templates, persistent TMA ones
+included, benchmarked against cuBLAS for the shape; its log shows the table). PyTorch's TunableOp is not among
+them: on CUDA its only GEMM is cuBLAS's default. M is a step's tokens: 64-512 decodes, 8192 a full prefill
+step. CUDA-graph replays over streamed weight copies; the floor is the larger of the weight bytes at the copy
+rate and the FLOPs at the matmul rate. On a CPU (``--small``) only ``default`` runs: a smoke run.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ def summarize_layers(report: Report) -> None:
         floor = sum(r["floor_us"] for r in rows)
         paths = [p for p in rows[0]["us"] if all(p in r["us"] for r in rows)]
         total = {p: sum(r["us"][p] for r in rows) for p in paths}
-        cells = ", ".join(f"{p} {t:.1f} us ({total['default'] / t:.2f}x, {floor / t:.0%} of floor)" for p, t in total.items())
+        cells = ", ".join(f"{p} {t:.1f} us ({total['default'] / t:.2f}x, {floor / t:.0%} of floor)"
+                          for p, t in total.items())
         report.summarize(f"decoder layer's GEMMs, M = {m}: floor {floor:.1f} us; {cells}", m=m, floor_us=floor,
                          us={p: round(t, 2) for p, t in total.items()})

@@ -116,8 +116,8 @@ class ServerSession:
             cmd = engines.vllm_client_cmd(self.run.s, self.server.base_url, self.server.model, w, result,
                                           prompts.get("sharegpt"))
         arrivals = 0 if math.isinf(w.request_rate) else w.num_prompts / w.request_rate
-        rec = self.run.step(record_as or f"{w.name}[{client} client]{self.suffix}", self.engine, cmd, cap_s=arrivals + 150,
-                            min_s=arrivals + 15, runs_in=client)
+        rec = self.run.step(record_as or f"{w.name}[{client} client]{self.suffix}", self.engine, cmd,
+                            cap_s=arrivals + 150, min_s=arrivals + 15, runs_in=client)
         rec.result = {k: v for k, v in read_json(result).items() if not isinstance(v, list)}  # no per-request lists
         return rec
 
