@@ -14,7 +14,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.report import Report, by_m, make_row, summed_us
 from benchmarks.kernel_bench.timing import copies_for, on_gpu, time_each_us
 
 TIMING = "CUDA-graph replays over streamed weight copies, median"
@@ -96,10 +96,9 @@ def run(args: argparse.Namespace, report: Report) -> None:
 
 def summarize_layers(report: Report) -> None:
     """Per M, a decoder layer's four projections summed: the dense peer against the best kernel."""
-    for m in sorted({r["case"]["m"] for r in report.rows}):
-        rows = [r for r in report.rows if r["case"]["m"] == m]
-        kernels = set.intersection(*(set(r["us"]) for r in rows)) - {"dense_peer"}
-        totals = {name: sum(r["us"][name] for r in rows) for name in kernels}
-        dense, best = sum(r["us"]["dense_peer"] for r in rows), min(totals, key=totals.get)
+    for m, rows in by_m(report.rows).items():
+        totals = summed_us(rows)
+        dense = totals.pop("dense_peer")
+        best = min(totals, key=totals.get)
         report.summarize(f"decoder layer, M={m}: dense {dense:.1f} us, best {best} {totals[best]:.1f} us "
                          f"(x{dense / totals[best]:.2f})", m=m, dense_us=dense, best=best, best_us=totals[best])

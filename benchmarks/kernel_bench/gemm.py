@@ -21,7 +21,7 @@ import torch
 import torch._inductor.config
 import torch.nn.functional as F
 
-from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.report import Report, by_m, make_row, summed_us
 from benchmarks.kernel_bench.timing import copies_for, device, on_gpu, time_each_us
 
 TIMING = "CUDA-graph replays over streamed weight copies, median"
@@ -96,11 +96,8 @@ def run(args: argparse.Namespace, report: Report) -> None:
 
 def summarize_layers(report: Report) -> None:
     """Per M: a decoder layer's four projections summed, each path against the default and the floor."""
-    for m in sorted({r["case"]["m"] for r in report.rows}):
-        rows = [r for r in report.rows if r["case"]["m"] == m]
-        floor = sum(r["floor_us"] for r in rows)
-        paths = [p for p in rows[0]["us"] if all(p in r["us"] for r in rows)]
-        total = {p: sum(r["us"][p] for r in rows) for p in paths}
+    for m, rows in by_m(report.rows).items():
+        floor, total = sum(r["floor_us"] for r in rows), summed_us(rows)
         cells = ", ".join(f"{p} {t:.1f} us ({total['default'] / t:.2f}x, {floor / t:.0%} of floor)"
                           for p, t in total.items())
         report.summarize(f"decoder layer's GEMMs, M = {m}: floor {floor:.1f} us; {cells}", m=m, floor_us=floor,

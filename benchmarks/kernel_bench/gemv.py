@@ -15,7 +15,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernel_bench.report import Report, make_row
+from benchmarks.kernel_bench.report import Report, by_m, make_row
 from benchmarks.kernel_bench.timing import copies_for, on_gpu, time_each_us
 
 TIMING = "CUDA-graph replays over streamed weight copies, median"
@@ -71,8 +71,8 @@ def run(args: argparse.Namespace, report: Report) -> None:
 def summarize_layers(report: Report) -> None:
     """Per model and token count: a decoder layer's four projections summed, cuBLAS against the GEMV."""
     for model in sorted({r["case"]["layer"].split(".")[0] for r in report.rows}):
-        for m in sorted({r["case"]["m"] for r in report.rows}):
-            rows = [r for r in report.rows if r["case"]["layer"].startswith(model + ".") and r["case"]["m"] == m
+        for m, at_m in by_m(report.rows).items():
+            rows = [r for r in at_m if r["case"]["layer"].startswith(model + ".")
                     and not r["case"]["layer"].endswith("lm_head")]
             cublas, gemv = (sum(r["us"][name] for r in rows) for name in ("cublas", "gemv"))
             report.summarize(f"{model} decoder layer, {m} tokens: cuBLAS {cublas:.1f} us, GEMV {gemv:.1f} us "

@@ -53,6 +53,20 @@ def make_row(case: dict[str, Any], us: dict[str, float], peer: str | None = None
     return row
 
 
+def by_m(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """The rows by their case's token count ``m``, smallest first."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["case"]["m"], []).append(row)
+    return dict(sorted(groups.items()))
+
+
+def summed_us(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Each implementation timed in every one of ``rows``: its microseconds summed over them (e.g. a decoder
+    layer's projections), in the first row's order."""
+    return {name: sum(r["us"][name] for r in rows) for name in rows[0]["us"] if all(name in r["us"] for r in rows)}
+
+
 def format_row(row: dict[str, Any]) -> str:
     """One printed line: the case, then each implementation's time, its ratio to the peer and to the floor."""
     case = " ".join(f"{k}={v}" for k, v in row["case"].items())

@@ -136,16 +136,21 @@ def own_defaults(runs: list[dict]) -> str:
     from pagoda.config import EngineConfig
 
     own = [r for r in runs if (r.get("settings") or {}).get("limits") == "own"]
-    ours = next((r["pagoda_choices"] for r in own if "max_num_seqs" in (r.get("pagoda_choices") or {})), {})
+    ours = first_recorded(own, "pagoda_choices", "max_num_seqs")
     mine = (f"Pagoda's, from its start-up line: {ours['max_num_seqs']} sequences, {ours['max_num_batched_tokens']} "
             "tokens a step" if ours else f"Pagoda's: {EngineConfig.max_num_seqs} sequences")
-    vllm = next((r["vllm_choices"]["server_info"] for r in own if "server_info" in (r.get("vllm_choices") or {})), {})
+    vllm = first_recorded(own, "vllm_choices", "server_info").get("server_info", {})
     seqs, tokens = vllm.get("scheduler_config.max_num_seqs"), vllm.get("scheduler_config.max_num_batched_tokens")
     theirs = f"; vLLM's, from its /server_info: {seqs} sequences, {tokens} tokens a step" if seqs and tokens else ""
-    offline = next((r["vllm_choices"]["vllm_offline+latency"].get("max_num_batched_tokens") for r in own
-                    if "vllm_offline+latency" in (r.get("vllm_choices") or {})), None)
+    offline = first_recorded(own, "vllm_choices", "vllm_offline+latency").get("vllm_offline+latency", {}).get(
+        "max_num_batched_tokens")
     theirs += f" (offline, from its log: {offline} tokens a step)" if theirs and offline and offline != tokens else ""
     return f" ({mine}{theirs})"
+
+
+def first_recorded(runs: list[dict], field: str, name: str) -> dict:
+    """``run[field]`` of the first run whose ``field`` recorded ``name``; {} where none did."""
+    return next((r[field] for r in runs if name in (r.get(field) or {})), {})
 
 
 def limits_section(runs: list[dict], rows: list[dict], limits: str, found: list[str]) -> list[str]:
