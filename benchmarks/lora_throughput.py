@@ -123,11 +123,11 @@ def decode_step_ms(llm, batch: int, input_len: int, lora, vocab: int) -> float:
     return (best(129) - best(1)) / 128 * 1000
 
 
-def step_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int = 32) -> dict[str, float]:
-    """One decode step's kernels at ``batch`` rows (pagoda.bench.trace_kernels.decode_step_kernels)."""
-    from pagoda.bench.trace_kernels import decode_step_kernels
+def decode_kernels(llm, batch: int, input_len: int, lora, vocab: int, steps: int = 32) -> dict[str, float]:
+    """One decode step's kernels at ``batch`` rows (pagoda.bench.trace_kernels.step_kernels)."""
+    from pagoda.bench import trace_kernels
 
-    return decode_step_kernels(llm, random_prompts(batch, input_len, vocab, seed=batch), steps, lora)
+    return trace_kernels.step_kernels(llm, random_prompts(batch, input_len, vocab, seed=batch), steps, lora)["decode"]
 
 
 def run_phases(args, config, prompts, params, adapters, lora_engine: bool, result: dict) -> None:
@@ -142,7 +142,7 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool, resul
         result[f"{tag}base_req_per_s"] = throughput(llm, prompts, params, None, warmup, args.warmup_output_len)
         result[f"{tag}base_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, None, vocab) for b in args.batch_sizes}
         if args.profile_kernels:
-            result[f"{tag}base_step_kernels"] = {b: step_kernels(llm, b, args.input_len, None, vocab)
+            result[f"{tag}base_step_kernels"] = {b: decode_kernels(llm, b, args.input_len, None, vocab)
                                                  for b in args.batch_sizes}
         if not lora_engine:
             return
@@ -153,7 +153,7 @@ def run_phases(args, config, prompts, params, adapters, lora_engine: bool, resul
         result["one_adapter_step_ms"] = {b: decode_step_ms(llm, b, args.input_len, loras[0], vocab)
                                          for b in args.batch_sizes}
         if args.profile_kernels:
-            result["one_adapter_step_kernels"] = {b: step_kernels(llm, b, args.input_len, loras[0], vocab)
+            result["one_adapter_step_kernels"] = {b: decode_kernels(llm, b, args.input_len, loras[0], vocab)
                                                   for b in args.batch_sizes}
     finally:
         llm.shutdown()

@@ -98,15 +98,18 @@ def test_latency_profile_traces_each_batch(tmp_path, monkeypatch, capsys):
 
 
 def test_latency_kernels_name_each_batch_steps_work(tmp_path, monkeypatch):
-    """--kernels: a decode step's work by name (host ops on a CPU), the largest first, with its total."""
+    """--kernels: a decode step's work by name (host ops on a CPU), the largest first, with its total; the prefill's
+    too, with its floor."""
     monkeypatch.delenv("PAGODA_TORCH_PROFILER_DIR", raising=False)  # a temporary folder, for the run only
     out = tmp_path / "latency.json"
     assert main(["bench", "latency", _config_dir(tmp_path), "--load-format", "dummy", "--batch-sizes", "2",
                  "--input-len", "8", "--output-len", "8", "--repeats", "1", "--kernels", "--result-file", str(out)]) == 0
-    kernels = json.loads(out.read_text())["steps"][0]["kernels_us"]
-    names = [name for name in kernels if name != "total_us"]
-    assert kernels["total_us"] > 0 and any("linear" in name or "mm" in name for name in names)
-    assert [kernels[n] for n in names] == sorted((kernels[n] for n in names), reverse=True)
+    row = json.loads(out.read_text())["steps"][0]
+    for kernels in (row["kernels_us"], row["prefill_kernels_us"]):
+        names = [name for name in kernels if name != "total_us"]
+        assert kernels["total_us"] > 0 and any("linear" in name or "mm" in name for name in names)
+        assert [kernels[n] for n in names] == sorted((kernels[n] for n in names), reverse=True)
+    assert 0 < row["prefill_floor_ms"] < row["prefill_kernels_us"]["total_us"] / 1e3
     assert "PAGODA_TORCH_PROFILER_DIR" not in os.environ  # later profiling still asks for a folder
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from benchmarks.kernel_bench import fp8
 from benchmarks.kernel_bench.fp8 import SHAPES, timed
 from benchmarks.kernel_bench.report import Report, make_row
-from benchmarks.kernel_bench.timing import device, on_gpu, time_us
+from benchmarks.kernel_bench.timing import device, on_gpu
 
 TIMING = "CUDA-graph replays, median"
 

@@ -15,7 +15,8 @@ import time
 from pagoda import envs
 from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, folder_variable, kv_bytes_per_token,
                                  random_prompts, spec_decode_summary, streamed_weights, synchronize)
-from pagoda.bench.trace_kernels import decode_step_kernels
+from pagoda.bench.step_floor import step_costs
+from pagoda.bench.trace_kernels import step_kernels
 
 
 def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -30,8 +31,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                         "tensor-parallel rank (LLM.start_profile); the traces go to the folder that "
                         "PAGODA_TORCH_PROFILER_DIR names, which must be set")
     p.add_argument("--kernels", action="store_true",
-                   help="also report each batch size's decode step by kernel: microseconds per step by name, the "
-                        "most time first, from torch profiler traces (PAGODA_TORCH_PROFILER_DIR, a temporary "
+                   help="also report each batch size's decode step and its prompts' prefill by kernel: microseconds "
+                        "by name, the most time first (with the prefill's floor), from torch profiler traces (PAGODA_TORCH_PROFILER_DIR, a temporary "
                         "folder where unset; each trace is deleted once read)")
     add_common_args(p)
     p.set_defaults(func=run)
@@ -53,7 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     stages = parts.pp.size  # pipeline stages run a step one after another, each streaming its share (rank 0's here)
     weight_bytes, _ = streamed_weights(parts.model)
     weight_bytes, kv_per_token = weight_bytes * stages, kv_bytes_per_token(parts) * stages
-    read_bandwidth = device_rates(device, parts.dtype)["copy_bytes"]
+    rates = device_rates(device, parts.dtype)
+    read_bandwidth = rates["copy_bytes"]
     rows = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         prompts = random_prompts(batch, args.input_len, parts.hf_config.vocab_size, args.seed)
@@ -65,13 +67,24 @@ def _run(args: argparse.Namespace) -> int:
         floor = (weight_bytes + batch * context * kv_per_token) / read_bandwidth
         rows.append({"batch": batch, "step_ms": step * 1e3, "floor_ms": floor * 1e3, "ratio_to_floor": step / floor})
         if args.kernels:
-            rows[-1]["kernels_us"] = decode_step_kernels(llm, prompts, args.output_len - 1)
+            rows[-1].update(_kernels(llm, prompts, args.output_len - 1, step_costs(parts, rates)))
         speculative = spec_decode_summary(llm, stats_before)
         if speculative is not None:  # step_ms is then the time per output token
             rows[-1]["speculative"] = speculative
     emit({"platform": parts.platform.describe(), "weight_bytes": weight_bytes,
           "read_gbps": read_bandwidth / 1e9, "steps": rows}, args.result_file)
     return 0
+
+
+def _kernels(llm, prompts: list[list[int]], steps: int, costs) -> dict:
+    """--kernels: the decode step's kernels and the prefill's, with the prefill's floor (its compute at the measured
+    matmul rate, or its reads at the copy rate, whichever is longer; one step where the prompts fit a step)."""
+    kernels = step_kernels(llm, prompts, steps)
+    tokens, batch = sum(len(p) for p in prompts), len(prompts)
+    pairs = sum(len(p) * (len(p) + 1) // 2 for p in prompts)  # causal: each query sees the keys up to its own
+    floor = costs.floor_s({"tokens": tokens, "seqs": batch, "pairs": pairs, "kv": tokens})
+    return {"kernels_us": kernels["decode"], "prefill_kernels_us": kernels["prefill"],
+            "prefill_floor_ms": round(floor * 1e3, 3)}
 
 
 def _profiled_run(llm, prompts, output_len: int) -> None:

@@ -2,7 +2,7 @@
 one traced run of an offline :class:`~pagoda.LLM` (``LLM.start_profile``), read back from rank 0's trace.
 
 A benchmark that subtracts two traced runs (``n`` new tokens and 1) gets each decode step's kernels without
-the prefill's: ``benchmarks/lora_throughput.py --profile-kernels`` records them beside its timings, so that a
+the prefill's (and the run of 1 token is the prefill's): ``benchmarks/lora_throughput.py --profile-kernels`` records them beside its timings, so that a
 slow step names its kernels in the same result file.
 """
 
@@ -48,10 +48,11 @@ def per_step(long_run: Counter, short_run: Counter, steps: int, top: int = 16) -
     return {"total_us": round(sum(diff.values()), 1), **{name[:100]: round(us, 1) for name, us in kept}}
 
 
-def decode_step_kernels(llm, prompts: list[list[int]], steps: int = 32, lora=None) -> dict[str, float]:
-    """One decode step of ``prompts`` (a batch): its device kernels (host ops on a CPU), microseconds by name, from
-    traces of ``steps + 1`` new tokens and of 1, each the quicker of two (a busy host only adds time, and a slow
-    short run would take its excess from the steps)."""
+def step_kernels(llm, prompts: list[list[int]], steps: int = 32, lora=None) -> dict[str, dict[str, float]]:
+    """The device kernels (host ops on a CPU), microseconds by name, of ``prompts`` (a batch): ``decode``, one decode
+    step, from traces of ``steps + 1`` new tokens and of 1, each the quicker of two (a busy host only adds time, and
+    a slow short run would take its excess from the steps); ``prefill``, the run of 1 token: the prompts' prefill
+    (one step where the batch's prompt tokens fit a step) and its sample."""
     from pagoda import SamplingParams
 
     category = "cpu_op" if llm.engine.core.parts.platform.device_type == "cpu" else "kernel"
@@ -64,4 +65,5 @@ def decode_step_kernels(llm, prompts: list[list[int]], steps: int = 32, lora=Non
     def quicker(tokens: int) -> Counter:
         return min((traced(tokens) for _ in range(2)), key=lambda times: sum(times.values()))
 
-    return per_step(quicker(steps + 1), quicker(1), steps)
+    one = quicker(1)
+    return {"decode": per_step(quicker(steps + 1), one, steps), "prefill": per_step(one, Counter(), 1)}
