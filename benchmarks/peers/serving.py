@@ -24,6 +24,7 @@ from steps import Server, StepRecord, read_json
 from workloads import WARMUP, Served, quick
 
 PORTS = {"pagoda": 8100, "vllm": 8200}
+STARTUP_S = 300  # the most a server may take to answer GET /v1/models
 
 
 def workload_prompts(w: Served, vocab_size: int) -> list[tuple[list[int], int]]:
@@ -51,9 +52,11 @@ class ServerSession:
         record = StepRecord(f"server_start{self.suffix}", self.engine, log=str(self.log))
         self.run.records.append(record)
         try:
-            if not self.server.start(self.run.deadline.limit(300)):
+            limit = self.run.deadline.limit(STARTUP_S)
+            if not self.server.start(limit):
                 record.status = "failed"
-                print(f"{self.engine} server did not come up; see {self.log}", flush=True)
+                short = " (what was left of --budget-s)" if limit < STARTUP_S else ""
+                print(f"{self.engine} server did not come up: {self.server.failure}{short}; see {self.log}", flush=True)
                 return
             record.status, record.seconds = "ok", self.server.startup_s
             record.result = self.server_info()

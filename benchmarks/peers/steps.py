@@ -96,6 +96,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.model = ""
         self.startup_s = 0.0
+        self.failure = ""  # why start() returned False
 
     @property
     def base_url(self) -> str:
@@ -114,6 +115,8 @@ class Server:
                 self.startup_s = time.monotonic() - start
                 return True
             time.sleep(2)
+        code = self.proc.poll()
+        self.failure = f"exited with status {code}" if code is not None else f"not ready within {timeout_s:.0f} s"
         return False
 
     def stop(self) -> None:

@@ -18,7 +18,7 @@ import report  # noqa: E402
 import workloads  # noqa: E402
 from model_dir import build_model_dir  # noqa: E402
 from prompts import ids_to_text, prefix_prompts, random_token_prompts  # noqa: E402
-from steps import Deadline, StepRecord, run_step  # noqa: E402
+from steps import Deadline, Server, StepRecord, run_step  # noqa: E402
 
 
 def test_offline_prompts_equal_pagoda_bench_prompts():
@@ -97,6 +97,17 @@ def test_deadline_skips_steps_that_cannot_fit(tmp_path):
     assert deadline.limit(300) == 10.0
     record = run_step(StepRecord("late", "pagoda"), [sys.executable, "-c", "pass"], {}, tmp_path / "d.log", deadline, 300, 20)
     assert record.status == "skipped" and not (tmp_path / "d.log").exists()
+
+
+def test_a_server_that_does_not_come_up_says_why(tmp_path):
+    """A server that exits and one that never answers: start() is False, with the exit status or the time waited."""
+    exits = Server([sys.executable, "-c", "raise SystemExit(3)"], {}, 8999, tmp_path / "exits.log")
+    assert not exits.start(30) and exits.failure == "exited with status 3"
+    silent = Server([sys.executable, "-c", "import time; time.sleep(60)"], {}, 8999, tmp_path / "silent.log")
+    try:
+        assert not silent.start(1) and silent.failure == "not ready within 1 s"
+    finally:
+        silent.stop()
 
 
 # What each engine's benchmark writes (the fields report.py reads; the numbers are made up).
