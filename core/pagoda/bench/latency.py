@@ -32,8 +32,8 @@ def add_parser(subparsers, parent: argparse.ArgumentParser) -> None:
                         "PAGODA_TORCH_PROFILER_DIR names, which must be set")
     p.add_argument("--kernels", action="store_true",
                    help="also report each batch size's decode step and its prompts' prefill by kernel: microseconds "
-                        "by name, the most time first (with the prefill's floor), from torch profiler traces (PAGODA_TORCH_PROFILER_DIR, a temporary "
-                        "folder where unset; each trace is deleted once read)")
+                        "by name, the most time first (with the prefill's floor), from torch profiler traces "
+                        "(PAGODA_TORCH_PROFILER_DIR, a temporary folder where unset; each trace is deleted once read)")
     add_common_args(p)
     p.set_defaults(func=run)
 

@@ -2,8 +2,8 @@
 one traced run of an offline :class:`~pagoda.LLM` (``LLM.start_profile``), read back from rank 0's trace.
 
 A benchmark that subtracts two traced runs (``n`` new tokens and 1) gets each decode step's kernels without
-the prefill's (and the run of 1 token is the prefill's): ``benchmarks/lora_throughput.py --profile-kernels`` records them beside its timings, so that a
-slow step names its kernels in the same result file.
+the prefill's, and the run of 1 token gives the prefill's (``step_kernels``). ``benchmarks/lora_throughput.py
+--profile-kernels`` records them beside its timings, so that a slow step names its kernels in the same result file.
 """
 
 from __future__ import annotations
