@@ -53,10 +53,9 @@ class ServerSession:
         self.run.records.append(record)
         try:
             limit = self.run.deadline.limit(STARTUP_S)
-            if not self.server.start(limit):
+            if not self.server.start(limit, " (what was left of --budget-s)" if limit < STARTUP_S else ""):
                 record.status = "failed"
-                short = " (what was left of --budget-s)" if limit < STARTUP_S else ""
-                print(f"{self.engine} server did not come up: {self.server.failure}{short}; see {self.log}", flush=True)
+                print(f"{self.engine} server did not come up: {self.server.failure}; see {self.log}", flush=True)
                 return
             record.status, record.seconds = "ok", self.server.startup_s
             record.result = self.server_info()

@@ -102,7 +102,9 @@ class Server:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float) -> bool:
+    def start(self, timeout_s: float, timeout_note: str = "") -> bool:
+        """Whether the server answered within ``timeout_s``; if not, ``failure`` says why (``timeout_note`` added
+        where it ran out of time)."""
         start = time.monotonic()
         out = open(self.log, "ab")
         out.write(("$ " + " ".join(self.cmd) + "\n").encode())
@@ -116,7 +118,8 @@ class Server:
                 return True
             time.sleep(2)
         code = self.proc.poll()
-        self.failure = f"exited with status {code}" if code is not None else f"not ready within {timeout_s:.0f} s"
+        self.failure = (f"exited with status {code}" if code is not None
+                        else f"not ready within {timeout_s:.0f} s{timeout_note}")
         return False
 
     def stop(self) -> None:

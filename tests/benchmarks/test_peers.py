@@ -100,12 +100,13 @@ def test_deadline_skips_steps_that_cannot_fit(tmp_path):
 
 
 def test_a_server_that_does_not_come_up_says_why(tmp_path):
-    """A server that exits and one that never answers: start() is False, with the exit status or the time waited."""
+    """A server that exits and one that never answers: start() is False, with the exit status or the time waited
+    (the note on the time only where the time ran out)."""
     exits = Server([sys.executable, "-c", "raise SystemExit(3)"], {}, 8999, tmp_path / "exits.log")
-    assert not exits.start(30) and exits.failure == "exited with status 3"
+    assert not exits.start(30, " (budget)") and exits.failure == "exited with status 3"
     silent = Server([sys.executable, "-c", "import time; time.sleep(60)"], {}, 8999, tmp_path / "silent.log")
     try:
-        assert not silent.start(1) and silent.failure == "not ready within 1 s"
+        assert not silent.start(1, " (budget)") and silent.failure == "not ready within 1 s (budget)"
     finally:
         silent.stop()
 

@@ -15,7 +15,7 @@ import time
 from pagoda import envs
 from pagoda.bench.common import (add_common_args, build_llm, device_rates, emit, folder_variable, kv_bytes_per_token,
                                  random_prompts, spec_decode_summary, streamed_weights, synchronize)
-from pagoda.bench.step_floor import step_costs
+from pagoda.bench.step_floor import StepCosts, step_costs
 from pagoda.bench.trace_kernels import step_kernels
 
 
@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kernels(llm, prompts: list[list[int]], steps: int, costs) -> dict:
+def _kernels(llm, prompts: list[list[int]], steps: int, costs: StepCosts) -> dict:
     """--kernels: the decode step's kernels and the prefill's, with the prefill's floor (its compute at the measured
     matmul rate, or its reads at the copy rate, whichever is longer; one step where the prompts fit a step)."""
     kernels = step_kernels(llm, prompts, steps)
