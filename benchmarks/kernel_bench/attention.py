@@ -3,8 +3,8 @@
 blocks in shuffled order).
 
 - prefill: 16k tokens of fresh prompts of 512..16k tokens, timed launch by launch (the engine runs
-  prefills eagerly), against torch ``scaled_dot_product_attention`` (its flash kernel on a GPU) on
-  contiguous tensors; the floor is the causal FLOPs at the matmul rate.
+  prefills eagerly), against torch ``scaled_dot_product_attention`` (its flash kernel on a GPU; cuDNN's,
+  where it runs, as ``sdpa_cudnn``) on contiguous tensors; the floor is the causal FLOPs at the matmul rate.
 - decode: one query token per sequence, batch 1..256 at context 1k..32k; CUDA-graph replays where the
   backend supports graphs; the floor is the KV bytes at the copy rate.
 - verify: speculative verify steps (4-token queries; 16 tokens after 1008 cached), as decode.
@@ -114,19 +114,29 @@ def prefill(args, report: Report, s) -> None:
         us = time_backends(args, s, [(seq, seq)] * batch, graphed=False)
         qs, ks, vs = (torch.randn(batch, s.num_heads, seq, s.head_size, dtype=s.dtype, device=device()) for _ in range(3))
         us["sdpa"] = time_us(lambda: sdpa(qs, ks, vs))
+        if on_gpu() and (cudnn := cudnn_us(qs, ks, vs)):
+            us["sdpa_cudnn"] = cudnn
         flops = 4.0 * batch * s.num_heads * s.head_size * seq * (seq + 1) / 2
         report.add(make_row({"part": "prefill", "seq": seq, "batch": batch}, us, peer="sdpa",
                             floor_us=report.rates.floor_us(flops=flops),
                             tflops={name: round(flops / t / 1e6, 1) for name, t in us.items()}))
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "FLASH_ATTENTION") -> torch.Tensor:
     if not on_gpu():
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    with sdpa_kernel(getattr(SDPBackend, backend)):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def cudnn_us(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float | None:
+    """cuDNN's attention through SDPA, or None where this torch or GPU has none (its own warning says why)."""
+    try:
+        return time_us(lambda: sdpa(q, k, v, "CUDNN_ATTENTION"))
+    except RuntimeError:
+        return None
 
 
 def streaming(args, report: Report, s, part: str, cases: list[tuple[int, int, int]]) -> None:

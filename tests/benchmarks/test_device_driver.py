@@ -28,7 +28,7 @@ def test_list_names_every_suite_with_its_parts() -> None:
     assert done.returncode == 0
     names = [line.split()[0] for line in done.stdout.splitlines() if not line.startswith(" ")]
     assert names == SUITES
-    assert "parts: throughput latency serve guided lora trace steps (default: throughput latency serve)" in done.stdout
+    assert "parts: throughput latency serve guided lora trace steps kernels (default: throughput latency serve)" in done.stdout
 
 
 def test_dry_run_prints_the_commands_and_writes_nothing(tmp_path) -> None:

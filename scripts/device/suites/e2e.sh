@@ -3,9 +3,9 @@
 # Part trace: a server with PAGODA_TRACE_DIR at 16 requests/s after a warm-up, and where its latency went
 # (benchmarks/trace_report.py: step times by kind, the slowest steps, each first token's parts).
 # Part steps: where offline time goes: both throughput workloads with --step-report (decode-only and mixed steps
-# against their floors; 256/256 also with --max-prefill-tokens-while-decoding 1024 and 4096), the decode step's kernels,
-# an 8192-token prefill step's kernels against its floor.
-ALL_PARTS="throughput latency serve guided lora trace steps"
+# against their floors; 256/256 also with --max-prefill-tokens-while-decoding 1024 and 4096). Part kernels: the decode
+# step's kernels at batch 64 and 256, and an 8192-token prefill step's kernels, each against its floor.
+ALL_PARTS="throughput latency serve guided lora trace steps kernels"
 DEFAULT_PARTS="throughput latency serve"
 PLUGINS=(plugins/platform_cuda plugins/attention_triton plugins/attention_flash)
 
@@ -28,6 +28,8 @@ suite_run() {
     done
     bench steps_1024x128 240 throughput "$model" "${flags[@]}" --num-prompts "$n" --input-len "$(quick 1024 64)" \
       --output-len "$(quick 128 16)" --step-report
+  fi
+  if has_part kernels; then
     bench kernels 180 latency "$model" "${flags[@]}" --batch-sizes "$(quick 64,256 1,2)" --input-len "$(quick 320 16)" \
       --output-len "$(quick 33 8)" --repeats 1 --kernels
     # 8 prompts of 1024 tokens: one 8192-token prefill step, the size of 1024/128's mixed steps, by kernel
