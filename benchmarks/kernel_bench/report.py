@@ -101,7 +101,7 @@ def env_info(rates: Rates) -> dict[str, Any]:
         triton_version = None
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"
     return {"device": name, "torch": torch.__version__, "triton": triton_version, "commit": commit(),
-            "copy_gbs": round(rates.copy_gbs, 1), "matmul_tflops": round(rates.matmul_tflops, 2)}
+            "copy_gbs": float(f"{rates.copy_gbs:.4g}"), "matmul_tflops": float(f"{rates.matmul_tflops:.4g}")}
 
 
 class Report:
