@@ -24,11 +24,12 @@ def test_overlapped_calls_time_the_step_before_them():
              {"seconds": 0.2, "tokens": 2, "seqs": 2}, {"seconds": 0.3, "tokens": 0, "seqs": 0}]
     assert [t for _, t in timed_steps(calls, overlap=True)] == [0.5, 0.2, 0.3]  # the empty call waited for the last
     assert [t for _, t in timed_steps(calls, overlap=False)] == [0.1, 0.5, 0.2]
-    for call, (kv, pairs) in zip(calls, [(8, 21), (10, 10), (12, 12), (0, 0)]):
-        call.update(kv=kv, pairs=pairs)
-    report = step_report(calls, COSTS, overlap=True, wall_s=1.5)
+    for call, (kv, pairs, start) in zip(calls, [(8, 21, 100.2), (10, 10, 100.3), (12, 12, 100.85), (0, 0, 101.05)]):
+        call.update(kv=kv, pairs=pairs, step=start)
+    report = step_report(calls, COSTS, overlap=True, wall_s=1.5, since=100.0)
     assert (report["decode"]["steps"], report["mixed"]["steps"], report["all"]["steps"]) == (2, 1, 3)
     assert report["mixed"]["seconds"] == 0.5 and report["decode"]["seconds"] == 0.5
     assert report["outside_steps_s"] == pytest.approx(0.4)
+    assert report["before_first_step_s"] == pytest.approx(0.2) and report["after_last_step_s"] == pytest.approx(0.15)
     assert report["decode"]["ratio_to_floor"] == pytest.approx(0.5 / (COSTS.floor_s(calls[1]) + COSTS.floor_s(calls[2])),
                                                                rel=1e-3)

@@ -61,15 +61,19 @@ def timed_steps(calls: list[dict], overlap: bool) -> list[tuple[dict, float]]:
     return [(call, seconds) for call, seconds in zip(calls, times) if call["seqs"]]
 
 
-def step_report(calls: list[dict], costs: StepCosts, overlap: bool, wall_s: float) -> dict:
+def step_report(calls: list[dict], costs: StepCosts, overlap: bool, wall_s: float, since: float) -> dict:
     """Steps, seconds, floor seconds and their ratio for all steps and each kind, the mean step's size, and the
-    run's time outside the engine's step calls."""
+    run's time outside the engine's step calls (started at ``since``): in all, before the first call (the
+    requests' way in), after the last (the outputs' way out) and between calls."""
     groups: dict[str, list[tuple[dict, float]]] = {"all": [], "decode": [], "mixed": []}
     for step, seconds in timed_steps(calls, overlap):
         groups["all"].append((step, seconds))
         groups["decode" if step["tokens"] == step["seqs"] else "mixed"].append((step, seconds))
     report = {name: _summary(rows, costs) for name, rows in groups.items() if rows}
     report["outside_steps_s"] = round(wall_s - sum(c["seconds"] for c in calls), 4)
+    if calls:
+        report["before_first_step_s"] = round(calls[0]["step"] - since, 4)
+        report["after_last_step_s"] = round(since + wall_s - calls[-1]["step"] - calls[-1]["seconds"], 4)
     return report
 
 

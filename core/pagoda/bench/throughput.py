@@ -140,4 +140,4 @@ def _step_report(core, rates: dict[str, float], since: float, elapsed: float) ->
     """The timed run's steps against their floors (pagoda.bench.step_floor), from the engine core's trace."""
     core.trace.flush()
     steps = read_steps(Path(envs.TRACE_DIR.get()), since)
-    return step_report(steps, step_costs(core.parts, rates), core.overlap, elapsed)
+    return step_report(steps, step_costs(core.parts, rates), core.overlap, elapsed, since)
