@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from pagoda.interfaces.ops import CustomOps
 from pagoda.platforms.cpu import CpuPlatform
-from pagoda.platforms.cpu_ops import CpuOps, row_bucket
+from pagoda.platforms.cpu_ops import CpuOps, packed_dtypes, row_bucket
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs oneDNN (mkldnn)")
 
@@ -35,6 +35,18 @@ def test_weights_it_cannot_pack_stay_as_they_are():
     ops = CpuOps()
     assert ops.pack_linear_weight(torch.randn(4, 4, dtype=torch.float16)) is None
     assert ops.pack_linear_weight(torch.randn(2, 4, 4)) is None
+
+
+def test_bf16_is_packed_only_where_the_cpu_has_onednns_bf16_path():
+    """An AVX2-only CPU cannot pack bf16 (oneDNN raises); its bf16 weights stay dense and the product still runs."""
+    torch.manual_seed(0)
+    ops, w, x = CpuOps(), torch.randn(32, 16, dtype=torch.bfloat16), torch.randn(5, 16, dtype=torch.bfloat16)
+    bf16_path = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (torch.bfloat16 in packed_dtypes()) == bf16_path
+    packed = ops.pack_linear_weight(w)
+    assert (packed is not None) == bf16_path
+    got = ops.linear(x, packed if packed is not None else w)
+    assert (got.float() - F.linear(x.float(), w.float())).abs().max() < 0.1
 
 
 def test_row_counts_are_bounded_to_a_few_shapes():

@@ -8,14 +8,24 @@ dtype; the dense one is dropped unless something else reads it (a tied embedding
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 import torch.nn.functional as F
 
 from pagoda.interfaces.ops import CustomOps
 
 PACK_BATCH_HINT = 64  # oneDNN's expected rows per call; the products were as fast at 1 to 2048 rows
-PACKED_DTYPES = (torch.float32, torch.bfloat16)
 BUCKETS_PER_OCTAVE = 8  # row counts a product runs at between n and 2n (see row_bucket)
+
+
+@cache
+def packed_dtypes() -> tuple[torch.dtype, ...]:
+    """The weight dtypes oneDNN packs here: float32, and bfloat16 where this CPU has oneDNN's bf16 path (AVX-512
+    or AVX-NE-CONVERT; an AVX2-only CPU refuses to pack bf16, and its bf16 weights stay with torch's linear)."""
+    if not torch.backends.mkldnn.is_available():
+        return ()
+    return (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
 
 
 def row_bucket(rows: int) -> int:
@@ -34,8 +44,8 @@ class CpuOps(CustomOps):
     name = "cpu"
 
     def pack_linear_weight(self, weight: torch.Tensor) -> torch.Tensor | None:
-        if not (torch.backends.mkldnn.is_available() and weight.dim() == 2 and weight.dtype in PACKED_DTYPES
-                and weight.device.type == "cpu" and not weight.is_mkldnn):
+        if not (weight.dim() == 2 and weight.dtype in packed_dtypes() and weight.device.type == "cpu"
+                and not weight.is_mkldnn):
             return None
         return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_BATCH_HINT)
 
