@@ -72,6 +72,10 @@ def markdown(rows: list[dict], base_label: str, other_label: str) -> str:
     return "\n".join(lines)
 
 
+def load(files: list[str]) -> list[dict]:
+    return [json.loads(Path(f).read_text()) for f in files]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="one engine's figures under two settings: medians over server starts, "
                                             "ranges and ratios (other / base)")
@@ -81,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", default="base,other", help="the two settings' names in the table (default %(default)s)")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table (default: JSON)")
     args = p.parse_args(argv)
-    load = lambda files: [json.loads(Path(f).read_text()) for f in files]  # noqa: E731
     rows = compare(load(args.base), load(args.other), args.engine)
     if not rows:
         p.error(f"no workload that {args.engine} ran under both settings")
