@@ -12,7 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import report  # noqa: E402
 
 # (metric, column, unit divisor, unit): the served figures an A/B decision reads
 COLUMNS = (("request_throughput", "requests/s", 1, ""), ("p50_ttft_ms", "TTFT p50", 1000, " s"),
@@ -21,12 +26,14 @@ COLUMNS = (("request_throughput", "requests/s", 1, ""), ("p50_ttft_ms", "TTFT p5
 
 
 def grouped(runs: list[dict], engine: str) -> dict[tuple, list[dict]]:
-    """``engine``'s measurements in ``runs`` by (workload, client, limits): one per server start."""
+    """``engine``'s measurements in ``runs`` by (workload, client, limits), as report.py keys them (a run made
+    before measurements carried their limits: its settings'): one per server start, none replacing another."""
     out: dict[tuple, list[dict]] = {}
     for run in runs:
         for m in run.get("measurements", []):
             if m["engine"] == engine:
-                out.setdefault((m["workload"], m["client"], m.get("limits", "own")), []).append(m)
+                m.setdefault("limits", report.run_limits(run))
+                out.setdefault(report.key(m), []).append(m)
     return out
 
 
